@@ -1,0 +1,29 @@
+# Compile settings shared by every ferry target.
+add_library(ferry_build_flags INTERFACE)
+target_compile_options(ferry_build_flags INTERFACE
+  $<$<COMPILE_LANGUAGE:CXX>:-Wall -Wextra -Werror -Wno-missing-field-initializers>
+  $<$<COMPILE_LANGUAGE:C>:-Wall -Wextra -Werror>
+  $<$<COMPILE_LANGUAGE:CUDA>:-Xcompiler=-Wall,-Wextra -Werror=all-warnings --expt-relaxed-constexpr>)
+if(FERRY_SANITIZE)
+  target_compile_options(ferry_build_flags INTERFACE
+    $<$<COMPILE_LANGUAGE:CXX,C>:-fsanitize=${FERRY_SANITIZE} -fno-omit-frame-pointer -fno-sanitize-recover=all>)
+  target_link_options(ferry_build_flags INTERFACE -fsanitize=${FERRY_SANITIZE})
+endif()
+
+# ferry_add_test(NAME SOURCES... LABELS ... [LIBS ...] [TIMEOUT s] [NO_GTEST_MAIN])
+# Labels say how a test launches: unit (host only), mp (several processes on loopback),
+# gpu (needs GPUs; run by scripts/gpu-check.sh), python.
+function(ferry_add_test name)
+  cmake_parse_arguments(T "NO_GTEST_MAIN" "TIMEOUT" "SOURCES;LABELS;LIBS" ${ARGN})
+  add_executable(${name} ${T_SOURCES})
+  target_link_libraries(${name} PRIVATE ferry_internal ferry_build_flags GTest::gtest ${T_LIBS})
+  target_include_directories(${name} PRIVATE ${PROJECT_SOURCE_DIR}/src)
+  if(NOT T_NO_GTEST_MAIN)
+    target_link_libraries(${name} PRIVATE GTest::gtest_main)
+  endif()
+  if(NOT T_TIMEOUT)
+    set(T_TIMEOUT 300)
+  endif()
+  add_test(NAME ${name} COMMAND ${name})
+  set_tests_properties(${name} PROPERTIES LABELS "${T_LABELS}" TIMEOUT ${T_TIMEOUT})
+endfunction()

@@ -1,0 +1,51 @@
+#pragma once
+// Bounded spinning (DESIGN.md rule 2): every device wait goes through spinUntil, which gives up
+// after the handle's bound (FERRY_DEVICE_TIMEOUT, set on the host when the handle is made) and
+// reports who was waiting for whom and for what before it stops the kernel with a trap. The
+// host sees the trap as cudaErrorLaunchFailure (or cudaErrorIllegalInstruction) on its next
+// synchronization, with the report on stdout.
+#include <cstdint>
+
+#include "ferry/device/arch/timer.hpp"
+#include "ferry/device/macros.hpp"
+#if !FERRY_DEVICE_CODE
+#include <cstdio>
+#include <cstdlib>
+#endif
+
+namespace ferry {
+
+// Who waits, for whom, and how long at most. Trivially copyable; lives inside device handles.
+struct WaitContext {
+  std::int32_t rank = -1;
+  std::int32_t peer = -1;
+  std::uint64_t timeoutNs = 0;  // 0: never give up (only for debugging)
+};
+
+// Calls done() until it returns true. On timeout: reports and traps (device) or aborts (host).
+// `what` names the operation, e.g. "MemoryChannel::wait".
+template <class Done>
+FERRY_HOST_DEVICE FERRY_INLINE void spinUntil(Done&& done, const WaitContext& ctx, const char* what,
+                                              std::uint64_t detail = 0) {
+  if (done()) return;
+  const std::uint64_t start = nowNs();
+  for (std::uint32_t spins = 1;; ++spins) {
+    if (done()) return;
+    // Reading the timer costs more than a poll; look at it every 1024 polls.
+    if ((spins & 1023) == 0 && ctx.timeoutNs != 0 && nowNs() - start > ctx.timeoutNs) {
+      printf(
+          "ferry: rank %d: %s waiting for rank %d timed out after %llu ms (detail %llu); the peer is "
+          "missing, hung, or did not issue the matching operation (raise FERRY_DEVICE_TIMEOUT if it is "
+          "only slow)\n",
+          ctx.rank, what, ctx.peer, static_cast<unsigned long long>(ctx.timeoutNs / 1000000),
+          static_cast<unsigned long long>(detail));
+#if FERRY_DEVICE_CODE
+      __trap();
+#else
+      std::abort();
+#endif
+    }
+  }
+}
+
+}  // namespace ferry

@@ -1,0 +1,130 @@
+#!/usr/bin/env bash
+# The GPU check: run from the repo root on the lent GPU machine. It builds ferry (Release, all cores)
+# into build-gpu and runs the GPU steps with libferry_guard.so preloaded, so that any cuMulticast*
+# driver call aborts the process (DESIGN.md rule 1). That machine has no internet and no apt:
+# GoogleTest, CLI11 and nlohmann-json come from .deps/ (scripts/prepare-device-deps.sh, run on the
+# CPU machine; carry .deps with the tree). Each step's log goes to ${OUT:-build-gpu/out}/<step>.log;
+# the last lines are a summary table. Exit status: 0 only if every step passed.
+#
+#   scripts/gpu-check.sh
+#   GPU_CHECK_CMAKE_ARGS="-DFERRY_CUDA_ARCHITECTURES=90a" scripts/gpu-check.sh   # extra configure options
+#
+# Adding a step: write step_<name> (a function; its exit status is the verdict), add <name> to
+# STEPS, and to REQUIRED if later steps cannot run without it. Steps that run ctest count toward the
+# test totals in the summary automatically. Run GPU programs through `guarded`.
+# shellcheck disable=SC2317  # the step_* functions are called through "step_$step"
+set -uo pipefail
+cd "$(dirname "$0")/.." || exit 2
+
+# Rule 1, for everything this script starts: NCCL, PyTorch and ferry all keep multicast off.
+export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1
+unset FERRY_ENABLE_NVLS
+
+STEPS=(configure build guard_selftest ferry_info gpu_tests)
+REQUIRED=(configure build guard_selftest)  # nothing touches a GPU unless the guard is proven to work
+SHOW=(ferry_info gpu_tests)                 # steps whose whole log is printed, not only on failure
+
+build="build-gpu"
+out=${OUT:-$build/out}
+mkdir -p "$out" && out=$(cd "$out" && pwd)
+guard=$PWD/$build/tools/guard/libferry_guard.so
+ferry_info=$PWD/$build/tools/ferry-info/ferry-info
+
+read -ra extra_cmake_args <<<"${GPU_CHECK_CMAKE_ARGS:-}"
+
+guarded() { LD_PRELOAD="$guard${LD_PRELOAD:+:$LD_PRELOAD}" "$@"; }
+
+step_configure() {
+  cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DFERRY_BUILD_TESTS=ON \
+    -DFERRY_THIRD_PARTY_DIR="$PWD/.deps" "${extra_cmake_args[@]}"
+}
+
+step_build() { cmake --build "$build" --parallel "$(nproc)"; }
+
+# The guard's own tests (fake driver), then its check against the real driver's lookup paths.
+step_guard_selftest() {
+  ctest --test-dir "$build" -L unit -R '^guard_' --output-on-failure &&
+    ctest --test-dir "$build" -R '^gpu_guard_driver$' --output-on-failure
+}
+
+step_ferry_info() {
+  guarded "$ferry_info" && guarded "$ferry_info" --json >"$out/ferry-info.json"
+}
+
+# Every test labelled gpu (none yet is fine), under the guard.
+step_gpu_tests() {
+  guarded ctest --test-dir "$build" -L gpu -E '^gpu_guard_driver$' --output-on-failure \
+    --no-tests=ignore --output-junit "$out/ctest-gpu.xml"
+}
+
+# ---- runner ---------------------------------------------------------------------------------------
+
+contains() {
+  local item=$1
+  shift
+  for x in "$@"; do [[ $x == "$item" ]] && return 0; done
+  return 1
+}
+
+declare -A status seconds
+any_failed=0
+stop=0
+for step in "${STEPS[@]}"; do
+  log=$out/$step.log
+  if ((stop)); then
+    status[$step]=skipped
+    seconds[$step]=0
+    continue
+  fi
+  echo "==> $step"
+  start=$(date +%s.%N)
+  "step_$step" >"$log" 2>&1
+  rc=$?
+  seconds[$step]=$(awk -v a="$start" -v b="$(date +%s.%N)" 'BEGIN { printf "%.1f", b - a }')
+  if ((rc == 0)); then
+    status[$step]=ok
+    if contains "$step" "${SHOW[@]}"; then cat "$log"; fi
+  else
+    status[$step]="FAILED($rc)"
+    any_failed=1
+    echo "--- last lines of $log:"
+    tail -n 40 "$log"
+    if contains "$step" "${REQUIRED[@]}"; then stop=1; fi
+  fi
+  echo "<== $step: ${status[$step]} in ${seconds[$step]} s"
+done
+
+# ---- summary --------------------------------------------------------------------------------------
+
+gpus=unknown
+if [[ -s $out/ferry-info.json ]]; then
+  gpus=$(python3 -c 'import json, sys
+r = json.load(open(sys.argv[1]))
+names = sorted({g["name"] for g in r["gpus"]})
+print(r["gpu_count"], "(" + ", ".join(names) + ")" if names else "(" + r["gpu_status"] + ")")' \
+    "$out/ferry-info.json" 2>/dev/null || echo unknown)
+fi
+
+# ctest ends with "NN% tests passed, F tests failed out of T" (newer ctest leaves out ", 0 tests
+# failed"); add up every step that ran tests.
+passed=0
+failed=0
+for step in "${STEPS[@]}"; do
+  [[ -f $out/$step.log && ${status[$step]} != skipped ]] || continue
+  while read -r t f; do
+    failed=$((failed + ${f:-0}))
+    passed=$((passed + t - ${f:-0}))
+  done < <(sed -nE 's/.*tests passed(, ([0-9]+) tests? failed)? out of ([0-9]+).*/\3 \2/p' "$out/$step.log")
+done
+
+{
+  echo "==================== ferry GPU check: $(hostname) ===================="
+  echo "GPUs: $gpus"
+  printf '%-16s %-12s %8s  %s\n' step status seconds log
+  for step in "${STEPS[@]}"; do
+    printf '%-16s %-12s %8s  %s\n' "$step" "${status[$step]}" "${seconds[$step]}" "$out/$step.log"
+  done
+  echo "tests: $passed passed, $failed failed"
+  if ((any_failed)); then echo "result: FAIL"; else echo "result: PASS"; fi
+} | tee "$out/summary.txt"
+exit $any_failed

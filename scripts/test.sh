@@ -1,0 +1,110 @@
+#!/usr/bin/env bash
+# The whole test suite, as CI runs it (.ci/run calls exactly this). Needs no GPU.
+#   1. installs missing dependencies (scripts/install-deps.sh),
+#   2. builds the `default` preset (every CUDA source for sm_90) and runs every test but the gpu ones,
+#   3. builds the `asan` preset and runs the host tests (unit, mp) under ASan + UBSan,
+#   4. builds the `fuzz` preset (clang, libFuzzer) and runs the fuzz targets for a bounded time.
+# The last line is "N passed, N failed" over all test runs (a build that fails counts as one failure);
+# the exit status is non-zero if anything failed.
+#
+#   scripts/test.sh            # everything
+#   scripts/test.sh --quick    # default build and its tests only
+#   scripts/test.sh --no-deps  # skip the dependency check
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+usage() { sed -n '2,12p' "$0" | sed 's/^# \{0,1\}//'; }
+
+quick=0
+deps=1
+for arg in "$@"; do
+  case "$arg" in
+    --quick) quick=1 ;;
+    --no-deps) deps=0 ;;
+    -h | --help) usage; exit 0 ;;
+    *) echo "test.sh: unknown option '$arg'" >&2; usage >&2; exit 2 ;;
+  esac
+done
+
+jobs=$(nproc)
+log_dir=build/test-logs
+passed=0
+failed=0
+problems=()
+start=$SECONDS
+
+finish() {
+  local rc=$?
+  echo
+  echo "== test.sh finished in $((SECONDS - start)) s"
+  local p
+  for p in "${problems[@]+"${problems[@]}"}"; do echo "FAILED: $p"; done
+  if [[ $rc -eq 0 && $failed -gt 0 ]]; then rc=1; fi
+  if [[ $rc -ne 0 && $failed -eq 0 ]]; then failed=1; fi  # the script itself broke
+  echo "$passed passed, $failed failed"
+  exit "$rc"
+}
+trap finish EXIT
+
+banner() { echo; echo "== $*"; }
+
+# Marks a failed step that is not a ctest run (a configure or build): one failure in the summary.
+step_failed() {
+  failed=$((failed + 1))
+  problems+=("$1")
+}
+
+build() {
+  local preset=$1 t0=$SECONDS
+  banner "configure + build: preset $preset"
+  if ! cmake --preset "$preset"; then
+    step_failed "configure $preset"
+    return 1
+  fi
+  if ! cmake --build --preset "$preset" --parallel "$jobs"; then
+    step_failed "build $preset"
+    return 1
+  fi
+  echo "== built $preset in $((SECONDS - t0)) s"
+}
+
+# Runs one ctest preset and adds its counts to the totals.
+run_tests() {
+  local preset=$1 t0=$SECONDS
+  shift
+  banner "ctest --preset $preset $*"
+  mkdir -p "$log_dir"
+  local log="$log_dir/$preset.log" rc=0
+  ctest --preset "$preset" --no-tests=error "$@" 2>&1 | tee "$log" || rc=$?
+  local line
+  line=$(grep -Eo '[0-9]+ tests? failed out of [0-9]+' "$log" | tail -n 1 || true)
+  if [[ -z "$line" ]]; then
+    step_failed "ctest $preset (no test summary; see $log)"
+    return 1
+  fi
+  local nfail ntotal
+  nfail=$(echo "$line" | awk '{print $1}')
+  ntotal=$(echo "$line" | awk '{print $NF}')
+  passed=$((passed + ntotal - nfail))
+  failed=$((failed + nfail))
+  if [[ $nfail -gt 0 ]]; then
+    problems+=("ctest $preset: $nfail of $ntotal tests (see $log)")
+  elif [[ $rc -ne 0 ]]; then
+    step_failed "ctest $preset exited with $rc (see $log)"
+  fi
+  echo "== tests of $preset took $((SECONDS - t0)) s"
+}
+
+if [[ $deps -eq 1 ]]; then
+  banner "dependencies"
+  if ! scripts/install-deps.sh; then
+    step_failed "scripts/install-deps.sh"
+    exit 1
+  fi
+fi
+
+if build default; then run_tests default || true; fi
+if [[ $quick -eq 0 ]]; then
+  if build asan; then run_tests asan || true; fi
+  if build fuzz; then run_tests fuzz || true; fi
+fi

@@ -1,0 +1,522 @@
+#include "core/bootstrap_network.hpp"
+
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <sys/eventfd.h>
+#include <sys/socket.h>
+#include <sys/uio.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+
+#include "core/host_id.hpp"
+#include "core/logger.hpp"
+#include "ferry/errors.hpp"
+
+namespace ferry {
+
+namespace {
+constexpr std::size_t kMaxPending = 64;                // unauthenticated connections at once
+constexpr std::size_t kMaxReadPerWakeup = 8ull << 20;  // so one busy peer cannot starve the others
+
+std::string rankName(int rank) { return "rank " + std::to_string(rank); }
+}  // namespace
+
+struct BootstrapNetwork::Connection {
+  Socket socket;
+  int peer;
+  SocketAddress remote;
+  bool dead = false;  // guarded by mu_
+  // Read state: progress thread only.
+  std::array<std::byte, wire::kFrameHeaderBytes> header{};
+  std::size_t headerGot = 0;
+  bool inPayload = false;
+  wire::FrameHeader frame;
+  Payload payload;
+  std::size_t payloadGot = 0;
+  // Write queue: guarded by mu_. headSent counts bytes of the head frame (header + payload) written.
+  std::deque<OutFrame> queue;
+  std::size_t headSent = 0;
+};
+
+struct BootstrapNetwork::Pending {
+  Socket socket;
+  SocketAddress remote;
+  std::array<std::byte, wire::kHelloBytes> hello{};
+  std::size_t got = 0;
+  Clock::time_point deadline;
+};
+
+BootstrapNetwork::BootstrapNetwork(const Config& config, Socket listener)
+    : config_(config),
+      listener_(std::move(listener)),
+      acceptJoins_(config.acceptJoins),
+      sendConnection_(static_cast<std::size_t>(config.worldSize), nullptr),
+      peerAddresses_(static_cast<std::size_t>(config.worldSize)),
+      peerFailure_(static_cast<std::size_t>(config.worldSize)) {
+  listenAddress_ = listener_.localAddress();
+  listener_.setNonBlocking(true);
+  wakeFd_ = ::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+  if (wakeFd_ < 0) throw SysError("eventfd for the bootstrap progress thread", errno);
+  thread_ = std::thread([this] { run(); });
+}
+
+BootstrapNetwork::~BootstrapNetwork() {
+  // Deliver what was sent before closing, so that "send, then destroy" loses nothing.
+  if (!flush(Clock::now() + std::chrono::duration_cast<Clock::duration>(config_.flushTimeout)))
+    FERRY_LOG(Warn, Bootstrap) << rankName(config_.rank)
+                               << ": closing the bootstrap with unsent messages (a peer stopped reading)";
+  {
+    std::lock_guard lock(mu_);
+    stop_ = true;
+  }
+  wake();
+  thread_.join();
+  ::close(wakeFd_);
+}
+
+void BootstrapNetwork::wake() {
+  std::uint64_t one = 1;
+  (void)!::write(wakeFd_, &one, sizeof(one));
+}
+
+std::map<int, wire::Hello> BootstrapNetwork::waitForJoins(int count, Clock::time_point deadline) {
+  std::unique_lock lock(mu_);
+  cv_.wait_until(lock, deadline, [&] { return static_cast<int>(joins_.size()) >= count; });
+  return joins_;
+}
+
+void BootstrapNetwork::stopAcceptingJoins() {
+  std::lock_guard lock(mu_);
+  acceptJoins_ = false;
+}
+
+void BootstrapNetwork::setPeerAddresses(std::vector<SocketAddress> addresses) {
+  std::lock_guard lock(mu_);
+  peerAddresses_ = std::move(addresses);
+}
+
+void BootstrapNetwork::adopt(int peer, Socket socket) {
+  socket.setNonBlocking(true);
+  auto c = std::make_unique<Connection>();
+  c->remote = socket.peerAddress();
+  c->socket = std::move(socket);
+  c->peer = peer;
+  {
+    std::lock_guard lock(mu_);
+    if (sendConnection_[peer] == nullptr) sendConnection_[peer] = c.get();
+    connections_.push_back(std::move(c));
+  }
+  wake();
+}
+
+int BootstrapNetwork::rejectedConnections() const {
+  std::lock_guard lock(mu_);
+  return rejected_;
+}
+
+// ---- caller side ----
+
+void BootstrapNetwork::throwPeerFailed(int peer, const std::string& what) const {
+  throw Error(ErrorCode::RemoteError, rankName(config_.rank) + ": " + what + ": " + rankName(peer) +
+                                          " is gone: " + peerFailure_[peer] +
+                                          " (see that rank's log for why it stopped)");
+}
+
+BootstrapNetwork::Connection* BootstrapNetwork::connectionFor(int peer, Clock::time_point deadline,
+                                                              const std::string& what) {
+  SocketAddress address;
+  {
+    std::lock_guard lock(mu_);
+    if (!peerFailure_[peer].empty()) throwPeerFailed(peer, what);
+    if (sendConnection_[peer] != nullptr) return sendConnection_[peer];
+    // A connection the peer opened to us carries our frames too: one connection per pair is the
+    // common case, and the choice is fixed from here on, which keeps our frames to peer in order.
+    for (auto& c : connections_)
+      if (c->peer == peer && !c->dead) return sendConnection_[peer] = c.get();
+    address = peerAddresses_[peer];
+  }
+  if (!address.valid())
+    throw Error(ErrorCode::InternalError,
+                rankName(config_.rank) + ": " + what + ": no address known for " + rankName(peer));
+  Socket socket;
+  for (int attempt = 0;; ++attempt) {
+    try {
+      socket = Socket::connect(address, deadline);
+      break;
+    } catch (const SysError& e) {
+      // A refused connection to a listener that exists means the peer is gone; retry briefly in
+      // case its accept queue overflowed.
+      if (e.errnum() != ECONNREFUSED || attempt >= 20 || Clock::now() >= deadline)
+        throw Error(ErrorCode::RemoteError, rankName(config_.rank) + ": " + what + ": cannot connect to " +
+                                                rankName(peer) + " at " + address.toString() + ": " +
+                                                e.detail() + " (has that rank exited?)");
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    } catch (const TimeoutError&) {
+      throw TimeoutError(rankName(config_.rank) + ": " + what + ": connecting to " + rankName(peer) + " at " +
+                         address.toString() + " timed out");
+    }
+  }
+  wire::Hello hello{wire::HelloKind::Connect, config_.secret, config_.rank,
+                    config_.worldSize,        listenAddress_, config_.hostHash};
+  socket.sendAll(wire::encodeHello(hello), deadline);
+  socket.setNonBlocking(true);
+  auto c = std::make_unique<Connection>();
+  c->remote = address;
+  c->socket = std::move(socket);
+  c->peer = peer;
+  Connection* chosen;
+  {
+    std::lock_guard lock(mu_);
+    // Another thread may have connected meanwhile; keep its choice and use ours for reading only.
+    if (sendConnection_[peer] == nullptr) sendConnection_[peer] = c.get();
+    chosen = sendConnection_[peer];
+    connections_.push_back(std::move(c));
+  }
+  wake();
+  return chosen;
+}
+
+void BootstrapNetwork::send(int peer, wire::FrameKind kind, std::int64_t tag,
+                            std::shared_ptr<const Payload> payload, Clock::time_point deadline,
+                            const std::string& what) {
+  if (payload->size() > config_.maxMessage)
+    throw Error(ErrorCode::InvalidUsage,
+                rankName(config_.rank) + ": " + what + ": message of " + std::to_string(payload->size()) +
+                    " bytes exceeds the limit of " + std::to_string(config_.maxMessage) +
+                    " bytes (raise FERRY_BOOTSTRAP_MAX_MESSAGE on every rank)");
+  Connection* c = connectionFor(peer, deadline, what);
+  OutFrame frame{wire::encodeFrameHeader({kind, tag, payload->size()}), std::move(payload)};
+  {
+    std::lock_guard lock(mu_);
+    if (c->dead) throwPeerFailed(peer, what);
+    c->queue.push_back(std::move(frame));
+  }
+  wake();
+}
+
+std::optional<BootstrapNetwork::Message> BootstrapNetwork::receive(
+    int peer, std::initializer_list<wire::FrameKind> kinds, std::int64_t tag, Clock::time_point deadline,
+    const std::string& what) {
+  std::unique_lock lock(mu_);
+  for (;;) {
+    for (auto kind : kinds) {
+      auto it = mailbox_.find({peer, kind, tag});
+      if (it != mailbox_.end() && !it->second.empty()) {
+        Message m{kind, std::move(it->second.front())};
+        it->second.pop_front();
+        if (it->second.empty()) mailbox_.erase(it);
+        return m;
+      }
+    }
+    if (!peerFailure_[peer].empty()) throwPeerFailed(peer, what);
+    if (Clock::now() >= deadline) return std::nullopt;
+    cv_.wait_until(lock, deadline);
+  }
+}
+
+std::vector<int> BootstrapNetwork::receiveFromEach(wire::FrameKind kind, std::int64_t tag,
+                                                   const std::vector<int>& peers, Clock::time_point deadline,
+                                                   const std::string& what,
+                                                   const std::function<void(int, Payload&&)>& onMessage) {
+  std::vector<int> missing = peers;
+  std::vector<std::pair<int, Payload>> arrived;
+  std::unique_lock lock(mu_);
+  for (;;) {
+    std::erase_if(missing, [&](int peer) {
+      auto it = mailbox_.find({peer, kind, tag});
+      if (it == mailbox_.end()) return false;
+      arrived.emplace_back(peer, std::move(it->second.front()));
+      it->second.pop_front();
+      if (it->second.empty()) mailbox_.erase(it);
+      return true;
+    });
+    if (!arrived.empty()) {
+      lock.unlock();
+      for (auto& [peer, data] : arrived) onMessage(peer, std::move(data));
+      arrived.clear();
+      lock.lock();
+      continue;  // more may have come in while the lock was released
+    }
+    if (missing.empty()) return missing;
+    for (int peer : missing)
+      if (!peerFailure_[peer].empty()) throwPeerFailed(peer, what);
+    if (Clock::now() >= deadline) return missing;
+    cv_.wait_until(lock, deadline);
+  }
+}
+
+bool BootstrapNetwork::flush(Clock::time_point deadline) {
+  std::unique_lock lock(mu_);
+  return cv_.wait_until(lock, deadline, [&] {
+    return std::all_of(connections_.begin(), connections_.end(),
+                       [](const auto& c) { return c->dead || c->queue.empty(); });
+  });
+}
+
+// ---- progress thread ----
+
+void BootstrapNetwork::run() {
+  std::vector<pollfd> fds;
+  std::vector<Connection*> polled;
+  for (;;) {
+    fds.clear();
+    polled.clear();
+    fds.push_back({wakeFd_, POLLIN, 0});
+    fds.push_back({listener_.fd(), POLLIN, 0});
+    auto timeout = Clock::time_point::max();
+    for (auto& p : pending_) {
+      fds.push_back({p->socket.fd(), POLLIN, 0});
+      timeout = std::min(timeout, p->deadline);
+    }
+    {
+      std::lock_guard lock(mu_);
+      if (stop_) return;
+      for (auto& c : connections_) {
+        if (c->dead) continue;
+        short events = POLLIN;
+        if (!c->queue.empty()) events |= POLLOUT;
+        fds.push_back({c->socket.fd(), events, 0});
+        polled.push_back(c.get());
+      }
+    }
+    int waitMs = -1;
+    if (timeout != Clock::time_point::max())
+      waitMs = static_cast<int>(std::max<long long>(
+          0, std::chrono::duration_cast<std::chrono::milliseconds>(timeout - Clock::now()).count() + 1));
+    if (::poll(fds.data(), fds.size(), waitMs) < 0 && errno != EINTR) {
+      FERRY_LOG(Error, Bootstrap) << rankName(config_.rank) << ": poll failed: " << std::strerror(errno);
+      continue;
+    }
+    if (fds[0].revents) {
+      std::uint64_t drained;
+      (void)!::read(wakeFd_, &drained, sizeof(drained));
+    }
+    // Handshakes first, before acceptNew() changes pending_ (fds[2..] mirror pending_ as it was).
+    std::size_t index = 2;
+    auto now = Clock::now();
+    std::vector<std::unique_ptr<Pending>> stillPending;
+    for (auto& p : pending_) {
+      bool done = false;
+      if (fds[index++].revents) done = progressHandshake(*p);
+      if (!done && now >= p->deadline) {
+        reject(*p,
+               "sent no complete hello within " + std::to_string(config_.handshakeTimeout.count()) + " s");
+        done = true;
+      }
+      if (!done) stillPending.push_back(std::move(p));
+    }
+    pending_ = std::move(stillPending);
+    if (fds[1].revents) acceptNew();
+    for (Connection* c : polled) {
+      short revents = fds[index++].revents;
+      // Only this thread closes sockets, so valid() needs no lock here.
+      if ((revents & (POLLIN | POLLHUP | POLLERR)) && c->socket.valid()) readFrom(*c);
+      if ((revents & POLLOUT) && c->socket.valid()) writeTo(*c);
+    }
+  }
+}
+
+void BootstrapNetwork::acceptNew() {
+  for (;;) {
+    sockaddr_storage ss{};
+    socklen_t len = sizeof(ss);
+    int fd = ::accept4(listener_.fd(), reinterpret_cast<sockaddr*>(&ss), &len, SOCK_NONBLOCK | SOCK_CLOEXEC);
+    if (fd < 0) {
+      if (errno == EINTR || errno == ECONNABORTED) continue;
+      if (errno != EAGAIN && errno != EWOULDBLOCK)
+        FERRY_LOG(Warn, Bootstrap) << rankName(config_.rank) << ": accept failed: " << std::strerror(errno);
+      return;
+    }
+    auto p = std::make_unique<Pending>();
+    p->socket = Socket(fd);
+    p->remote = SocketAddress(reinterpret_cast<sockaddr*>(&ss), len);
+    p->deadline = Clock::now() + std::chrono::duration_cast<Clock::duration>(config_.handshakeTimeout);
+    if (pending_.size() >= kMaxPending) {
+      reject(*p, "too many connections are still handshaking");
+      continue;
+    }
+    int one = 1;
+    ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+    pending_.push_back(std::move(p));
+  }
+}
+
+void BootstrapNetwork::reject(Pending& p, const std::string& reason) {
+  FERRY_LOG(Warn, Bootstrap) << rankName(config_.rank) << ": rejected a connection from "
+                             << p.remote.toString() << ": " << reason;
+  p.socket.close();
+  std::lock_guard lock(mu_);
+  ++rejected_;
+}
+
+bool BootstrapNetwork::progressHandshake(Pending& p) {
+  for (;;) {
+    ssize_t n = ::recv(p.socket.fd(), p.hello.data() + p.got, p.hello.size() - p.got, 0);
+    if (n > 0) {
+      p.got += static_cast<std::size_t>(n);
+      if (p.got == p.hello.size()) break;
+      continue;
+    }
+    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return false;
+    if (n < 0 && errno == EINTR) continue;
+    reject(p,
+           n == 0 ? "closed before sending a complete hello" : std::string("recv: ") + std::strerror(errno));
+    return true;
+  }
+  wire::Hello hello;
+  try {
+    hello = wire::decodeHello(p.hello);
+  } catch (const Error& e) {
+    reject(p, e.detail());
+    return true;
+  }
+  if (!secretsEqual(hello.secret, config_.secret)) {
+    reject(p, "wrong secret (a stray client, or a rank of another job)");
+    return true;
+  }
+  if (hello.worldSize != config_.worldSize) {
+    reject(p, "it claims world size " + std::to_string(hello.worldSize) + ", this group has " +
+                  std::to_string(config_.worldSize));
+    return true;
+  }
+  if (hello.rank == config_.rank) {
+    reject(p, "it claims this rank's own number " + std::to_string(hello.rank));
+    return true;
+  }
+  auto c = std::make_unique<Connection>();
+  c->remote = p.remote;
+  c->socket = std::move(p.socket);
+  c->peer = hello.rank;
+  std::unique_lock lock(mu_);
+  if (hello.kind == wire::HelloKind::Join) {
+    std::string why = !acceptJoins_ ? "a join arrived after init (another job on this port, or a late rank?)"
+                      : joins_.count(hello.rank) ? "a second join for " + rankName(hello.rank) +
+                                                       " (two processes started with the same rank?)"
+                                                 : "";
+    if (!why.empty()) {
+      lock.unlock();
+      p.socket = std::move(c->socket);
+      reject(p, why);
+      return true;
+    }
+    joins_[hello.rank] = hello;
+  }
+  FERRY_LOG(Debug, Bootstrap) << rankName(config_.rank) << ": accepted " << rankName(hello.rank) << " from "
+                              << p.remote.toString();
+  connections_.push_back(std::move(c));
+  cv_.notify_all();
+  return true;
+}
+
+void BootstrapNetwork::connectionFailed(Connection& c, const std::string& reason, bool failPeer) {
+  std::lock_guard lock(mu_);
+  c.dead = true;
+  c.queue.clear();
+  c.socket.close();
+  // A clean close fails the peer only once all its connections are closed: by then every frame it
+  // sent on any of them has been read, so no waiter misses a message that was on its way.
+  bool anyLeft = std::any_of(connections_.begin(), connections_.end(),
+                             [&](const auto& other) { return other->peer == c.peer && !other->dead; });
+  if ((failPeer || !anyLeft) && peerFailure_[c.peer].empty()) peerFailure_[c.peer] = reason;
+  cv_.notify_all();
+}
+
+void BootstrapNetwork::readFrom(Connection& c) {
+  std::size_t budget = kMaxReadPerWakeup;
+  while (budget > 0) {
+    std::byte* dst;
+    std::size_t want;
+    if (!c.inPayload) {
+      dst = c.header.data() + c.headerGot;
+      want = c.header.size() - c.headerGot;
+    } else {
+      dst = c.payload.data() + c.payloadGot;
+      want = std::min(c.payload.size() - c.payloadGot, budget);
+    }
+    ssize_t n = want == 0 ? 0 : ::recv(c.socket.fd(), dst, want, 0);
+    if (want != 0 && n <= 0) {
+      if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return;
+      if (n < 0 && errno == EINTR) continue;
+      bool midFrame = c.headerGot > 0 || c.inPayload;
+      connectionFailed(
+          c,
+          n == 0 ? std::string(midFrame ? "its connection closed in the middle of a message"
+                                        : "it closed its connection (exited or destroyed its bootstrap)")
+                 : std::string("connection error: ") + std::strerror(errno),
+          midFrame || n < 0);
+      return;
+    }
+    budget -= std::min<std::size_t>(budget, static_cast<std::size_t>(n));
+    if (!c.inPayload) {
+      c.headerGot += static_cast<std::size_t>(n);
+      if (c.headerGot < c.header.size()) continue;
+      try {
+        c.frame = wire::decodeFrameHeader(c.header, config_.maxMessage);
+      } catch (const Error& e) {
+        FERRY_LOG(Warn, Bootstrap) << rankName(config_.rank) << ": dropping the connection from "
+                                   << rankName(c.peer) << ": " << e.detail();
+        connectionFailed(c, "it sent a malformed message: " + e.detail(), true);
+        return;
+      }
+      c.payload.assign(c.frame.length, std::byte{0});
+      c.payloadGot = 0;
+      c.inPayload = true;
+    } else {
+      c.payloadGot += static_cast<std::size_t>(n);
+    }
+    if (c.inPayload && c.payloadGot == c.payload.size()) {
+      std::lock_guard lock(mu_);
+      mailbox_[{c.peer, c.frame.kind, c.frame.tag}].push_back(std::move(c.payload));
+      c.payload = {};
+      c.headerGot = 0;
+      c.inPayload = false;
+      cv_.notify_all();
+    }
+  }
+}
+
+void BootstrapNetwork::writeTo(Connection& c) {
+  for (;;) {
+    OutFrame head;
+    std::size_t sent;
+    {
+      std::lock_guard lock(mu_);
+      if (c.queue.empty() || c.dead) {
+        cv_.notify_all();  // flush() waits for empty queues
+        return;
+      }
+      head = c.queue.front();
+      sent = c.headSent;
+    }
+    const std::size_t total = head.header.size() + head.payload->size();
+    iovec iov[2];
+    int count = 0;
+    if (sent < head.header.size()) iov[count++] = {head.header.data() + sent, head.header.size() - sent};
+    std::size_t payloadSent = sent > head.header.size() ? sent - head.header.size() : 0;
+    if (payloadSent < head.payload->size())
+      iov[count++] = {const_cast<std::byte*>(head.payload->data()) + payloadSent,
+                      head.payload->size() - payloadSent};
+    msghdr msg{};
+    msg.msg_iov = iov;
+    msg.msg_iovlen = static_cast<std::size_t>(count);
+    ssize_t n = count == 0 ? 0 : ::sendmsg(c.socket.fd(), &msg, MSG_NOSIGNAL | MSG_DONTWAIT);
+    if (n < 0) {
+      if (errno == EAGAIN || errno == EWOULDBLOCK) return;
+      if (errno == EINTR) continue;
+      connectionFailed(c, std::string("sending to it failed: ") + std::strerror(errno), true);
+      return;
+    }
+    std::lock_guard lock(mu_);
+    c.headSent += static_cast<std::size_t>(n);
+    if (c.headSent == total) {
+      c.queue.pop_front();
+      c.headSent = 0;
+    }
+  }
+}
+
+}  // namespace ferry

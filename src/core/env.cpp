@@ -1,0 +1,235 @@
+#include "ferry/env.hpp"
+
+#include <algorithm>
+#include <cctype>
+#include <cerrno>
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <string_view>
+#include <variant>
+
+#include "core/env_internal.hpp"
+#include "ferry/errors.hpp"
+
+extern char** environ;
+
+namespace ferry {
+namespace {
+
+using Seconds = std::chrono::duration<double>;
+// The type of a variable follows from the Env field it fills: std::uint64_t fields are byte counts.
+using Field =
+    std::variant<std::string Env::*, bool Env::*, std::int64_t Env::*, Seconds Env::*, std::uint64_t Env::*>;
+
+struct Var {
+  const char* name;
+  Field field;
+  const char* defaultValue;
+  const char* description;
+};
+
+// The table. Keep it sorted by subject; docs/env.md is generated from it (scripts/update-env-doc.sh).
+const Var kVars[] = {
+    {"FERRY_LOG", &Env::log, "WARN",
+     "Log levels: LEVEL or LEVEL:subsystem items, comma-separated (e.g. INFO or WARN,TRACE:bootstrap). "
+     "Levels NONE, ERROR, WARN, INFO, DEBUG, TRACE; subsystems core, bootstrap, transport, proxy, "
+     "collectives, executor, nccl, tools."},
+    {"FERRY_LOG_FILE", &Env::logFile, "",
+     "Write log lines to this file instead of stderr; %h becomes the host name and %p the pid."},
+    {"FERRY_BOOTSTRAP_TIMEOUT", &Env::bootstrapTimeout, "120",
+     "Bound on every bootstrap operation (join, send/recv, allGather, barrier), in seconds."},
+    {"FERRY_BOOTSTRAP_HANDSHAKE_TIMEOUT", &Env::handshakeTimeout, "10",
+     "Time a new connection has to present a complete, valid hello before it is dropped, in seconds."},
+    {"FERRY_BOOTSTRAP_MAX_MESSAGE", &Env::bootstrapMaxMessage, "1G",
+     "Largest bootstrap message accepted from a peer; a larger one fails the receiving call."},
+    {"FERRY_BOOTSTRAP_SECRET", &Env::bootstrapSecret, "",
+     "Shared secret that authenticates ranks joining by host:port or torchrun variables (a UniqueId "
+     "carries a random secret of its own)."},
+    {"FERRY_BOOTSTRAP_PORT", &Env::bootstrapPort, "-1",
+     "Root port for TcpBootstrap::fromEnvironment; -1 means MASTER_PORT + 1."},
+    {"FERRY_SOCKET_IFNAME", &Env::socketIfname, "",
+     "Network interfaces for the bootstrap: comma-separated name prefixes, ^ to exclude, = for an exact "
+     "name (e.g. eth,ib or ^docker,lo or =eth0). Unset: the route to the root, or the first non-loopback "
+     "interface."},
+    {"FERRY_SOCKET_FAMILY", &Env::socketFamily, "",
+     "Address family for the bootstrap: AF_INET or AF_INET6; unset: either."},
+    {"FERRY_HOSTID", &Env::hostId, "",
+     "Overrides the host identity (hostname and boot id) that decides which ranks share a host."},
+    {"FERRY_ENABLE_NVLS", &Env::enableNvls, "0",
+     "Allow NVLink multicast (SwitchChannel, NVLS algorithms). Never set it on shared machines."},
+    {"NCCL_NVLS_ENABLE", &Env::ncclNvlsEnable, "",
+     "Honoured as NCCL does: 0 turns NVLink multicast off even when FERRY_ENABLE_NVLS=1."},
+    {"TORCH_SYMM_MEM_DISABLE_MULTICAST", &Env::torchSymmMemDisableMulticast, "0",
+     "Honoured as PyTorch does: 1 turns NVLink multicast off even when FERRY_ENABLE_NVLS=1."},
+    {"MASTER_ADDR", &Env::masterAddr, "", "torchrun: host of rank 0, for TcpBootstrap::fromEnvironment."},
+    {"MASTER_PORT", &Env::masterPort, "-1", "torchrun: port of torchrun's store on MASTER_ADDR."},
+    {"RANK", &Env::rank, "-1", "torchrun: this process's rank."},
+    {"WORLD_SIZE", &Env::worldSize, "-1", "torchrun: number of ranks."},
+    {"LOCAL_RANK", &Env::localRank, "-1",
+     "torchrun: rank on this host; checked against what the bootstrap finds."},
+    {"TORCHELASTIC_RUN_ID", &Env::torchelasticRunId, "",
+     "torchrun: job id, mixed into the join secret of TcpBootstrap::fromEnvironment."},
+};
+
+std::string trim(std::string_view s) {
+  while (!s.empty() && std::isspace(static_cast<unsigned char>(s.front()))) s.remove_prefix(1);
+  while (!s.empty() && std::isspace(static_cast<unsigned char>(s.back()))) s.remove_suffix(1);
+  return std::string(s);
+}
+
+[[noreturn]] void bad(const char* name, const std::string& value, const char* expected) {
+  throw Error(ErrorCode::InvalidUsage, std::string(name) + "='" + value + "' is not valid: expected " +
+                                           expected + " (see docs/env.md)");
+}
+
+bool parseBool(const char* name, const std::string& raw) {
+  std::string v = trim(raw);
+  std::transform(v.begin(), v.end(), v.begin(), [](unsigned char c) { return std::tolower(c); });
+  if (v == "1" || v == "true" || v == "yes" || v == "on") return true;
+  if (v == "0" || v == "false" || v == "no" || v == "off" || v.empty()) return false;
+  bad(name, raw, "a boolean (1/0, true/false, yes/no, on/off)");
+}
+
+std::int64_t parseInt(const char* name, const std::string& raw) {
+  std::string v = trim(raw);
+  if (v.empty()) bad(name, raw, "an integer");
+  errno = 0;
+  char* end = nullptr;
+  long long n = std::strtoll(v.c_str(), &end, 10);
+  if (errno != 0 || *end != '\0') bad(name, raw, "an integer");
+  return n;
+}
+
+Seconds parseSeconds(const char* name, const std::string& raw) {
+  std::string v = trim(raw);
+  double scale = 1.0;
+  if (v.size() > 2 && v.ends_with("ms")) {
+    scale = 1e-3;
+    v.resize(v.size() - 2);
+  } else if (v.size() > 1 && v.back() == 's') {
+    v.pop_back();
+  }
+  errno = 0;
+  char* end = nullptr;
+  double d = v.empty() ? -1 : std::strtod(v.c_str(), &end);
+  if (v.empty() || errno != 0 || *end != '\0' || !std::isfinite(d) || d < 0)
+    bad(name, raw, "a non-negative number of seconds (e.g. 120, 0.5 or 250ms)");
+  return Seconds(d * scale);
+}
+
+std::uint64_t parseBytes(const char* name, const std::string& raw) {
+  std::string v = trim(raw);
+  std::uint64_t scale = 1;
+  if (!v.empty()) {
+    switch (std::toupper(static_cast<unsigned char>(v.back()))) {
+      case 'K': scale = 1ull << 10; break;
+      case 'M': scale = 1ull << 20; break;
+      case 'G': scale = 1ull << 30; break;
+      case 'T': scale = 1ull << 40; break;
+      default: break;
+    }
+    if (scale != 1) v.pop_back();
+  }
+  errno = 0;
+  char* end = nullptr;
+  unsigned long long n = v.empty() || v[0] == '-' ? 0 : std::strtoull(v.c_str(), &end, 10);
+  if (v.empty() || v[0] == '-' || errno != 0 || *end != '\0' || n > UINT64_MAX / scale)
+    bad(name, raw, "a byte count, optionally with a K, M, G or T suffix (binary units)");
+  return n * scale;
+}
+
+const char* typeName(const Field& f) {
+  constexpr const char* names[] = {"String", "Bool", "Int", "Seconds", "Bytes"};
+  return names[f.index()];
+}
+
+void assign(Env& e, const Var& var, const std::string& value) {
+  std::visit(
+      [&](auto member) {
+        using T = std::remove_reference_t<decltype(e.*member)>;
+        if constexpr (std::is_same_v<T, std::string>)
+          e.*member = value;
+        else if constexpr (std::is_same_v<T, bool>)
+          e.*member = parseBool(var.name, value);
+        else if constexpr (std::is_same_v<T, std::int64_t>)
+          e.*member = parseInt(var.name, value);
+        else if constexpr (std::is_same_v<T, Seconds>)
+          e.*member = parseSeconds(var.name, value);
+        else
+          e.*member = parseBytes(var.name, value);
+      },
+      var.field);
+}
+
+}  // namespace
+
+Env Env::parse(const std::function<const char*(const char*)>& lookup) {
+  Env e{};
+  for (const Var& var : kVars) {
+    const char* set = lookup(var.name);
+    assign(e, var, set != nullptr ? std::string(set) : std::string(var.defaultValue));
+  }
+  if (!e.socketFamily.empty() && e.socketFamily != "AF_INET" && e.socketFamily != "AF_INET6")
+    bad("FERRY_SOCKET_FAMILY", e.socketFamily, "AF_INET or AF_INET6");
+  return e;
+}
+
+const Env& env() {
+  static const Env parsed = Env::parse([](const char* name) { return std::getenv(name); });
+  return parsed;
+}
+
+std::span<const EnvVarInfo> envTable() {
+  static const std::vector<EnvVarInfo> table = [] {
+    std::vector<EnvVarInfo> out;
+    for (const Var& var : kVars)
+      out.push_back({var.name, typeName(var.field), var.defaultValue, var.description});
+    return out;
+  }();
+  return table;
+}
+
+std::string envMarkdown() {
+  std::string md =
+      "# Environment variables\n\n"
+      "Generated from the table in src/core/env.cpp by scripts/update-env-doc.sh; do not edit by hand.\n"
+      "A malformed value is an error at first use that names the variable.\n\n"
+      "| name | type | default | description |\n| --- | --- | --- | --- |\n";
+  for (const EnvVarInfo& v : envTable()) {
+    std::string def = *v.defaultValue ? std::string("`") + v.defaultValue + "`" : std::string("(unset)");
+    md += std::string("| `") + v.name + "` | " + v.type + " | " + def + " | " + v.description + " |\n";
+  }
+  return md;
+}
+
+bool nvlsAllowed(const Env& e) {
+  if (!e.enableNvls) return false;
+  if (trim(e.ncclNvlsEnable) == "0") return false;
+  return !e.torchSymmMemDisableMulticast;
+}
+
+namespace detail {
+
+std::vector<std::pair<std::string, std::string>> envSetVariables() {
+  std::vector<std::pair<std::string, std::string>> out;
+  for (const Var& var : kVars)
+    if (const char* v = std::getenv(var.name); v != nullptr) out.emplace_back(var.name, v);
+  return out;
+}
+
+std::vector<std::string> envUnknownFerryVariables() {
+  std::vector<std::string> out;
+  for (char** p = environ; p != nullptr && *p != nullptr; ++p) {
+    std::string_view entry(*p);
+    if (!entry.starts_with("FERRY_")) continue;
+    std::string name(entry.substr(0, entry.find('=')));
+    bool known =
+        std::any_of(std::begin(kVars), std::end(kVars), [&](const Var& v) { return name == v.name; });
+    if (!known) out.push_back(name);
+  }
+  return out;
+}
+
+}  // namespace detail
+}  // namespace ferry

@@ -1,0 +1,24 @@
+#pragma once
+// Host identity (which ranks share a machine) and the secrets that authenticate bootstrap peers.
+#include <cstdint>
+#include <string_view>
+
+#include "core/bootstrap_wire.hpp"
+
+namespace ferry {
+
+// FNV-1a, 64-bit: stable across processes and builds (std::hash is not).
+std::uint64_t fnv1a(std::string_view data, std::uint64_t seed = 0xcbf29ce484222325ull);
+
+// FERRY_HOSTID if set, else hostname and kernel boot id: two containers on one machine that share
+// the boot id share a host, as they share GPUs.
+std::uint64_t hostHash();
+
+// 128 random bits from the kernel.
+wire::Secret randomSecret();
+// A secret derived from text every rank knows (host:port mode); as strong as that text.
+wire::Secret derivedSecret(std::string_view text);
+// Constant time, so a stranger learns nothing from how fast a guess is rejected.
+bool secretsEqual(const wire::Secret& a, const wire::Secret& b);
+
+}  // namespace ferry

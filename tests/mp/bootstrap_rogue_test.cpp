@@ -1,0 +1,113 @@
+// A stranger on the bootstrap port must not hurt the job: wrong secrets, garbage, a length header
+// of 2^62 bytes, a stalled handshake, a join after init and a flood of connections are each
+// rejected with a log line, the root's memory does not grow, and the real ranks finish correctly.
+#include <gtest/gtest.h>
+#include <sys/resource.h>
+
+#include <atomic>
+#include <fstream>
+#include <random>
+#include <thread>
+
+#include "core/bootstrap_wire.hpp"
+#include "core/host_id.hpp"
+#include "core/logger.hpp"
+#include "core/socket.hpp"
+#include "core/unique_id.hpp"
+#include "ferry/bootstrap.hpp"
+#include "mp_harness.hpp"
+
+namespace ferry::test {
+namespace {
+
+using namespace std::chrono_literals;
+using Seconds = std::chrono::duration<double>;
+
+constexpr int kRanks = 4;
+constexpr int kFlood = 100;
+constexpr int kExpectedRejections = 5 + kFlood;
+
+long maxRssKiB() {
+  rusage u{};
+  getrusage(RUSAGE_SELF, &u);
+  return u.ru_maxrss;
+}
+
+void sendRaw(const SocketAddress& to, std::span<const std::byte> bytes, bool linger = false) {
+  Socket s = Socket::connect(to, Clock::now() + 5s);
+  s.sendAll(bytes, Clock::now() + 5s);
+  if (linger) std::this_thread::sleep_for(200ms);
+}
+
+void rogue(const UniqueId& id, const std::string& readyFile) {
+  SocketAddress root = decodeUniqueId(id).root;
+  std::mt19937 rng(7);
+  // 1. A well-formed hello with a wrong secret.
+  wire::Hello hello{wire::HelloKind::Join, randomSecret(), 1, kRanks, root, 0};
+  sendRaw(root, wire::encodeHello(hello), true);
+  // 2. Garbage.
+  std::vector<std::byte> garbage(4096);
+  for (auto& b : garbage) b = static_cast<std::byte>(rng());
+  sendRaw(root, garbage, true);
+  // 3. A frame header announcing 2^62 bytes, padded to the size of a hello.
+  auto header = wire::encodeFrameHeader({wire::FrameKind::User, 0, 1ull << 62});
+  std::vector<std::byte> huge(header.begin(), header.end());
+  huge.resize(wire::kHelloBytes);
+  sendRaw(root, huge, true);
+  // 4. Half a hello, then silence: dropped at the handshake bound.
+  Socket stalled = Socket::connect(root, Clock::now() + 5s);
+  stalled.sendAll(std::span(garbage).first(10), Clock::now() + 5s);
+  // 5. A flood of connections that never speak.
+  std::vector<Socket> flood;
+  for (int i = 0; i < kFlood; ++i) flood.push_back(Socket::connect(root, Clock::now() + 5s));
+  // 6. After init: a join with the right secret for a rank that is taken.
+  while (!std::ifstream(readyFile)) std::this_thread::sleep_for(20ms);
+  hello.secret = decodeUniqueId(id).secret;
+  sendRaw(root, wire::encodeHello(hello), true);
+  std::this_thread::sleep_for(3s);  // keep the stalled and flooding sockets open past the bound
+}
+
+TEST(BootstrapSecurity, RogueClientsAreRejectedAndRanksFinish) {
+  UniqueId id = UniqueId::create();
+  std::string readyFile = "/tmp/ferry_rogue_ready_" + std::to_string(getpid());
+  std::remove(readyFile.c_str());
+  TcpBootstrap::Options o;
+  o.timeout = Seconds(30.0);
+  o.handshakeTimeout = Seconds(1.0);
+  runRanksOk(kRanks + 1,
+             [&](int rank) {
+               if (rank == kRanks) return rogue(id, readyFile);
+               std::atomic<int> rejections{0};
+               if (rank == 0)
+                 log::setSinkForTesting([&](std::string_view line) {
+                   if (line.find("rejected a connection") != std::string_view::npos && rejections++ < 6)
+                     std::fprintf(stderr, "%.*s\n", static_cast<int>(line.size()), line.data());
+                 });
+               long rssBefore = maxRssKiB();
+               auto boot = TcpBootstrap::create(id, rank, kRanks, o);
+               if (rank == 0) std::ofstream(readyFile) << "ready";
+               for (int round = 0; round < 20; ++round) {
+                 std::vector<int> all(kRanks, -1);
+                 all[rank] = rank * 100 + round;
+                 boot->allGather(all.data(), sizeof(int));
+                 for (int r = 0; r < kRanks; ++r) ASSERT_EQ(all[r], r * 100 + round);
+                 std::this_thread::sleep_for(50ms);
+               }
+               if (rank == 0) {
+                 auto deadline = Clock::now() + 20s;
+                 while (rejections < kExpectedRejections && Clock::now() < deadline)
+                   std::this_thread::sleep_for(20ms);
+                 EXPECT_GE(rejections.load(), kExpectedRejections);
+                 // Nothing the rogue sent made the root allocate: the 2^62 header least of all.
+                 EXPECT_LT(maxRssKiB() - rssBefore, 64 * 1024)
+                     << "root RSS grew by " << (maxRssKiB() - rssBefore) << " KiB";
+                 log::setSinkForTesting(nullptr);
+               }
+               boot->barrier();
+             },
+             {.limit = std::chrono::seconds(90)});
+  std::remove(readyFile.c_str());
+}
+
+}  // namespace
+}  // namespace ferry::test
