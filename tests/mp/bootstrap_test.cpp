@@ -263,6 +263,9 @@ TEST(BootstrapFailure, RankThatExitsIsNamedAtOnce) {
     if (rank == 2) return;  // exits: its connections close
     // Well before the 30 s bound: the closed connections fail the operation at once.
     expectError([&] { boot->allGather(nullptr, 0); }, ErrorCode::RemoteError, {"rank 2"}, Seconds(10.0));
+    // Stay connected a while: a survivor that exits now could be noticed by a slower survivor
+    // before rank 2 is, and be named instead.
+    std::this_thread::sleep_for(1s);
   });
 }
 

@@ -33,15 +33,16 @@ FERRY_HOST_DEVICE FERRY_INLINE void spinUntil(Done&& done, const WaitContext& ct
     if (done()) return;
     // Reading the timer costs more than a poll; look at it every 1024 polls.
     if ((spins & 1023) == 0 && ctx.timeoutNs != 0 && nowNs() - start > ctx.timeoutNs) {
-      printf(
+      const char* report =
           "ferry: rank %d: %s waiting for rank %d timed out after %llu ms (detail %llu); the peer is "
-          "missing, hung, or did not issue the matching operation (raise FERRY_DEVICE_TIMEOUT if it is "
-          "only slow)\n",
-          ctx.rank, what, ctx.peer, static_cast<unsigned long long>(ctx.timeoutNs / 1000000),
-          static_cast<unsigned long long>(detail));
+          "missing, "
+          "hung, or did not issue the matching operation (raise FERRY_DEVICE_TIMEOUT if it is only slow)\n";
+      const auto ms = static_cast<unsigned long long>(ctx.timeoutNs / 1000000);
 #if FERRY_DEVICE_CODE
+      printf(report, ctx.rank, what, ctx.peer, ms, static_cast<unsigned long long>(detail));
       __trap();
 #else
+      std::fprintf(stderr, report, ctx.rank, what, ctx.peer, ms, static_cast<unsigned long long>(detail));
       std::abort();
 #endif
     }

@@ -32,4 +32,9 @@ FERRY_HOST_DEVICE FERRY_INLINE T atomicFetchAdd(T* ptr, T value, cuda::memory_or
   return cuda::atomic_ref<T, Scope>(*ptr).fetch_add(value, order);
 }
 
+template <cuda::thread_scope Scope = cuda::thread_scope_system>
+FERRY_HOST_DEVICE FERRY_INLINE void atomicFence(cuda::memory_order order) {
+  cuda::atomic_thread_fence(order, Scope);
+}
+
 }  // namespace ferry

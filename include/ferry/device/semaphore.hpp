@@ -1,0 +1,66 @@
+#pragma once
+// Device handle of a semaphore: a pair of monotonically increasing 64-bit counters. The waiting side
+// owns `inbound`, which the signalling side increases; each side keeps private counts of what it has
+// sent (outbound) and what it has consumed (expectedInbound). Signal n is matched by wait n, so no
+// counter is ever reset and no signal is lost or counted twice.
+//
+// Who signals: a peer GPU storing into our inbound token through NVLink (MemoryChannel), or a proxy
+// writing it through a Connection (PortChannel, host-to-device). The wait side is the same.
+//
+// Ordering contract of signal(): every write the signalling thread made before signal() is visible
+// to a thread that returns from the matching wait(). Writes by *other* threads of the block must be
+// ordered first with __syncthreads() (the barrier plus this release store form a cumulative chain).
+//   right:  copy(...by all threads...); __syncthreads(); if (tid == 0) chan.signal();
+//   wrong:  copy(...by all threads...); if (tid == 0) chan.signal();   // peer may see stale data
+#include <cstdint>
+#include <type_traits>
+
+#include "ferry/device/arch/atomics.hpp"
+#include "ferry/device/macros.hpp"
+#include "ferry/device/timeout.hpp"
+
+namespace ferry {
+
+struct SemaphoreDeviceHandle {
+  std::uint64_t* inbound = nullptr;          // ours, increased by the peer
+  std::uint64_t* expectedInbound = nullptr;  // ours: how many signals we have consumed
+  std::uint64_t* outbound = nullptr;         // ours: how many signals we have sent
+  std::uint64_t* remoteInbound = nullptr;    // the peer's `inbound`, mapped here; null if the peer is
+                                             // signalled by a proxy (PortChannel) instead
+  WaitContext wait_;
+
+  // One thread at a time. Makes this thread's earlier writes visible, then increments the peer's
+  // counter. `outbound` is only ever touched by the signalling thread, so it needs no atomic.
+  FERRY_HOST_DEVICE FERRY_INLINE void signal() {
+    atomicStore(remoteInbound, ++*outbound, memory_order_release);
+  }
+
+  // One thread at a time. Like signal() but orders nothing: for data that carries its own flags
+  // (packets) or that the caller fenced already.
+  FERRY_HOST_DEVICE FERRY_INLINE void relaxedSignal() {
+    atomicStore(remoteInbound, ++*outbound, memory_order_relaxed);
+  }
+
+  // One thread. Returns once the next signal has arrived; afterwards the signaller's earlier writes
+  // are visible to this thread (and, after __syncthreads(), to the block).
+  FERRY_HOST_DEVICE FERRY_INLINE void wait() {
+    const std::uint64_t expected = ++*expectedInbound;
+    // Poll with relaxed loads and fence once: an acquire load on every poll costs a system-scope
+    // fence each time, which shows in the round trip. The fence after a relaxed load that read the
+    // signaller's release store gives the same happens-before as an acquire load.
+    spinUntil([&] { return atomicLoad(inbound, memory_order_relaxed) >= expected; }, wait_, "semaphore wait",
+              expected);
+    atomicFence(memory_order_acquire);
+  }
+
+  // One thread. Consumes the next signal if it has arrived.
+  FERRY_HOST_DEVICE FERRY_INLINE bool poll() {
+    if (atomicLoad(inbound, memory_order_relaxed) <= *expectedInbound) return false;
+    atomicFence(memory_order_acquire);
+    ++*expectedInbound;
+    return true;
+  }
+};
+static_assert(std::is_trivially_copyable_v<SemaphoreDeviceHandle>);
+
+}  // namespace ferry
