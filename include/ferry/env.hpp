@@ -26,6 +26,7 @@ struct FERRY_API Env {
   std::string socketIfname;                        // FERRY_SOCKET_IFNAME
   std::string socketFamily;                        // FERRY_SOCKET_FAMILY
   std::string hostId;                              // FERRY_HOSTID
+  std::chrono::duration<double> deviceTimeout;     // FERRY_DEVICE_TIMEOUT
   bool enableNvls;                                 // FERRY_ENABLE_NVLS
   std::string ncclNvlsEnable;                      // NCCL_NVLS_ENABLE
   bool torchSymmMemDisableMulticast;               // TORCH_SYMM_MEM_DISABLE_MULTICAST

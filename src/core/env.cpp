@@ -56,6 +56,9 @@ const Var kVars[] = {
      "Address family for the bootstrap: AF_INET or AF_INET6; unset: either."},
     {"FERRY_HOSTID", &Env::hostId, "",
      "Overrides the host identity (hostname and boot id) that decides which ranks share a host."},
+    {"FERRY_DEVICE_TIMEOUT", &Env::deviceTimeout, "30",
+     "Bound on every device-side wait (FIFO push and sync, semaphore and channel waits), in seconds; on "
+     "expiry the kernel reports rank, peer and operation and traps. 0: never time out (debugging only)."},
     {"FERRY_ENABLE_NVLS", &Env::enableNvls, "0",
      "Allow NVLink multicast (SwitchChannel, NVLS algorithms). Never set it on shared machines."},
     {"NCCL_NVLS_ENABLE", &Env::ncclNvlsEnable, "",

@@ -50,6 +50,7 @@ TEST(EnvDefaults, MatchTheDocumentedValues) {
   EXPECT_EQ(e.socketIfname, "");
   EXPECT_EQ(e.socketFamily, "");
   EXPECT_EQ(e.hostId, "");
+  EXPECT_DOUBLE_EQ(e.deviceTimeout.count(), 30.0);
   EXPECT_FALSE(e.enableNvls);
   EXPECT_EQ(e.ncclNvlsEnable, "");
   EXPECT_FALSE(e.torchSymmMemDisableMulticast);
