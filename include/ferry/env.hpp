@@ -27,6 +27,8 @@ struct FERRY_API Env {
   std::string socketFamily;                        // FERRY_SOCKET_FAMILY
   std::string hostId;                              // FERRY_HOSTID
   std::chrono::duration<double> deviceTimeout;     // FERRY_DEVICE_TIMEOUT
+  std::chrono::duration<double> fdTimeout;         // FERRY_FD_TIMEOUT
+  std::chrono::duration<double> connectionTimeout; // FERRY_CONNECTION_TIMEOUT
   bool enableNvls;                                 // FERRY_ENABLE_NVLS
   std::string ncclNvlsEnable;                      // NCCL_NVLS_ENABLE
   bool torchSymmMemDisableMulticast;               // TORCH_SYMM_MEM_DISABLE_MULTICAST

@@ -56,6 +56,12 @@ const Var kVars[] = {
      "Address family for the bootstrap: AF_INET or AF_INET6; unset: either."},
     {"FERRY_HOSTID", &Env::hostId, "",
      "Overrides the host identity (hostname and boot id) that decides which ranks share a host."},
+    {"FERRY_FD_TIMEOUT", &Env::fdTimeout, "10",
+     "Bound on fetching a peer's allocation file descriptor over its Unix-domain socket when mapping "
+     "its registered memory, in seconds."},
+    {"FERRY_CONNECTION_TIMEOUT", &Env::connectionTimeout, "60",
+     "Bound on a connection's waits (Connection::flush() without an argument, a free staging slot for "
+     "updateAndSync), in seconds."},
     {"FERRY_DEVICE_TIMEOUT", &Env::deviceTimeout, "30",
      "Bound on every device-side wait (FIFO push and sync, semaphore and channel waits), in seconds; on "
      "expiry the kernel reports rank, peer and operation and traps. 0: never time out (debugging only)."},

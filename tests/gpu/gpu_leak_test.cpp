@@ -16,9 +16,9 @@ namespace {
 // Other processes may use the GPU too; a leak here would be gigabytes.
 constexpr std::size_t kTolerance = 64 << 20;
 
-#define CUDA_OK(call)                                                                        \
-  do {                                                                                       \
-    cudaError_t e_ = (call);                                                                 \
+#define CUDA_OK(call)                                                                                     \
+  do {                                                                                                    \
+    cudaError_t e_ = (call);                                                                              \
     ASSERT_EQ(e_, cudaSuccess) << #call << ": " << cudaGetErrorName(e_) << " " << cudaGetErrorString(e_); \
   } while (0)
 
@@ -69,46 +69,51 @@ TEST(GpuLeak, TenThousandPeerMappingCycles) {
   const int gpus = gpuCountWithoutInit();
   if (gpus < 1) GTEST_SKIP() << "needs a GPU";
   UniqueId id = UniqueId::create();
-  runRanksOk(2, [&](int rank) {
-    CUDA_OK(cudaSetDevice(rank % gpus));
-    auto boot = TcpBootstrap::create(id, rank, 2);
-    Communicator comm(boot);
-    constexpr std::size_t kBytes = 8 << 20;
-    if (rank == 0) {
-      auto ferryBuf = gpuCallocShared<std::uint32_t>(kBytes / 4);
-      void* plain = nullptr;
-      CUDA_OK(cudaMalloc(&plain, kBytes));
-      std::uint32_t marks[2] = {0xfe11, 0xc0da};
-      CUDA_OK(cudaMemcpy(ferryBuf.get() + kBytes / 4 - 1, &marks[0], 4, cudaMemcpyHostToDevice));
-      CUDA_OK(cudaMemcpy(static_cast<std::uint32_t*>(plain) + kBytes / 4 - 1, &marks[1], 4, cudaMemcpyHostToDevice));
-      comm.sendMemory(comm.registerMemory(ferryBuf.get(), kBytes, Transport::CudaIpc), 1, 0);
-      comm.sendMemory(comm.registerMemory(plain, kBytes, Transport::CudaIpc), 1, 1);
-      boot->barrier();  // the peer is done
-      CUDA_OK(cudaFree(plain));
-    } else {
-      std::vector<std::byte> bytes[2];
-      std::uint32_t expected[2] = {0xfe11, 0xc0da};
-      for (int k = 0; k < 2; ++k) {
-        RegisteredMemory m = comm.recvMemory(0, k).get();
-        ASSERT_NE(m.data(), nullptr);
-        bytes[k] = m.serialize();
-      }
-      std::size_t fds = openFdCount(), mem = freeGpuMemory();
-      for (int k = 0; k < 2; ++k) {
-        for (int i = 0; i < 10000; ++i) {
-          RegisteredMemory m = RegisteredMemory::deserialize(bytes[k]);
-          if (i % 1000 == 0) {
-            std::uint32_t v = 0;
-            CUDA_OK(cudaMemcpy(&v, static_cast<std::uint32_t*>(m.data()) + kBytes / 4 - 1, 4, cudaMemcpyDefault));
-            ASSERT_EQ(v, expected[k]) << (k == 0 ? "cuMem" : "legacy IPC") << " mapping, cycle " << i;
-          }
-        }
-        expectNear(mem, freeGpuMemory(), k == 0 ? "cuMem mappings" : "legacy IPC mappings");
-        EXPECT_EQ(openFdCount(), fds) << (k == 0 ? "cuMem mappings" : "legacy IPC mappings");
-      }
-      boot->barrier();
-    }
-  }, {.limit = std::chrono::seconds(600)});
+  runRanksOk(2,
+             [&](int rank) {
+               CUDA_OK(cudaSetDevice(rank % gpus));
+               auto boot = TcpBootstrap::create(id, rank, 2);
+               Communicator comm(boot);
+               constexpr std::size_t kBytes = 8 << 20;
+               if (rank == 0) {
+                 auto ferryBuf = gpuCallocShared<std::uint32_t>(kBytes / 4);
+                 void* plain = nullptr;
+                 CUDA_OK(cudaMalloc(&plain, kBytes));
+                 std::uint32_t marks[2] = {0xfe11, 0xc0da};
+                 CUDA_OK(cudaMemcpy(ferryBuf.get() + kBytes / 4 - 1, &marks[0], 4, cudaMemcpyHostToDevice));
+                 CUDA_OK(cudaMemcpy(static_cast<std::uint32_t*>(plain) + kBytes / 4 - 1, &marks[1], 4,
+                                    cudaMemcpyHostToDevice));
+                 comm.sendMemory(comm.registerMemory(ferryBuf.get(), kBytes, Transport::CudaIpc), 1, 0);
+                 comm.sendMemory(comm.registerMemory(plain, kBytes, Transport::CudaIpc), 1, 1);
+                 boot->barrier();  // the peer is done
+                 CUDA_OK(cudaFree(plain));
+               } else {
+                 std::vector<std::byte> bytes[2];
+                 std::uint32_t expected[2] = {0xfe11, 0xc0da};
+                 for (int k = 0; k < 2; ++k) {
+                   RegisteredMemory m = comm.recvMemory(0, k).get();
+                   ASSERT_NE(m.data(), nullptr);
+                   bytes[k] = m.serialize();
+                 }
+                 std::size_t fds = openFdCount(), mem = freeGpuMemory();
+                 for (int k = 0; k < 2; ++k) {
+                   for (int i = 0; i < 10000; ++i) {
+                     RegisteredMemory m = RegisteredMemory::deserialize(bytes[k]);
+                     if (i % 1000 == 0) {
+                       std::uint32_t v = 0;
+                       CUDA_OK(cudaMemcpy(&v, static_cast<std::uint32_t*>(m.data()) + kBytes / 4 - 1, 4,
+                                          cudaMemcpyDefault));
+                       ASSERT_EQ(v, expected[k])
+                           << (k == 0 ? "cuMem" : "legacy IPC") << " mapping, cycle " << i;
+                     }
+                   }
+                   expectNear(mem, freeGpuMemory(), k == 0 ? "cuMem mappings" : "legacy IPC mappings");
+                   EXPECT_EQ(openFdCount(), fds) << (k == 0 ? "cuMem mappings" : "legacy IPC mappings");
+                 }
+                 boot->barrier();
+               }
+             },
+             {.limit = std::chrono::seconds(600)});
 }
 
 }  // namespace

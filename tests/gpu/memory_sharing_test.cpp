@@ -18,9 +18,9 @@ namespace {
 
 using namespace std::chrono_literals;
 
-#define CUDA_OK(call)                                                                        \
-  do {                                                                                       \
-    cudaError_t e_ = (call);                                                                 \
+#define CUDA_OK(call)                                                                                     \
+  do {                                                                                                    \
+    cudaError_t e_ = (call);                                                                              \
     ASSERT_EQ(e_, cudaSuccess) << #call << ": " << cudaGetErrorName(e_) << " " << cudaGetErrorString(e_); \
   } while (0)
 
@@ -63,7 +63,9 @@ struct ByteOp {
 // Writer p's op in round r: identical on every rank.
 ByteOp byteOp(int writer, int round, std::size_t slotBytes) {
   std::mt19937_64 rng(static_cast<std::uint64_t>(writer) * 1000 + round);
-  std::size_t bytes = round == 0 ? 1 : round == 1 ? slotBytes - 3 : 1 + rng() % (round % 2 ? 4099 : slotBytes);
+  std::size_t bytes = round == 0   ? 1
+                      : round == 1 ? slotBytes - 3
+                                   : 1 + rng() % (round % 2 ? 4099 : slotBytes);
   return {rng() % (slotBytes - bytes + 1), rng() % (slotBytes - bytes + 1), bytes};
 }
 
@@ -87,7 +89,8 @@ TEST_P(MemorySharing, MappedWrittenAndCheckedOnEveryPair) {
     auto src = gpuCallocShared<std::uint32_t>(kSlotElems);
     CUDA_OK(launchFill(src.get(), kSlotElems, 1000 + rank, nullptr));
     CUDA_OK(cudaDeviceSynchronize());
-    TransportFlags t = kind == Kind::HostAlloc ? Transport::CudaIpc | Transport::HostMemory : Transport::CudaIpc;
+    TransportFlags t =
+        kind == Kind::HostAlloc ? Transport::CudaIpc | Transport::HostMemory : Transport::CudaIpc;
     RegisteredMemory bufMem = comm.registerMemory(buf.get(), kSlotBytes * n, t);
     RegisteredMemory flagMem = comm.registerMemory(flags.get(), 8 * n, Transport::CudaIpc);
     RegisteredMemory srcMem = comm.registerMemory(src.get(), kSlotBytes, Transport::CudaIpc);
@@ -118,7 +121,9 @@ TEST_P(MemorySharing, MappedWrittenAndCheckedOnEveryPair) {
     // A: a kernel writes my slot of every peer's buffer through the mapped pointer.
     if (kind != Kind::HostAlloc) {
       for (int p = 0; p < n; ++p)
-        if (p != rank) CUDA_OK(launchFill(static_cast<std::uint32_t*>(bufs[p].data()) + rank * kSlotElems, kSlotElems, rank, nullptr));
+        if (p != rank)
+          CUDA_OK(launchFill(static_cast<std::uint32_t*>(bufs[p].data()) + rank * kSlotElems, kSlotElems,
+                             rank, nullptr));
       CUDA_OK(cudaDeviceSynchronize());
       boot->barrier();
       auto mine = readBack(kind, buf.get(), kSlotElems * n);
@@ -145,7 +150,8 @@ TEST_P(MemorySharing, MappedWrittenAndCheckedOnEveryPair) {
       if (p == rank) continue;
       EXPECT_EQ(flagsHere[p], static_cast<std::uint64_t>(7 + p)) << "flag of rank " << p;
       for (std::size_t i = 0; i < kSlotElems; ++i)
-        ASSERT_EQ(mine[p * kSlotElems + i], sharingValue(1000 + p, i)) << "connection write: slot of rank " << p << ", element " << i;
+        ASSERT_EQ(mine[p * kSlotElems + i], sharingValue(1000 + p, i))
+            << "connection write: slot of rank " << p << ", element " << i;
     }
     boot->barrier();
 
@@ -171,15 +177,16 @@ TEST_P(MemorySharing, MappedWrittenAndCheckedOnEveryPair) {
         std::memcpy(reinterpret_cast<char*>(shadow[p].data()) + op.dstOff,
                     reinterpret_cast<const char*>(srcOf[p].data()) + op.srcOff, op.bytes);
         ASSERT_EQ(std::memcmp(now.data() + p * kSlotElems, shadow[p].data(), kSlotBytes), 0)
-            << "round " << round << ": slot of rank " << p << " after " << op.bytes << " bytes at " << op.dstOff;
+            << "round " << round << ": slot of rank " << p << " after " << op.bytes << " bytes at "
+            << op.dstOff;
       }
       boot->barrier();
     }
   });
 }
 
-INSTANTIATE_TEST_SUITE_P(Kinds, MemorySharing, ::testing::Values(Kind::GpuAlloc, Kind::CudaMalloc, Kind::HostAlloc),
-                         kindName);
+INSTANTIATE_TEST_SUITE_P(Kinds, MemorySharing,
+                         ::testing::Values(Kind::GpuAlloc, Kind::CudaMalloc, Kind::HostAlloc), kindName);
 
 }  // namespace
 }  // namespace ferry::test

@@ -1,0 +1,113 @@
+// Connection: the argument checks every transport shares, in one place.
+#include "ferry/connection.hpp"
+
+#include <cstdint>
+#include <string>
+
+#include "ferry/env.hpp"
+#include "ferry/errors.hpp"
+
+namespace ferry {
+namespace {
+
+std::string range(std::uint64_t offset, std::uint64_t bytes) {
+  return "[" + std::to_string(offset) + ", " + std::to_string(offset) + " + " + std::to_string(bytes) + ")";
+}
+
+}  // namespace
+
+Connection::Connection(int rank, int remoteRank, Transport transport)
+    : rank_(rank), remoteRank_(remoteRank), transport_(transport) {}
+
+Connection::~Connection() = default;
+
+std::string Connection::describe() const {
+  return "rank " + std::to_string(rank_) + " -> rank " + std::to_string(remoteRank_) + " (" +
+         std::string(toString(transport_)) + ")";
+}
+
+namespace {
+
+// Who is speaking is described only when a check fails: the checks run on the proxy's hot path.
+template <class Describe>
+struct Checker {
+  Describe who;
+  const char* op;
+  Transport transport;
+
+  [[noreturn]] void fail(const std::string& why) const {
+    throw Error(ErrorCode::InvalidUsage, who() + ": " + op + ": " + why);
+  }
+
+  void remote(const RegisteredMemory& m, int remoteRank, const char* name) const {
+    if (!m.valid()) fail(std::string(name) + " is an empty RegisteredMemory");
+    // By rank, not by process: ranks that share a process (threads as ranks) see each other's
+    // memory as local to the process, and that is fine.
+    if (m.rank() != remoteRank)
+      fail(std::string(name) + " must be memory of rank " + std::to_string(remoteRank) +
+           " received from it (recvMemory), but it is rank " + std::to_string(m.rank()) + "'s");
+    if (m.data() == nullptr)
+      fail(std::string(name) + " (registered for " + toString(m.transports()) +
+           ") is not mapped in this process: it must be registered on the same host for CudaIpc (device "
+           "memory) or HostMemory (hostAlloc memory)");
+    if (transport == Transport::HostMemory && m.kind() != MemoryKind::Host)
+      fail(std::string(name) + " is device memory; a HostMemory connection reaches host memory only");
+  }
+
+  void local(const RegisteredMemory& m, int rank, const char* name) const {
+    if (!m.valid()) fail(std::string(name) + " is an empty RegisteredMemory");
+    if (!m.isLocal() || m.rank() != rank)
+      fail(std::string(name) + " must be memory this rank (" + std::to_string(rank) +
+           ") registered, but it is rank " + std::to_string(m.rank()) + "'s");
+    if (transport == Transport::HostMemory && m.kind() != MemoryKind::Host)
+      fail(std::string(name) + " is device memory; a HostMemory connection copies from host memory only");
+  }
+
+  void inside(const RegisteredMemory& m, std::uint64_t offset, std::uint64_t bytes, const char* name) const {
+    if (offset > m.size() || bytes > m.size() - offset)
+      fail(std::string(name) + " range " + range(offset, bytes) + " is outside its " +
+           std::to_string(m.size()) + "-byte registration (rank " + std::to_string(m.rank()) + ")");
+  }
+};
+
+template <class D>
+Checker(D, const char*, Transport) -> Checker<D>;
+
+}  // namespace
+
+void Connection::write(RegisteredMemory dst, std::uint64_t dstOffset, RegisteredMemory src,
+                       std::uint64_t srcOffset, std::uint64_t bytes) {
+  Checker check{[this] { return describe(); }, "write", transport_};
+  check.remote(dst, remoteRank_, "dst");
+  check.local(src, rank_, "src");
+  check.inside(dst, dstOffset, bytes, "dst");
+  check.inside(src, srcOffset, bytes, "src");
+  if (bytes == 0) return;
+  doWrite(static_cast<char*>(dst.data()) + dstOffset, static_cast<const char*>(src.data()) + srcOffset,
+          bytes);
+}
+
+void Connection::updateAndSync(RegisteredMemory dst, std::uint64_t dstOffset, std::uint64_t* src,
+                               std::uint64_t newValue) {
+  Checker check{[this] { return describe(); }, "updateAndSync", transport_};
+  check.remote(dst, remoteRank_, "dst");
+  check.inside(dst, dstOffset, sizeof(std::uint64_t), "dst");
+  auto* word = static_cast<char*>(dst.data()) + dstOffset;
+  if (reinterpret_cast<std::uintptr_t>(word) % alignof(std::uint64_t) != 0)
+    check.fail("dst offset " + std::to_string(dstOffset) + " is not 8-byte aligned");
+  if (src == nullptr) check.fail("src is null");
+  if (reinterpret_cast<std::uintptr_t>(src) % alignof(std::uint64_t) != 0)
+    check.fail("src is not 8-byte aligned");
+  *src = newValue;
+  doUpdateAndSync(reinterpret_cast<std::uint64_t*>(word), newValue);
+}
+
+void Connection::flush(std::chrono::duration<double> timeout) {
+  if (!(timeout.count() >= 0))
+    throw Error(ErrorCode::InvalidUsage, describe() + ": flush: the timeout must be non-negative");
+  doFlush(timeout);
+}
+
+void Connection::flush() { doFlush(env().connectionTimeout); }
+
+}  // namespace ferry

@@ -1,0 +1,118 @@
+#include "transport/cuda_ipc_connection.hpp"
+
+#include <thread>
+
+#include "core/cuda_check.hpp"
+#include "core/logger.hpp"
+#include "ferry/env.hpp"
+
+namespace ferry {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// Makes `device` current for a scope (the proxy thread may work for another device).
+class DeviceGuard {
+ public:
+  explicit DeviceGuard(int device) {
+    FERRY_CUDA_CHECK(cudaGetDevice(&previous_));
+    if (previous_ != device) FERRY_CUDA_CHECK(cudaSetDevice(device));
+    switched_ = previous_ != device;
+  }
+  ~DeviceGuard() {
+    if (switched_) (void)cudaSetDevice(previous_);
+  }
+  DeviceGuard(const DeviceGuard&) = delete;
+  DeviceGuard& operator=(const DeviceGuard&) = delete;
+
+ private:
+  int previous_ = -1;
+  bool switched_ = false;
+};
+
+// Polls `query` until it is not cudaErrorNotReady or the timeout passes; false on timeout. Spins
+// briefly, then yields, then sleeps, so that a long wait does not burn a core.
+template <class Query>
+bool pollUntilReady(Query query, std::chrono::duration<double> timeout, const char* call) {
+  auto start = Clock::now();
+  auto deadline = start + std::chrono::duration_cast<Clock::duration>(timeout);
+  for (int spins = 0;; ++spins) {
+    cudaError_t err = query();
+    if (err == cudaSuccess) return true;
+    if (err != cudaErrorNotReady) detail::throwCudaError(err, call, SourceLocation::current());
+    if (Clock::now() >= deadline) return false;
+    if (spins < 1000) continue;
+    if (Clock::now() - start < std::chrono::milliseconds(10))
+      std::this_thread::yield();
+    else
+      std::this_thread::sleep_for(std::chrono::microseconds(50));
+  }
+}
+
+}  // namespace
+
+CudaIpcConnection::CudaIpcConnection(int rank, int remoteRank, int device)
+    : Connection(rank, remoteRank, Transport::CudaIpc), device_(device) {
+  DeviceGuard guard(device_);
+  // Built step by step; on failure the destructor is not run, so free what exists by hand.
+  try {
+    FERRY_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
+    void* ring = nullptr;
+    FERRY_CUDA_CHECK(cudaHostAlloc(&ring, sizeof(std::uint64_t) * kStagingSlots, cudaHostAllocPortable));
+    ring_ = static_cast<std::uint64_t*>(ring);
+    for (auto& e : events_) FERRY_CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
+  } catch (...) {
+    for (auto& e : events_)
+      if (e != nullptr) (void)cudaEventDestroy(e);
+    if (ring_ != nullptr) (void)cudaFreeHost(ring_);
+    if (stream_ != nullptr) (void)cudaStreamDestroy(stream_);
+    throw;
+  }
+}
+
+CudaIpcConnection::~CudaIpcConnection() {
+  try {
+    DeviceGuard guard(device_);
+    if (!pollUntilReady([&] { return cudaStreamQuery(stream_); }, env().connectionTimeout, "cudaStreamQuery"))
+      FERRY_LOG(Error, Transport) << describe() << ": copies still in flight at destruction after "
+                                  << env().connectionTimeout.count() << " s; freeing anyway";
+    for (auto& e : events_) (void)cudaEventDestroy(e);
+    (void)cudaFreeHost(ring_);
+    (void)cudaStreamDestroy(stream_);
+  } catch (const std::exception& e) {
+    FERRY_LOG(Error, Transport) << describe() << ": destruction failed: " << e.what();
+  }
+}
+
+void CudaIpcConnection::doWrite(void* dst, const void* src, std::uint64_t bytes) {
+  DeviceGuard guard(device_);
+  FERRY_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, stream_));
+}
+
+void CudaIpcConnection::waitEvent(cudaEvent_t event, std::chrono::duration<double> timeout,
+                                  const char* what) {
+  if (!pollUntilReady([&] { return cudaEventQuery(event); }, timeout, "cudaEventQuery"))
+    throw TimeoutError(
+        describe() + ": " + what + " did not complete within " + std::to_string(timeout.count()) +
+        " s (FERRY_CONNECTION_TIMEOUT); is the peer's memory still mapped and the device healthy?");
+}
+
+void CudaIpcConnection::doUpdateAndSync(std::uint64_t* dst, std::uint64_t newValue) {
+  DeviceGuard guard(device_);
+  int slot = static_cast<int>(next_++ % kStagingSlots);
+  // The slot's previous value must have been copied before it is overwritten.
+  if (inFlight_[slot]) waitEvent(events_[slot], env().connectionTimeout, "an earlier updateAndSync");
+  ring_[slot] = newValue;
+  FERRY_CUDA_CHECK(cudaMemcpyAsync(dst, &ring_[slot], sizeof(std::uint64_t), cudaMemcpyDefault, stream_));
+  FERRY_CUDA_CHECK(cudaEventRecord(events_[slot], stream_));
+  inFlight_[slot] = true;
+}
+
+void CudaIpcConnection::doFlush(std::chrono::duration<double> timeout) {
+  DeviceGuard guard(device_);
+  if (!pollUntilReady([&] { return cudaStreamQuery(stream_); }, timeout, "cudaStreamQuery"))
+    throw TimeoutError(describe() + ": flush: the copies issued so far did not complete within " +
+                       std::to_string(timeout.count()) + " s");
+}
+
+}  // namespace ferry
