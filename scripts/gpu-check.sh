@@ -20,9 +20,9 @@ cd "$(dirname "$0")/.." || exit 2
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1
 unset FERRY_ENABLE_NVLS
 
-STEPS=(configure build guard_selftest ferry_info gpu_tests)
+STEPS=(configure build guard_selftest ferry_info gpu_tests sanitizer)
 REQUIRED=(configure build guard_selftest)  # nothing touches a GPU unless the guard is proven to work
-SHOW=(ferry_info gpu_tests)                 # steps whose whole log is printed, not only on failure
+SHOW=(ferry_info gpu_tests sanitizer)                 # steps whose whole log is printed, not only on failure
 
 build="build-gpu"
 out=${OUT:-$build/out}
@@ -55,6 +55,19 @@ step_ferry_info() {
 step_gpu_tests() {
   guarded ctest --test-dir "$build" -L gpu -E '^gpu_guard_driver$' --output-on-failure \
     --no-tests=ignore --output-junit "$out/ctest-gpu.xml"
+}
+
+# compute-sanitizer memcheck and racecheck on a 2-GPU test (the benchmark and the planted timeout
+# are left out: the first is slow under the tool, the second traps on purpose).
+step_sanitizer() {
+  local test=$PWD/$build/tests/gpu/gpu_device_primitives filter='--gtest_filter=-*Bench*:*Timeout*'
+  local tool rc=0
+  for tool in memcheck racecheck; do
+    echo "--- compute-sanitizer --tool $tool"
+    guarded compute-sanitizer --tool "$tool" --error-exitcode 99 "$test" "$filter" 2>&1 | tail -n 15
+    ((PIPESTATUS[0] == 0)) || rc=1
+  done
+  return $rc
 }
 
 # ---- runner ---------------------------------------------------------------------------------------

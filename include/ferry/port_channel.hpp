@@ -1,0 +1,56 @@
+#pragma once
+// PortChannel, host side. A PortChannelService owns one proxy thread (and its FIFO) for the current
+// CUDA device and serves every PortChannel made from it: it decodes each request a GPU pushes
+// (device/port_channel.hpp) and performs it through the channel's Connection:
+//   put    -> Connection::write(dst, dstOffset, src, srcOffset, bytes)   (copy engine for CudaIpc)
+//   signal -> Host2DeviceSemaphore::signal(): the peer's counter moves after the data has landed
+//   flush  -> Connection::flush(); only then does the FIFO slot retire, so the GPU's flush()
+//             returns once every earlier put and signal of the channel is complete
+//
+//   ferry::PortChannelService service;                       // cudaSetDevice(...) first
+//   auto sem = std::make_shared<ferry::Host2DeviceSemaphore>(comm, conn);
+//   ferry::PortChannel chan = service.addChannel(sem, theirMemory, myMemory);
+//   service.start();
+//   kernel<<<...>>>(chan.deviceHandle());
+#include <cstddef>
+#include <memory>
+
+#include "ferry/api.hpp"
+#include "ferry/device/port_channel.hpp"
+#include "ferry/registered_memory.hpp"
+#include "ferry/semaphore.hpp"
+
+namespace ferry {
+
+class FERRY_API PortChannel {
+ public:
+  PortChannelDeviceHandle deviceHandle() const { return handle_; }
+
+ private:
+  friend class PortChannelService;
+  explicit PortChannel(const PortChannelDeviceHandle& handle) : handle_(handle) {}
+  PortChannelDeviceHandle handle_;
+};
+
+class FERRY_API PortChannelService {
+ public:
+  // FIFO of fifoSize triggers in GPU-reachable memory of the current CUDA device.
+  explicit PortChannelService(int fifoSize = 512);
+  ~PortChannelService();  // stops the proxy
+  PortChannelService(const PortChannelService&) = delete;
+  PortChannelService& operator=(const PortChannelService&) = delete;
+
+  // Adds a channel (at most PortRequest::kMaxChannels). May be called while the proxy runs.
+  // @pre dst is memory the semaphore's peer registered and sent here; src is this rank's.
+  PortChannel addChannel(std::shared_ptr<Host2DeviceSemaphore> semaphore, RegisteredMemory dst,
+                         RegisteredMemory src);
+  void start();
+  // Stops the proxy thread; rethrows what a request failed with (e.g. a Connection error).
+  void stop();
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace ferry

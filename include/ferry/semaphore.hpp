@@ -1,0 +1,74 @@
+#pragma once
+// Semaphores between this rank and one peer (see device/semaphore.hpp for the counters). Both
+// ranks construct the matching kind for the same connection, in the same order: each side
+// allocates its inbound counter, registers it and sends it to the peer with
+// Communicator::sendMemory(tag). Construction only sends; the peer's counter is received the first
+// time it is needed (deviceHandle(), signal()), so building every semaphore first and using them
+// afterwards costs one round of bootstrap traffic, not one per semaphore.
+//
+//   MemoryDevice2DeviceSemaphore  a GPU signals the peer's GPU by storing to its counter over
+//                                 NVLink (CudaIpc connection); MemoryChannel uses it.
+//   Host2DeviceSemaphore          a host thread (the proxy) signals through the Connection, after
+//                                 the data it wrote there; the peer's GPU waits. PortChannel uses it.
+//   Host2HostSemaphore            host threads on both sides (HostMemory connection).
+//
+//   auto sem = std::make_shared<ferry::MemoryDevice2DeviceSemaphore>(comm, conn);  // both ranks
+//   myKernel<<<...>>>(sem->deviceHandle());
+#include <chrono>
+#include <memory>
+
+#include "ferry/api.hpp"
+#include "ferry/communicator.hpp"
+#include "ferry/connection.hpp"
+#include "ferry/device/semaphore.hpp"
+
+namespace ferry {
+
+struct SemaphoreCore;
+
+class FERRY_API MemoryDevice2DeviceSemaphore {
+ public:
+  // Counters live on the current CUDA device. @pre connection is CudaIpc.
+  MemoryDevice2DeviceSemaphore(Communicator& comm, std::shared_ptr<Connection> connection, int tag = 0);
+  ~MemoryDevice2DeviceSemaphore();
+  SemaphoreDeviceHandle deviceHandle() const;
+  const std::shared_ptr<Connection>& connection() const;
+
+ private:
+  std::shared_ptr<SemaphoreCore> core_;
+};
+
+class FERRY_API Host2DeviceSemaphore {
+ public:
+  // The inbound counter lives on the current CUDA device (the peer's proxy writes it through its
+  // connection); the outbound count lives on the host. @pre connection is CudaIpc.
+  Host2DeviceSemaphore(Communicator& comm, std::shared_ptr<Connection> connection, int tag = 0);
+  ~Host2DeviceSemaphore();
+  // Host side (the proxy): increments the peer's counter, ordered after every earlier write on the
+  // connection. Not thread-safe: one thread signals a given semaphore.
+  void signal();
+  // The wait side, for this rank's GPU (remoteInbound is null: the GPU does not signal).
+  SemaphoreDeviceHandle deviceHandle() const;
+  const std::shared_ptr<Connection>& connection() const;
+
+ private:
+  std::shared_ptr<SemaphoreCore> core_;
+};
+
+class FERRY_API Host2HostSemaphore {
+ public:
+  // Counters in shared host memory. @pre connection is HostMemory.
+  Host2HostSemaphore(Communicator& comm, std::shared_ptr<Connection> connection, int tag = 0);
+  ~Host2HostSemaphore();
+  void signal();
+  // Waits for the next signal; TimeoutError naming both ranks after `timeout`.
+  void wait(std::chrono::duration<double> timeout);
+  void wait();  // bounded by FERRY_DEVICE_TIMEOUT
+  bool poll();
+  const std::shared_ptr<Connection>& connection() const;
+
+ private:
+  std::shared_ptr<SemaphoreCore> core_;
+};
+
+}  // namespace ferry
