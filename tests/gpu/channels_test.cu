@@ -21,7 +21,7 @@
 namespace ferry::test {
 namespace {
 
-constexpr std::size_t kSlot = 8 << 20;  // what each peer may put into this rank's receive buffer
+constexpr std::size_t kSlot = 64 << 20;  // what each peer may put into this rank's receive buffer
 constexpr unsigned char kPoison = 0x5A;
 
 // The byte `i` of what rank `r` sends in round `round`.
@@ -63,21 +63,20 @@ __global__ void allPairsPut(MemoryChannelDeviceHandle* chans, int self, std::siz
   }
 }
 
-// Every peer writes LL16 packets into this rank's packet buffer at its own slot, all at once; then
-// each block unpacks the packets of one peer into that peer's receive slot.
-__global__ void allPairsPackets(MemoryChannelDeviceHandle* chans, int self, std::size_t n,
-                                std::uint32_t flag) {
-  MemoryChannelDeviceHandle& ch = chans[blockIdx.x];
+// One kernel, so that sending and receiving run at once: blocks [0, peers) write LL16 packets into
+// each peer's packet buffer at this rank's slot, all peers at once; blocks [peers, 2 peers) each
+// unpack one peer's packets into that peer's receive slot.
+__global__ void exchangePackets(MemoryChannelDeviceHandle* chans, const int* peers, int npeers, int self,
+                                unsigned char* recv, std::size_t n, std::uint32_t flag) {
   const std::uint64_t packetSlot = packetBufferBytes<LL16Packet>(kSlot);
-  ch.putPackets<LL16Packet>(self * packetSlot, 0, n, flag, threadIdx.x, blockDim.x);
-}
-__global__ void unpackFromPeers(MemoryChannelDeviceHandle* chans, const int* peers, unsigned char* recv,
-                                std::size_t n, std::uint32_t flag) {
-  MemoryChannelDeviceHandle ch = chans[blockIdx.x];
-  const int p = peers[blockIdx.x];
-  const std::uint64_t packetSlot = packetBufferBytes<LL16Packet>(kSlot);
+  if (static_cast<int>(blockIdx.x) < npeers) {
+    chans[blockIdx.x].putPackets<LL16Packet>(self * packetSlot, 0, n, flag, threadIdx.x, blockDim.x);
+    return;
+  }
+  const int i = blockIdx.x - npeers;
+  MemoryChannelDeviceHandle ch = chans[i];
   ch.src = recv;  // unpack into our receive buffer, slot p
-  ch.unpackPackets<LL16Packet>(p * packetSlot, p * kSlot, n, flag, threadIdx.x, blockDim.x);
+  ch.unpackPackets<LL16Packet>(peers[i] * packetSlot, peers[i] * kSlot, n, flag, threadIdx.x, blockDim.x);
 }
 
 // Thread 0 of block b drives the PortChannel to peer b.
@@ -211,8 +210,8 @@ struct RankSetup {
 std::vector<std::pair<std::size_t, std::size_t>> roundsOfSizes() {  // (offset, bytes), same on all ranks
   std::mt19937 rng(2024);
   std::vector<std::pair<std::size_t, std::size_t>> out = {
-      {0, 1}, {3, 17}, {1, 4095}, {0, kSlot - 64}, {5, 1 << 20}};
-  for (int i = 0; i < 3; ++i) out.push_back({rng() % 64, 1 + rng() % (kSlot - 64)});
+      {0, 1}, {3, 17}, {1, 4095}, {0, (8 << 20) - 64}, {5, 1 << 20}};
+  for (int i = 0; i < 3; ++i) out.push_back({rng() % 64, 1 + rng() % ((8 << 20) - 64)});
   return out;
 }
 
@@ -247,8 +246,7 @@ TEST_P(GpuChannels, PacketsUnderContention) {
     int round = 0;
     for (std::size_t bytes : {8ul, 24ul, 1000ul, 65536ul, 1ul << 20}) {
       s.prepare(++round, bytes);
-      unpackFromPeers<<<n - 1, 512>>>(s.packetDev, s.peersDev, s.recv.get(), bytes, round);
-      allPairsPackets<<<n - 1, 512>>>(s.packetDev, rank, bytes, round);
+      exchangePackets<<<2 * (n - 1), 512>>>(s.packetDev, s.peersDev, n - 1, rank, s.recv.get(), bytes, round);
       GPU_CHECK(cudaDeviceSynchronize());
       s.boot->barrier();
       EXPECT_EQ(s.wrong(round, 0, bytes), 0u) << "round " << round << " bytes " << bytes;
@@ -320,7 +318,7 @@ TEST_P(GpuChannels, Bench) {
     // Bandwidth: the same bytes to every peer at once (all pairs), and rank 0 -> 1 alone (pair).
     cudaDeviceProp prop;
     cudaGetDeviceProperties(&prop, rank);
-    for (std::size_t bytes : {1ul << 20, 8ul << 20}) {
+    for (std::size_t bytes : {1ul << 20, 8ul << 20, 64ul << 20}) {
       const int peersNow = n - 1;
       dim3 grid(prop.multiProcessorCount / peersNow, peersNow);
       ms = timeMs([&] { memoryPut<<<grid, 1024>>>(s.memoryDev, rank, bytes); });

