@@ -54,12 +54,13 @@ step_ferry_info() {
 
 # Every test labelled gpu (none yet is fine), under the guard.
 step_gpu_tests() {
-  # The full output of every test goes to gpu_tests_output.log (ctest keeps only a little of a
-  # passing test's output); the benchmark lines it printed are collected in bench.txt.
-  guarded ctest --test-dir "$build" -L gpu -E "^gpu_guard_driver\$${GPU_TESTS_EXCLUDE:+|$GPU_TESTS_EXCLUDE}" --output-on-failure \
-    --no-tests=ignore --output-junit "$out/ctest-gpu.xml" --output-log "$out/gpu_tests_output.log"
+  # The full output of every test (ctest -V) goes to gpu_tests_output.log; the benchmark lines are
+  # collected in bench.txt and shown in the summary.
+  guarded ctest --test-dir "$build" -L gpu -E "^gpu_guard_driver\$${GPU_TESTS_EXCLUDE:+|$GPU_TESTS_EXCLUDE}" -V \
+    --no-tests=ignore --output-junit "$out/ctest-gpu.xml" >"$out/gpu_tests_output.log" 2>&1
   local rc=$?
-  grep -hE '^BENCH|push to proxy pickup' "$out/gpu_tests_output.log" >"$out/bench.txt" || true
+  grep -E '(Passed|Failed|\*\*\*|tests passed|out of)' "$out/gpu_tests_output.log"
+  grep -hoE '(BENCH|fifo push to proxy pickup).*' "$out/gpu_tests_output.log" >"$out/bench.txt" || true
   return $rc
 }
 

@@ -65,7 +65,8 @@ class FERRY_API Connection {
   Connection(int rank, int remoteRank, Transport transport);
   // The checked operations; the arguments are valid when these run.
   virtual void doWrite(void* dst, const void* src, std::uint64_t bytes) = 0;
-  virtual void doUpdateAndSync(std::uint64_t* dst, std::uint64_t newValue) = 0;
+  // dstInHostMemory: the word is host memory mapped here, which a host thread may store to directly.
+  virtual void doUpdateAndSync(std::uint64_t* dst, bool dstInHostMemory, std::uint64_t newValue) = 0;
   virtual void doFlush(std::chrono::duration<double> timeout) = 0;
   // "rank 0 -> rank 1 (CudaIpc)", for messages.
   std::string describe() const;

@@ -40,8 +40,10 @@ class FERRY_API MemoryDevice2DeviceSemaphore {
 
 class FERRY_API Host2DeviceSemaphore {
  public:
-  // The inbound counter lives on the current CUDA device (the peer's proxy writes it through its
-  // connection); the outbound count lives on the host. @pre connection is CudaIpc.
+  // The inbound counter lives in shared host memory, where the peer's proxy stores to it directly
+  // once the data before it has landed (a store costs far less than issuing an 8-byte copy), and
+  // this rank's GPU polls it; the expected count lives on the current CUDA device, the outbound
+  // count on the host. @pre connection is CudaIpc.
   Host2DeviceSemaphore(Communicator& comm, std::shared_ptr<Connection> connection, int tag = 0);
   ~Host2DeviceSemaphore();
   // Host side (the proxy): increments the peer's counter, ordered after every earlier write on the

@@ -99,7 +99,7 @@ void Connection::updateAndSync(RegisteredMemory dst, std::uint64_t dstOffset, st
   if (reinterpret_cast<std::uintptr_t>(src) % alignof(std::uint64_t) != 0)
     check.fail("src is not 8-byte aligned");
   *src = newValue;
-  doUpdateAndSync(reinterpret_cast<std::uint64_t*>(word), newValue);
+  doUpdateAndSync(reinterpret_cast<std::uint64_t*>(word), dst.kind() == MemoryKind::Host, newValue);
 }
 
 void Connection::flush(std::chrono::duration<double> timeout) {

@@ -29,7 +29,7 @@ class CudaIpcConnection final : public Connection {
 
  protected:
   void doWrite(void* dst, const void* src, std::uint64_t bytes) override;
-  void doUpdateAndSync(std::uint64_t* dst, std::uint64_t newValue) override;
+  void doUpdateAndSync(std::uint64_t* dst, bool dstInHostMemory, std::uint64_t newValue) override;
   void doFlush(std::chrono::duration<double> timeout) override;
 
  private:
@@ -42,6 +42,7 @@ class CudaIpcConnection final : public Connection {
   std::array<cudaEvent_t, kStagingSlots> events_{};
   std::array<bool, kStagingSlots> inFlight_{};
   std::uint64_t next_ = 0;
+  bool streamBusy_ = false;  // something was queued on stream_ since it was last seen idle
 };
 
 }  // namespace ferry

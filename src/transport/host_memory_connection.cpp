@@ -9,7 +9,8 @@ void HostMemoryConnection::doWrite(void* dst, const void* src, std::uint64_t byt
   std::memcpy(dst, src, bytes);
 }
 
-void HostMemoryConnection::doUpdateAndSync(std::uint64_t* dst, std::uint64_t newValue) {
+void HostMemoryConnection::doUpdateAndSync(std::uint64_t* dst, bool /*dstInHostMemory: always*/,
+                                           std::uint64_t newValue) {
   // Release: every store of the earlier memcpy calls (same thread) happens-before a reader's
   // acquire load that sees newValue.
   std::atomic_ref<std::uint64_t>(*dst).store(newValue, std::memory_order_release);

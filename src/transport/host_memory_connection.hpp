@@ -13,7 +13,7 @@ class HostMemoryConnection final : public Connection {
 
  protected:
   void doWrite(void* dst, const void* src, std::uint64_t bytes) override;
-  void doUpdateAndSync(std::uint64_t* dst, std::uint64_t newValue) override;
+  void doUpdateAndSync(std::uint64_t* dst, bool dstInHostMemory, std::uint64_t newValue) override;
   void doFlush(std::chrono::duration<double> timeout) override;
 };
 

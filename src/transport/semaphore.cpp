@@ -24,11 +24,14 @@ struct SemaphoreCore {
   std::mutex mu;
   RegisteredMemory remote;  // guarded by mu until resolved
   std::uint64_t hostOutbound = 0;
+  bool onDevice = false;
   std::uint64_t hostExpected = 0;
 
+  // onDevice: the private counters (and, unless inboundOnHost, the inbound one) live on the current
+  // CUDA device.
   SemaphoreCore(Communicator& comm, std::shared_ptr<Connection> conn, int tag, const char* kind,
-                Transport required, bool onDevice)
-      : connection(std::move(conn)) {
+                Transport required, bool onDevice, bool inboundOnHost = false)
+      : connection(std::move(conn)), onDevice(onDevice) {
     if (!connection) throw Error(ErrorCode::InvalidUsage, std::string(kind) + ": the connection is null");
     if (connection->transport() != required)
       throw Error(ErrorCode::InvalidUsage, std::string(kind) + " between rank " +
@@ -38,7 +41,7 @@ struct SemaphoreCore {
                                                std::string(toString(connection->transport())));
     int device = -1;
     if (onDevice) FERRY_CUDA_CHECK(cudaGetDevice(&device));
-    inbound = allocateToken(device);
+    inbound = allocateToken(inboundOnHost ? -1 : device);
     expected = allocateToken(device);
     outbound = allocateToken(device);
     localInbound = comm.registerMemory(inbound.ptr, sizeof(std::uint64_t), required);
@@ -55,6 +58,8 @@ struct SemaphoreCore {
   SemaphoreDeviceHandle handle(bool withRemote) {
     SemaphoreDeviceHandle h;
     h.inbound = inbound.ptr;
+    if (localInbound.kind() == MemoryKind::Host && expected.ptr != nullptr && onDevice)
+      FERRY_CUDA_CHECK(cudaHostGetDevicePointer(reinterpret_cast<void**>(&h.inbound), inbound.ptr, 0));
     h.expectedInbound = expected.ptr;
     h.outbound = outbound.ptr;
     h.remoteInbound = withRemote ? static_cast<std::uint64_t*>(remoteInbound().data()) : nullptr;
@@ -84,7 +89,7 @@ const std::shared_ptr<Connection>& MemoryDevice2DeviceSemaphore::connection() co
 Host2DeviceSemaphore::Host2DeviceSemaphore(Communicator& comm, std::shared_ptr<Connection> connection,
                                            int tag)
     : core_(std::make_shared<SemaphoreCore>(comm, std::move(connection), tag, "Host2DeviceSemaphore",
-                                            Transport::CudaIpc, true)) {}
+                                            Transport::CudaIpc, true, /*inboundOnHost=*/true)) {}
 Host2DeviceSemaphore::~Host2DeviceSemaphore() = default;
 void Host2DeviceSemaphore::signal() { core_->signalThroughConnection(); }
 SemaphoreDeviceHandle Host2DeviceSemaphore::deviceHandle() const { return core_->handle(false); }
