@@ -15,8 +15,9 @@
 #include "ferry/memory_channel.hpp"
 #include "ferry/port_channel.hpp"
 #include "ferry/semaphore.hpp"
+#include "gpu_test_process.hpp"
 #include "gpu_test_util.hpp"
-#include "mp_gpu.hpp"
+#include "mp_harness.hpp"
 
 namespace ferry::test {
 namespace {

@@ -9,6 +9,8 @@
 #include <algorithm>
 #include <cstddef>
 
+#include "support/fd_count.hpp"
+
 namespace ferry::test {
 
 // Number of CUDA devices, counted in a child process.
@@ -22,14 +24,6 @@ inline int gpuCountWithoutInit() {
   int status = 0;
   ::waitpid(pid, &status, 0);
   return WIFEXITED(status) ? WEXITSTATUS(status) : 0;
-}
-
-inline std::size_t openFdCount() {
-  std::size_t n = 0;
-  DIR* d = opendir("/proc/self/fd");
-  while (dirent* e = readdir(d)) n += e->d_name[0] != '.';
-  closedir(d);
-  return n - 1;  // the directory stream's own descriptor
 }
 
 // Free memory of the current device, after the work queued on it.

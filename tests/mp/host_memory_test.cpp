@@ -15,20 +15,13 @@
 #include "ferry/communicator.hpp"
 #include "ferry/memory.hpp"
 #include "mp_harness.hpp"
+#include "support/fd_count.hpp"
 #include "transport/registered_memory_impl.hpp"
 
 namespace ferry::test {
 namespace {
 
 using namespace std::chrono_literals;
-
-std::size_t openFdCount() {
-  std::size_t n = 0;
-  DIR* d = opendir("/proc/self/fd");
-  while (dirent* e = readdir(d)) n += e->d_name[0] != '.';
-  closedir(d);
-  return n - 1;
-}
 
 // Mappings of hostAlloc memory (memfd "ferry-host") in this process. Only those: the sanitizers'
 // allocators add mappings of their own as they go.
@@ -224,7 +217,7 @@ TEST(RegisteredMemory, TenThousandPeerMappingsLeakNothing) {
       cycle();
       std::size_t fds = openFdCount(), maps = mappingCount();
       for (int i = 0; i < 10000; ++i) cycle();
-      EXPECT_EQ(openFdCount(), fds);
+      EXPECT_EQ(settledFdCount(fds), fds);
       EXPECT_EQ(mappingCount(), maps);
       auto buf = hostAlloc(3 << 20);
       static_cast<char*>(buf.get())[(3 << 20) - 1] = 42;
@@ -250,7 +243,7 @@ TEST(RegisteredMemory, TenThousandPeerMappingsLeakNothing) {
           ASSERT_EQ(mappingCount(), maps + 1);  // the count does see the mapping
         }
       }
-      EXPECT_EQ(openFdCount(), fds);
+      EXPECT_EQ(settledFdCount(fds), fds);
       EXPECT_EQ(mappingCount(), maps);
       EXPECT_EQ(liveImportCount(), imports - 1);
       boot->barrier();

@@ -11,20 +11,13 @@
 #include "fake_bootstrap.hpp"
 #include "ferry/communicator.hpp"
 #include "ferry/memory.hpp"
+#include "support/fd_count.hpp"
 #include "transport/allocation.hpp"
 #include "transport/cuda_runtime_util.hpp"
 #include "transport/registered_memory_impl.hpp"
 
 namespace ferry::test {
 namespace {
-
-std::size_t openFdCount() {
-  std::size_t n = 0;
-  DIR* d = opendir("/proc/self/fd");
-  while (dirent* e = readdir(d)) n += e->d_name[0] != '.';
-  closedir(d);
-  return n - 1;  // the directory stream's own descriptor
-}
 
 template <class F>
 Error expectError(F&& f, ErrorCode code) {
@@ -408,7 +401,7 @@ TEST(RegisteredMemory, TenThousandCyclesLeakNothing) {
     cycle(1 + static_cast<std::size_t>(i % 7) * 5000);
     if (HasFatalFailure()) return;
   }
-  EXPECT_EQ(openFdCount(), fds);
+  EXPECT_EQ(settledFdCount(fds), fds);
   EXPECT_EQ(liveAllocationCount(), allocs);
   EXPECT_EQ(liveImportCount(), imports);
 }

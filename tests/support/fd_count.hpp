@@ -1,0 +1,32 @@
+#pragma once
+// Counting this process's open file descriptors, for leak tests.
+#include <dirent.h>
+
+#include <chrono>
+#include <cstddef>
+#include <thread>
+
+namespace ferry::test {
+
+inline std::size_t openFdCount() {
+  std::size_t n = 0;
+  DIR* d = opendir("/proc/self/fd");
+  while (dirent* e = readdir(d)) n += e->d_name[0] != '.';
+  closedir(d);
+  return n - 1;  // the directory stream's own descriptor
+}
+
+// The count once it has come down to `expected`, or after 2 s. Server threads (the fd server)
+// close their end of a finished exchange a moment after the client has its answer, so a count
+// taken right after the last cycle can be one high without anything having leaked.
+inline std::size_t settledFdCount(std::size_t expected) {
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(2);
+  std::size_t n = openFdCount();
+  while (n > expected && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    n = openFdCount();
+  }
+  return n;
+}
+
+}  // namespace ferry::test
