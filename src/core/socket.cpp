@@ -14,25 +14,16 @@
 #include "ferry/errors.hpp"
 
 namespace ferry {
-namespace {
-
-int remainingMs(Clock::time_point deadline) {
-  auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count();
-  return left <= 0 ? 0 : static_cast<int>(std::min<long long>(left, 1 << 30));
-}
-
-// Waits for `events` on fd until deadline; false on timeout.
-bool waitFor(int fd, short events, Clock::time_point deadline) {
+bool waitForFd(int fd, short events, Clock::time_point deadline) {
   for (;;) {
+    auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count();
     pollfd p{fd, events, 0};
-    int n = ::poll(&p, 1, remainingMs(deadline));
+    int n = ::poll(&p, 1, left <= 0 ? 0 : static_cast<int>(std::min<long long>(left, 1 << 30)));
     if (n > 0) return true;
     if (n == 0) return false;
     if (errno != EINTR) throw SysError("poll", errno);
   }
 }
-
-}  // namespace
 
 SocketAddress::SocketAddress(const sockaddr* sa, socklen_t len) {
   std::memcpy(&storage_, sa, std::min<std::size_t>(len, sizeof(storage_)));
@@ -196,7 +187,7 @@ Socket Socket::connect(const SocketAddress& addr, Clock::time_point deadline) {
   ::setsockopt(s.fd(), IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
   if (::connect(s.fd(), addr.sa(), addr.length()) != 0) {
     if (errno != EINPROGRESS) throw SysError("connect to " + addr.toString(), errno);
-    if (!waitFor(s.fd(), POLLOUT, deadline))
+    if (!waitForFd(s.fd(), POLLOUT, deadline))
       throw TimeoutError("connect to " + addr.toString() + " timed out");
     int err = 0;
     socklen_t len = sizeof(err);
@@ -233,7 +224,7 @@ void Socket::sendAll(std::span<const std::byte> data, Clock::time_point deadline
     if (n > 0) {
       done += static_cast<std::size_t>(n);
     } else if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) {
-      if (!waitFor(fd_, POLLOUT, deadline))
+      if (!waitForFd(fd_, POLLOUT, deadline))
         throw TimeoutError("send to " + peerAddress().toString() + " timed out");
     } else {
       throw SysError("send to " + peerAddress().toString(), errno);
@@ -250,7 +241,7 @@ void Socket::recvAll(std::span<std::byte> data, Clock::time_point deadline) {
     } else if (n == 0) {
       throw Error(ErrorCode::RemoteError, "connection from " + peerAddress().toString() + " closed");
     } else if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR) {
-      if (!waitFor(fd_, POLLIN, deadline))
+      if (!waitForFd(fd_, POLLIN, deadline))
         throw TimeoutError("receive from " + peerAddress().toString() + " timed out");
     } else {
       throw SysError("recv from " + peerAddress().toString(), errno);

@@ -14,6 +14,10 @@ class Reader;
 class Writer;
 using Clock = std::chrono::steady_clock;
 
+// Waits until fd has one of `events` (poll) or the deadline passes; false on timeout. Retries on
+// EINTR; other poll errors are SysError.
+bool waitForFd(int fd, short events, Clock::time_point deadline);
+
 class SocketAddress {
  public:
   SocketAddress() = default;

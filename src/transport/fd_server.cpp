@@ -14,13 +14,12 @@
 
 #include "core/host_id.hpp"
 #include "core/logger.hpp"
+#include "core/socket.hpp"
 #include "ferry/errors.hpp"
 #include "transport/process_identity.hpp"
 
 namespace ferry {
 namespace {
-
-using Clock = std::chrono::steady_clock;
 
 constexpr std::uint32_t kRequestMagic = 0x31444646;  // "FFD1"
 constexpr std::uint32_t kReplyMagic = 0x52444646;    // "FFDR"
@@ -51,27 +50,11 @@ sockaddr_un abstractAddress(const std::string& name, socklen_t& len) {
   return addr;
 }
 
-int remainingMs(Clock::time_point deadline) {
-  auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count();
-  return left <= 0 ? 0 : static_cast<int>(std::min<long long>(left, 1 << 30));
-}
-
-// Waits for events on fd until deadline; false on timeout.
-bool waitFor(int fd, short events, Clock::time_point deadline) {
-  for (;;) {
-    pollfd p{fd, events, 0};
-    int n = ::poll(&p, 1, remainingMs(deadline));
-    if (n > 0) return true;
-    if (n == 0) return false;
-    if (errno != EINTR) throw SysError("poll on a Unix-domain socket", errno);
-  }
-}
-
 // Reads exactly n bytes before deadline; false if the peer closed early or time ran out.
 bool readExactly(int fd, void* out, std::size_t n, Clock::time_point deadline) {
   auto* p = static_cast<char*>(out);
   while (n > 0) {
-    if (!waitFor(fd, POLLIN, deadline)) return false;
+    if (!waitForFd(fd, POLLIN, deadline)) return false;
     ssize_t got = ::recv(fd, p, n, 0);
     if (got < 0 && (errno == EINTR || errno == EAGAIN || errno == EWOULDBLOCK)) continue;
     if (got <= 0) return false;
@@ -277,7 +260,7 @@ UniqueFd fetchFd(const std::string& serverName, std::uint64_t id, const FdToken&
     throw SysError("connect to the fd server @" + serverName + " for " + what, errno);
   }
   Request req{kRequestMagic, 0, id, token};
-  if (!waitFor(sock.get(), POLLOUT, deadline)) throw timedOut("sending the request");
+  if (!waitForFd(sock.get(), POLLOUT, deadline)) throw timedOut("sending the request");
   if (::send(sock.get(), &req, sizeof(req), MSG_NOSIGNAL) != static_cast<ssize_t>(sizeof(req)))
     throw SysError("sending the fd request for " + what, errno);
 
@@ -291,7 +274,7 @@ UniqueFd fetchFd(const std::string& serverName, std::uint64_t id, const FdToken&
   msg.msg_controllen = sizeof(control);
   ssize_t got = -1;
   for (;;) {
-    if (!waitFor(sock.get(), POLLIN, deadline)) throw timedOut("waiting for the answer");
+    if (!waitForFd(sock.get(), POLLIN, deadline)) throw timedOut("waiting for the answer");
     got = ::recvmsg(sock.get(), &msg, MSG_CMSG_CLOEXEC);
     if (got < 0 && (errno == EINTR || errno == EAGAIN)) continue;
     break;
