@@ -1,0 +1,18 @@
+"""AllGather, all pairs: every rank copies its input into its own output slot and puts it directly
+into every peer's output, one thread block per peer; a signal/wait per pair marks arrival."""
+
+from ferry.dsl import CollectiveProgram, MemoryChannel
+
+
+def program(world_size: int) -> CollectiveProgram:
+    w = world_size
+    with CollectiveProgram("allgather_allpairs", "allgather", world_size=w, input_chunks=1) as prog:
+        ch = {(r, p): MemoryChannel(r, p) for r in range(w) for p in range(w) if r != p}
+        for r in range(w):
+            me = prog.rank(r)
+            me.copy(me.input[0], me.output[r], tb=0)
+            for tb, p in enumerate(p for p in range(w) if p != r):
+                ch[r, p].put(me.input[0], prog.rank(p).output[r], tb=tb)
+                ch[r, p].signal(tb=tb)
+                ch[p, r].pair.wait(tb=tb)
+    return prog

@@ -1,0 +1,36 @@
+"""AllReduce in two shots over memory channels (Simple protocol).
+
+Input chunk c is owned by rank c. Reduce-scatter: every rank puts chunk p to rank p's scratch and
+signals; rank p waits for all peers and reduces its own chunk into its output. All-gather: rank p
+puts its reduced chunk into every peer's output and signals; each rank's last waits mean its output
+is complete. One channel per ordered pair; its n-th wait consumes the sender's n-th signal.
+"""
+
+from ferry.dsl import CollectiveProgram, MemoryChannel
+
+
+def slot(sender: int, receiver: int) -> int:
+    """The scratch chunk of ``receiver`` that holds ``sender``'s contribution."""
+    return sender if sender < receiver else sender - 1
+
+
+def program(world_size: int) -> CollectiveProgram:
+    w = world_size
+    with CollectiveProgram("allreduce_two_shot", "allreduce", world_size=w, input_chunks=w,
+                           scratch_chunks=w - 1) as prog:
+        ch = {(r, p): MemoryChannel(r, p) for r in range(w) for p in range(w) if r != p}
+        peers = {r: [p for p in range(w) if p != r] for r in range(w)}
+        for r in range(w):
+            me = prog.rank(r)
+            for p in peers[r]:
+                ch[r, p].put(me.input[p], prog.rank(p).scratch[slot(r, p)], tb=0)
+                ch[r, p].signal(tb=0)
+            for p in peers[r]:
+                ch[p, r].pair.wait(tb=0)
+            me.reduce([me.input[r]] + [me.scratch[slot(p, r)] for p in peers[r]], me.output[r], tb=0)
+            for p in peers[r]:
+                ch[r, p].put(me.output[r], prog.rank(p).output[r], tb=0)
+                ch[r, p].signal(tb=0)
+            for p in peers[r]:
+                ch[p, r].pair.wait(tb=0)
+    return prog

@@ -1,0 +1,18 @@
+"""AllToAll, all pairs: rank r puts input chunk p into rank p's output chunk r, one thread block per
+peer, and copies its own chunk locally; a signal/wait per pair marks arrival."""
+
+from ferry.dsl import CollectiveProgram, MemoryChannel
+
+
+def program(world_size: int) -> CollectiveProgram:
+    w = world_size
+    with CollectiveProgram("alltoall_allpairs", "alltoall", world_size=w, input_chunks=w) as prog:
+        ch = {(r, p): MemoryChannel(r, p) for r in range(w) for p in range(w) if r != p}
+        for r in range(w):
+            me = prog.rank(r)
+            me.copy(me.input[r], me.output[r], tb=0)
+            for tb, p in enumerate(p for p in range(w) if p != r):
+                ch[r, p].put(me.input[p], prog.rank(p).output[r], tb=tb)
+                ch[r, p].signal(tb=tb)
+                ch[p, r].pair.wait(tb=tb)
+    return prog
