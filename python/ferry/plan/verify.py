@@ -1,0 +1,105 @@
+"""The CPU plan verifier: ``verify(plan)`` lists everything wrong with a loaded plan.
+
+Finding kinds:
+- ``deadlock``: a thread block that can never finish (a wait whose signal never comes, a barrier
+  that not every thread block reaches, an unpack whose packets are never written);
+- ``race``: a chunk access not ordered after a conflicting access of another thread block or rank;
+- ``wrong_result``: an output chunk that is not exactly the collective's answer, or an input chunk
+  that a plan that is not in-place left changed (checked only when the plan runs to completion);
+- ``unmatched_signal``: signals that no wait consumes (they would satisfy the next launch's waits);
+- ``out_of_range`` / ``malformed``: from ``main`` only, for a file that ``load_plan`` rejects.
+
+Command line (also behind ``python -m ferry.dsl verify``): ``python -m ferry.plan.verify plan.json``
+prints one finding per line, then a summary; exit status 0 only when nothing was found.
+"""
+
+from __future__ import annotations
+
+import sys
+from dataclasses import dataclass
+
+from .load import PlanError, load_plan
+from .model import Plan
+from .semantics import describe_mismatch, expected_output, garbage, input_atom, slot
+from .simulate import Simulator
+
+
+@dataclass(frozen=True)
+class Finding:
+    """One problem; ``thread_block`` and ``op_index`` are None where it belongs to no single op."""
+
+    kind: str
+    rank: int | None
+    thread_block: int | None
+    op_index: int | None
+    message: str
+
+    def __str__(self) -> str:
+        where = []
+        if self.rank is not None:
+            where.append(f"rank {self.rank}")
+        if self.thread_block is not None:
+            where.append(f"tb {self.thread_block}")
+        if self.op_index is not None:
+            where.append(f"op {self.op_index}")
+        return f"{' '.join(where) or 'plan'}: {self.kind}: {self.message}"
+
+
+def verify(plan: Plan) -> list[Finding]:
+    """Runs ``plan`` (as returned by load_plan) symbolically on all ranks; [] means it is proven."""
+    sim = Simulator(plan)
+    completed = sim.run()
+    findings = [Finding(e.kind, e.rank, e.loc[1] if e.loc else None, e.loc[2] if e.loc else None, e.message)
+                for e in sim.events]
+    if completed:
+        findings += _check_result(plan, sim)
+    return findings
+
+
+def _check_result(plan: Plan, sim: Simulator) -> list[Finding]:
+    findings = []
+    for r in range(plan.world_size):
+        for i in range(plan.chunks.output):
+            s = slot(plan, r, "output", i)
+            found, want = sim.memory.get(s, garbage(s)), expected_output(plan, r, i)
+            if found != want:
+                findings.append(_wrong(r, f"output[{i}]", want, found, sim.last_writer(s)))
+        if plan.inplace:
+            continue
+        for i in range(plan.chunks.input):
+            s = slot(plan, r, "input", i)
+            if sim.memory[s] != input_atom(r, i):
+                findings.append(_wrong(r, f"input[{i}] (the plan is not in-place, so it must stay unchanged)",
+                                       input_atom(r, i), sim.memory[s], sim.last_writer(s)))
+    return findings
+
+
+def _wrong(rank: int, what: str, want, found, writer) -> Finding:
+    by = f" (last written by rank {writer[0]} tb {writer[1]} op {writer[2]})" if writer else " (never written)"
+    return Finding("wrong_result", rank, None, None, f"{what}: {describe_mismatch(want, found)}{by}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``verify PLAN.json [PLAN.json ...]``: prints findings and a summary; 0 only if none found."""
+    args = sys.argv[1:] if argv is None else list(argv)
+    if not args or any(a in ("-h", "--help") for a in args):
+        print("usage: verify PLAN.json [PLAN.json ...]", file=sys.stderr if not args else sys.stdout)
+        return 2 if not args else 0
+    total = 0
+    for path in args:
+        try:
+            findings = verify(load_plan(path))
+        except PlanError as e:
+            findings = [Finding(e.kind, e.rank, e.thread_block, e.op_index, str(e))]
+        prefix = f"{path}: " if len(args) > 1 else ""
+        for f in findings:
+            print(prefix + str(f))
+        total += len(findings)
+    noun = "plan" if len(args) == 1 else "plans"
+    print(f"verify: {total} finding{'s' if total != 1 else ''} in {len(args)} {noun}"
+          + ("" if total else " (all proven)"))
+    return 0 if total == 0 else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

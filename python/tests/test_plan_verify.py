@@ -1,0 +1,133 @@
+"""The verifier proves correct plans and catches planted deadlocks, races and wrong results where they are."""
+
+import pytest
+
+from ferry.plan import load_plan
+from ferry.plan.verify import Finding, main, verify
+from plan_builders import (allgather, allreduce_allpairs, allreduce_packets, allreduce_two_shot, mutated,
+                           ops_of, ref)
+
+
+def findings_of(doc: dict) -> list[Finding]:
+    return verify(load_plan(doc))
+
+
+def kinds(findings) -> list[tuple]:
+    return [(f.kind, f.rank, f.thread_block, f.op_index) for f in findings]
+
+
+CORRECT = {
+    "allgather2": allgather(2), "allgather4": allgather(4),
+    "allgather4_two_blocks": allgather(4, two_blocks=True),
+    "allreduce2": allreduce_allpairs(2), "allreduce4": allreduce_allpairs(4),
+    "allreduce4_packets": allreduce_packets(4), "allreduce4_two_shot": allreduce_two_shot(4),
+}
+
+
+@pytest.mark.parametrize("name", sorted(CORRECT))
+def test_correct_plans_verify_clean(name):
+    assert findings_of(CORRECT[name]) == []
+
+
+def test_wait_without_signal_is_a_deadlock_at_the_wait():
+    # Rank 1's signal (op 2, on channel 0 to rank 0) is gone: rank 0's wait (op 3) starves.
+    doc = mutated(allgather(2), lambda d: ops_of(d, 1).pop(2))
+    found = findings_of(doc)
+    assert kinds(found) == [("deadlock", 0, 0, 3)]
+    assert "signal #1" in found[0].message and "only 0 times" in found[0].message
+
+
+def test_barrier_missing_in_one_thread_block_is_a_deadlock():
+    doc = mutated(allgather(2, two_blocks=True), lambda d: ops_of(d, 1, tb=1).pop(0))
+    found = findings_of(doc)
+    # tb 0 of rank 1 waits at its barrier (op 1) for tb 1, which finished without one.
+    assert ("deadlock", 1, 0, 1) in kinds(found)
+    assert "tb 1 finished without it" in next(f.message for f in found if f.thread_block == 0)
+
+
+def test_reading_a_chunk_a_peer_puts_without_waiting_is_a_race():
+    # Rank 1 copies output[0] (which rank 0 puts) into its scratch before waiting for rank 0's signal.
+    def edit(d):
+        d["chunks"]["scratch"] = 1
+        ops_of(d, 1).insert(1, {"op": "copy", "src": ref("output", 0), "dst": ref("scratch", 0)})
+    found = findings_of(mutated(allgather(2), edit))
+    races = [f for f in found if f.kind == "race"]
+    assert [(f.rank, f.thread_block, f.op_index) for f in races] == [(1, 0, 1)]
+    assert "rank 0 tb 0 op 1" in races[0].message  # the put that wrote it
+
+
+def test_two_thread_blocks_writing_one_chunk_unordered_is_a_race():
+    # Without the barriers, tb 1's put reads output[r] while tb 0 may still be writing it; and a second
+    # copy into output[r] from tb 1 races with tb 0's copy.
+    def edit(d):
+        for r in range(2):
+            ops_of(d, r, 0).pop()      # tb 0: drop the barrier
+            ops_of(d, r, 1).pop(0)     # tb 1: drop the barrier
+            ops_of(d, r, 1).insert(0, {"op": "copy", "src": ref("input", 0), "dst": ref("output", r)})
+    found = findings_of(mutated(allgather(2, two_blocks=True), edit))
+    assert {(f.kind, f.rank, f.thread_block, f.op_index) for f in found} == {
+        ("race", 0, 1, 0), ("race", 1, 1, 0)}
+    assert "write by rank 0 tb 0 op 0" in next(f.message for f in found if f.rank == 0)
+
+
+def test_chunk_summed_twice_is_a_wrong_result():
+    # Rank 2 lists its own input twice in the final reduce.
+    doc = mutated(allreduce_allpairs(4), lambda d: ops_of(d, 2)[-1]["srcs"].append(ref("input", 0)))
+    found = findings_of(doc)
+    assert kinds(found) == [("wrong_result", 2, None, None)]
+    assert "extra in[2][0]" in found[0].message and "rank 2 tb 0 op 9" in found[0].message
+
+
+def test_missing_contribution_is_a_wrong_result():
+    doc = mutated(allreduce_allpairs(4), lambda d: ops_of(d, 1)[-1]["srcs"].pop(1))  # scratch[0]
+    found = findings_of(doc)
+    assert kinds(found) == [("wrong_result", 1, None, None)]
+    assert "missing in[0][0]" in found[0].message
+
+
+def test_missing_allgather_copy_leaves_garbage():
+    found = findings_of(mutated(allgather(2), lambda d: ops_of(d, 1).pop(0)))
+    assert kinds(found) == [("wrong_result", 1, None, None)]
+    assert found[0].message.startswith("output[1]: expected in[1][0], found garbage(rank 1 output[1])")
+
+
+def test_overwriting_the_input_of_a_plan_that_is_not_in_place_is_a_wrong_result():
+    doc = mutated(allgather(2), lambda d: ops_of(d, 0).append(
+        {"op": "copy", "src": ref("output", 1), "dst": ref("input", 0)}))
+    assert kinds(findings_of(doc)) == [("wrong_result", 0, None, None)]
+
+
+def test_inplace_allgather_aliases_input_into_output():
+    # In place, input chunk 0 of rank r is output chunk r: the local copy is then a no-op.
+    doc = mutated(allgather(2), lambda d: d.update(inplace=True))
+    assert findings_of(doc) == []
+    doc = mutated(doc, lambda d: [ops_of(d, r).pop(0) for r in range(2)])
+    assert findings_of(doc) == []
+
+
+def test_signal_without_wait_is_reported():
+    doc = mutated(allgather(2), lambda d: ops_of(d, 0).append({"op": "signal", "channel": 0}))
+    assert kinds(findings_of(doc)) == [("unmatched_signal", 0, 0, 4)]
+
+
+def test_packets_never_sent_deadlock_the_unpack():
+    doc = mutated(allreduce_packets(2), lambda d: ops_of(d, 0).pop(0))
+    assert kinds(findings_of(doc)) == [("deadlock", 1, 0, 2)]
+
+
+def test_out_of_range_reference_is_reported_with_its_location(tmp_path, capsys):
+    doc = mutated(allreduce_allpairs(4), lambda d: ops_of(d, 2)[-1]["srcs"][1].update(index=6))
+    path = tmp_path / "plan.json"
+    path.write_text(__import__("json").dumps(doc))
+    assert main([str(path)]) == 1
+    out = capsys.readouterr().out.splitlines()
+    assert out[0] == ('rank 2 tb 0 op 9: out_of_range: ranks[2].thread_blocks[0].ops[9].srcs[1].index: '
+                      '6 is out of range for buffer "scratch" of 4 chunks (rank 2)')
+    assert out[-1] == "verify: 1 finding in 1 plan"
+
+
+def test_main_exits_zero_on_a_proven_plan(tmp_path, capsys):
+    path = tmp_path / "plan.json"
+    path.write_text(__import__("json").dumps(allreduce_two_shot(4)))
+    assert main([str(path)]) == 0
+    assert capsys.readouterr().out.strip() == "verify: 0 findings in 1 plan (all proven)"
