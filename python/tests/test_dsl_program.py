@@ -2,7 +2,7 @@
 
 import pytest
 
-from ferry.dsl import CollectiveProgram, MemoryChannel, PortChannel
+from ferry.dsl import CollectiveProgram, MemoryChannel, PortChannel, SwitchChannel
 from ferry.dsl.buffer import ChunkRef
 from ferry.plan.load import load_plan
 
@@ -65,14 +65,17 @@ def test_channel_pairs_follow_the_pairing_rule():
         b = PortChannel(0, 1)
         c = MemoryChannel(1, 0)
         d = MemoryChannel(0, 2)
+        e = SwitchChannel(2, 0)
+    assert (e.index, e.pair.index, e.pair.type) == (1, 4, "switch")
     assert (a.index, a.pair.index, a.pair.rank, a.pair.pair) == (0, 0, 1, a)
     assert (b.index, b.pair.index) == (1, 1)
     assert (c.index, c.pair.index) == (2, 2)   # the 2nd memory channel 1->0 pairs with the 2nd 0->1
     assert (d.index, d.pair.index) == (3, 0)
     plan = prog.to_plan()
     assert plan["ranks"][0]["channels"] == [{"type": "memory", "peer": 1}, {"type": "port", "peer": 1},
-                                            {"type": "memory", "peer": 1}, {"type": "memory", "peer": 2}]
-    assert plan["ranks"][2]["channels"] == [{"type": "memory", "peer": 0}]
+                                            {"type": "memory", "peer": 1}, {"type": "memory", "peer": 2},
+                                            {"type": "switch", "peer": 2}]
+    assert plan["ranks"][2]["channels"] == [{"type": "memory", "peer": 0}, {"type": "switch", "peer": 0}]
 
 
 def test_ops_check_ownership_counts_and_channel_types():

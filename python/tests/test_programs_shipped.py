@@ -25,3 +25,23 @@ def test_dropping_a_wait_is_caught(name):
     ops.pop(next(i for i, o in enumerate(ops) if o["op"] == "wait"))
     findings = verify(load_plan(plan))
     assert any(f.rank == 2 for f in findings)
+
+
+@pytest.mark.parametrize("world_size", [2, 4])
+@pytest.mark.parametrize("instances,pipeline", [(1, 1), (1, 3), (3, 2)])
+def test_ring_with_instances_and_pipeline_verifies_clean(world_size, instances, pipeline):
+    from ferry.programs.allreduce_ring import program
+    plan = program(world_size, instances=instances, pipeline=pipeline).to_plan()
+    assert plan["chunks"]["input"] == world_size * instances * pipeline
+    assert len(plan["ranks"][0]["thread_blocks"]) == instances
+    findings = verify(load_plan(plan))
+    assert findings == [], "\n".join(map(str, findings))
+
+
+def test_pipelined_plan_with_a_dropped_wait_is_caught():
+    from ferry.programs.allreduce_ring import program
+    plan = program(4, instances=1, pipeline=2).to_plan()
+    ops = plan["ranks"][1]["thread_blocks"][0]["ops"]
+    waits = [i for i, o in enumerate(ops) if o["op"] == "wait"]
+    ops.pop(waits[len(waits) // 2])   # the first wait of stage 1
+    assert any(f.rank == 1 for f in verify(load_plan(plan)))

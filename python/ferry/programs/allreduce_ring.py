@@ -5,16 +5,17 @@ Rank r sends to r + 1. Reduce-scatter step s (0 .. w-2): rank r sends its partia
 rank r + 1 waits and adds that slot to its input chunk, in its output. After w - 1 steps rank r holds
 the sum of chunk (r + 1) mod w. All-gather step t: rank r puts output chunk (r + 1 - t) mod w into
 rank r + 1's output and signals; rank r + 1 waits and forwards it next step. Each rank runs one
-thread block per instance; two instances share the bandwidth.
+thread block per instance; two instances share the bandwidth by default, and ``pipeline=k`` splits
+every chunk into k sub-chunks that flow around the ring one after the other.
 """
 
 from ferry.dsl import CollectiveProgram, MemoryChannel
 
 
-def program(world_size: int) -> CollectiveProgram:
+def program(world_size: int, instances: int = 2, pipeline: int = 1) -> CollectiveProgram:
     w = world_size
     with CollectiveProgram("allreduce_ring", "allreduce", world_size=w, input_chunks=w,
-                           scratch_chunks=w - 1, instances=2) as prog:
+                           scratch_chunks=w - 1, instances=instances, pipeline=pipeline) as prog:
         send = [MemoryChannel(r, (r + 1) % w) for r in range(w)]
         for r in range(w):
             me, nxt = prog.rank(r), prog.rank((r + 1) % w)
