@@ -147,3 +147,18 @@ def test_multi_chunk_refs_split_when_interleaved():
         r0.copy(r0.input[0:2], r0.output[0:2], tb=0)
     ops = prog.to_plan()["ranks"][0]["thread_blocks"][1]["ops"]
     assert [(o["src"]["index"], o["src"]["count"]) for o in ops] == [(1, 1), (3, 1)]
+
+
+def test_broadcast_plan_carries_its_root_and_verifies():
+    from ferry.plan.verify import verify
+    with CollectiveProgram("bcast", "broadcast", world_size=3, input_chunks=2, root=1) as prog:
+        src = prog.rank(1)
+        src.copy(src.input[0:2], src.output[0:2], tb=0)
+        for p in (0, 2):
+            ch = MemoryChannel(1, p)
+            ch.put(src.input[0:2], prog.rank(p).output[0:2], tb=0)
+            ch.signal(tb=0)
+            ch.pair.wait(tb=0)
+    plan = prog.to_plan()
+    assert plan["root"] == 1
+    assert verify(load_plan(plan)) == []

@@ -41,6 +41,6 @@ def check_local(rank: int, kind: str, *refs: ChunkRef) -> None:
 
 def check_counts(kind: str, *refs: Any) -> None:
     """Raises ValueError unless all refs (ChunkRef or RemoteRef) have the same chunk count."""
-    counts = sorted({getattr(r, "ref", r).count for r in refs})
+    counts = sorted({r.count for r in refs})
     if len(counts) > 1:
         raise ValueError(f"{kind}: all references must have the same chunk count, found {counts}")
