@@ -1,19 +1,20 @@
 #!/usr/bin/env bash
 # The whole test suite, as CI runs it (.ci/run calls exactly this). Needs no GPU.
 #   1. installs missing dependencies (scripts/install-deps.sh),
-#   2. builds the `default` preset (every CUDA source for sm_90) and runs every test but the gpu ones,
-#   3. builds the `asan` preset and runs the host tests (unit, mp) under ASan + UBSan,
-#   4. builds the `fuzz` preset (clang, libFuzzer) and runs the fuzz targets for a bounded time.
+#   2. runs the Python tests (python/tests: the DSL, the plan loader and verifier, the shipped plans),
+#   3. builds the `default` preset (every CUDA source for sm_90) and runs every test but the gpu ones,
+#   4. builds the `asan` preset and runs the host tests (unit, mp) under ASan + UBSan,
+#   5. builds the `fuzz` preset (clang, libFuzzer) and runs the fuzz targets for a bounded time.
 # The last line is "N passed, N failed" over all test runs (a build that fails counts as one failure);
 # the exit status is non-zero if anything failed.
 #
 #   scripts/test.sh            # everything
-#   scripts/test.sh --quick    # default build and its tests only
+#   scripts/test.sh --quick    # Python tests, default build and its tests only
 #   scripts/test.sh --no-deps  # skip the dependency check
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-usage() { sed -n '2,12p' "$0" | sed 's/^# \{0,1\}//'; }
+usage() { sed -n '2,13p' "$0" | sed 's/^# \{0,1\}//'; }
 
 quick=0
 deps=1
@@ -95,6 +96,30 @@ run_tests() {
   echo "== tests of $preset took $((SECONDS - t0)) s"
 }
 
+# Runs the Python tests from the source tree (no install step, so no network) and adds pytest's counts.
+run_python_tests() {
+  local t0=$SECONDS
+  banner "python tests (pytest python/tests)"
+  mkdir -p "$log_dir"
+  local log="$log_dir/python.log" rc=0
+  PYTHONPATH=python${PYTHONPATH:+:$PYTHONPATH} "${PYTHON:-python3}" -m pytest -q -p no:cacheprovider python/tests \
+    2>&1 | tee "$log" || rc=$?
+  # The last line reads like "2 failed, 98 passed, 1 error in 3.1s"; exit status 5 means no tests ran.
+  local line npass nfail nerr
+  line=$(sed -E 's/^=+ //' "$log" | grep -E '^[0-9]+ [a-z]+.* in [0-9.]+s|no tests ran' | tail -n 1 || true)
+  npass=$(grep -Eo '[0-9]+ passed' <<<"$line" | awk '{print $1}' || true)
+  nfail=$(grep -Eo '[0-9]+ failed' <<<"$line" | awk '{print $1}' || true)
+  nerr=$(grep -Eo '[0-9]+ errors?' <<<"$line" | awk '{print $1}' || true)
+  passed=$((passed + ${npass:-0}))
+  failed=$((failed + ${nfail:-0} + ${nerr:-0}))
+  if [[ $((${nfail:-0} + ${nerr:-0})) -gt 0 ]]; then
+    problems+=("python tests: ${nfail:-0} failed, ${nerr:-0} errors (see $log)")
+  elif [[ $rc -ne 0 || -z "$npass" ]]; then
+    step_failed "python tests exited with $rc and ran ${npass:-no} tests (see $log)"
+  fi
+  echo "== python tests took $((SECONDS - t0)) s"
+}
+
 if [[ $deps -eq 1 ]]; then
   banner "dependencies"
   if ! scripts/install-deps.sh; then
@@ -103,6 +128,7 @@ if [[ $deps -eq 1 ]]; then
   fi
 fi
 
+run_python_tests || true
 if build default; then run_tests default || true; fi
 if [[ $quick -eq 0 ]]; then
   if build asan; then run_tests asan || true; fi
