@@ -5,7 +5,7 @@ The scheduler runs any thread block whose next op can proceed until none can:
 - ``unpack_packets``/``reduce_packets`` proceed when every scratch chunk they read has received its
   next ``put_packets`` (the n-th unpack of a chunk consumes the n-th packet write to it);
 - ``barrier`` proceeds when every thread block of the rank stands at a barrier.
-Plans that race-free and deadlock-free are deterministic, so one schedule decides them.
+Plans that are race-free and deadlock-free are deterministic, so one schedule decides them.
 
 Happens-before is tracked with vector clocks, one component per (rank, thread block): program order,
 signal -> the matching wait, the packet write -> the unpack that consumes it, and barriers (which
@@ -62,12 +62,9 @@ class Simulator:
 
     def __init__(self, plan: Plan):
         self.plan = plan
-        self.threads = [
-            _Thread(0, r.rank, tb.id, tb.ops, [])
-            for r in plan.ranks for tb in r.thread_blocks
-        ]
-        for gid, t in enumerate(self.threads):
-            t.gid, t.clock = gid, [0] * len(self.threads)
+        blocks = [(r.rank, tb) for r in plan.ranks for tb in r.thread_blocks]
+        self.threads = [_Thread(gid, rank, tb.id, tb.ops, [0] * len(blocks))
+                        for gid, (rank, tb) in enumerate(blocks)]
         self.memory: dict[Slot, Value] = initial_memory(plan)
         self.access: dict[Slot, _Access] = {}
         self.pairs = _pair_channels(plan)
