@@ -7,11 +7,7 @@ is complete. One channel per ordered pair; its n-th wait consumes the sender's n
 """
 
 from ferry.dsl import CollectiveProgram, MemoryChannel
-
-
-def slot(sender: int, receiver: int) -> int:
-    """The scratch chunk of ``receiver`` that holds ``sender``'s contribution."""
-    return sender if sender < receiver else sender - 1
+from ferry.programs.reducescatter_allpairs import slot  # same scratch layout for the first phase
 
 
 def program(world_size: int) -> CollectiveProgram:
