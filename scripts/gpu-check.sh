@@ -9,6 +9,7 @@
 #   scripts/gpu-check.sh
 #   GPU_CHECK_CMAKE_ARGS="-DFERRY_CUDA_ARCHITECTURES=90a" scripts/gpu-check.sh   # extra configure options
 #   GPU_TESTS_EXCLUDE='^gpu_memory_leak$' scripts/gpu-check.sh                    # skip slow tests (regex)
+#   GPU_CHECK_BENCH_ARGS="allreduce -b 1K -e 64M" scripts/gpu-check.sh           # what the bench step runs
 #
 # Adding a step: write step_<name> (a function; its exit status is the verdict), add <name> to
 # STEPS, and to REQUIRED if later steps cannot run without it. Steps that run ctest count toward the
@@ -21,9 +22,9 @@ cd "$(dirname "$0")/.." || exit 2
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1
 unset FERRY_ENABLE_NVLS
 
-STEPS=(configure build guard_selftest ferry_info gpu_tests sanitizer)
+STEPS=(configure build guard_selftest ferry_info gpu_tests sanitizer bench)
 REQUIRED=(configure build guard_selftest)  # nothing touches a GPU unless the guard is proven to work
-SHOW=(ferry_info gpu_tests sanitizer)                 # steps whose whole log is printed, not only on failure
+SHOW=(ferry_info gpu_tests sanitizer)               # steps whose whole log is printed, not only on failure
 
 build="build-gpu"
 out=${OUT:-$build/out}
@@ -76,6 +77,15 @@ step_sanitizer() {
     ((PIPESTATUS[0] == 0)) || rc=1
   done
   return $rc
+}
+
+# ferry-bench on every local GPU, NCCL beside it; the table goes to bench_table.txt (shown in the
+# summary) and the rows to bench.json (scripts/plot-bench.py draws them).
+step_bench() {
+  local args
+  read -ra args <<<"${GPU_CHECK_BENCH_ARGS:-all -b 1K -e 1G -f 4}"
+  guarded "$PWD/$build/tools/ferry-bench/ferry-bench" "${args[@]}" --json "$out/bench.json" | tee "$out/bench_table.txt"
+  return "${PIPESTATUS[0]}"
 }
 
 # ---- runner ---------------------------------------------------------------------------------------
@@ -147,6 +157,7 @@ done
   done
   echo "tests: $passed passed, $failed failed"
   if [[ -s $out/bench.txt ]]; then echo "benchmarks:"; sed 's/^/  /' "$out/bench.txt"; fi
+  if [[ -s $out/bench_table.txt ]]; then echo "ferry-bench:"; cat "$out/bench_table.txt"; fi
   if ((any_failed)); then echo "result: FAIL"; else echo "result: PASS"; fi
 } | tee "$out/summary.txt"
 exit $any_failed

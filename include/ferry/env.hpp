@@ -29,6 +29,10 @@ struct FERRY_API Env {
   std::chrono::duration<double> deviceTimeout;     // FERRY_DEVICE_TIMEOUT
   std::chrono::duration<double> fdTimeout;         // FERRY_FD_TIMEOUT
   std::chrono::duration<double> connectionTimeout; // FERRY_CONNECTION_TIMEOUT
+  std::string algo;                                // FERRY_ALGO
+  std::string tuningFile;                          // FERRY_TUNING_FILE
+  std::uint64_t scratchBytes;                      // FERRY_SCRATCH_BYTES
+  std::uint64_t llBytes;                           // FERRY_LL_BYTES
   bool enableNvls;                                 // FERRY_ENABLE_NVLS
   std::string ncclNvlsEnable;                      // NCCL_NVLS_ENABLE
   bool torchSymmMemDisableMulticast;               // TORCH_SYMM_MEM_DISABLE_MULTICAST

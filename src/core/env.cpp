@@ -65,6 +65,18 @@ const Var kVars[] = {
     {"FERRY_DEVICE_TIMEOUT", &Env::deviceTimeout, "30",
      "Bound on every device-side wait (FIFO push and sync, semaphore and channel waits), in seconds; on "
      "expiry the kernel reports rank, peer and operation and traps. 0: never time out (debugging only)."},
+    {"FERRY_ALGO", &Env::algo, "",
+     "Forces collective algorithms: NAME[,NAME...] or COLLECTIVE=NAME,... (e.g. allreduce=allreduce_ll); "
+     "names as `ferry-bench --list` prints them. A forced algorithm that cannot run a call fails it."},
+    {"FERRY_TUNING_FILE", &Env::tuningFile, "",
+     "JSON tuning table (written by `ferry-bench --tune`) consulted before the built-in defaults when "
+     "choosing a collective algorithm."},
+    {"FERRY_SCRATCH_BYTES", &Env::scratchBytes, "128M",
+     "Scratch memory per rank that peers write into for Simple-protocol collectives (two halves); "
+     "larger calls run in rounds."},
+    {"FERRY_LL_BYTES", &Env::llBytes, "1M",
+     "Data one peer's LL packet slot can carry per call; LL algorithms take calls up to this size. "
+     "Each rank holds 2 * 2 * world size times this much packet memory."},
     {"FERRY_ENABLE_NVLS", &Env::enableNvls, "0",
      "Allow NVLink multicast (SwitchChannel, NVLS algorithms). Never set it on shared machines."},
     {"NCCL_NVLS_ENABLE", &Env::ncclNvlsEnable, "",

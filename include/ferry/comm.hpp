@@ -1,0 +1,95 @@
+#pragma once
+// Comm: the collectives of one group of ranks, one process per GPU, with NCCL's calling
+// conventions. Every call is asynchronous on the caller's stream, capturable in a CUDA graph, and
+// allocates nothing and waits for nothing on the host: the buffers peers write into (scratch and
+// LL packet space) are set up once, when the Comm is made.
+//
+//   cudaSetDevice(localRank);
+//   auto boot = ferry::TcpBootstrap::create(id, rank, worldSize);
+//   ferry::Comm comm(boot);                                     // collective: every rank calls it
+//   comm.allReduce(send, recv, count, ferry::DataType::BFloat16, ferry::ReduceOp::Sum, stream);
+//
+// Rules, as with NCCL:
+// - Every rank issues the same collectives, with the same counts, types, ops and roots, in the
+//   same order. Calls of one Comm run in the order they were issued only if they share a stream
+//   (or the caller orders the streams); give concurrent work its own Comm.
+// - Buffers are device memory of the Comm's GPU. send == recv is in-place; other overlap is an
+//   error. Pointers must be aligned to the element size.
+// - Errors: a bad argument is Error(InvalidUsage) naming the rank, the call and the argument, thrown
+//   before anything is queued. A peer that never joins the call makes the kernel report the rank,
+//   the peer and the call and stop after FERRY_DEVICE_TIMEOUT; the stream then returns an error.
+//
+// Algorithms: several per collective (algorithmNames); a selector picks one by collective, size,
+// type and world size from built-in defaults, a tuning table (FERRY_TUNING_FILE, written by
+// `ferry-bench --tune`), FERRY_ALGO, or setAlgorithm().
+#include <cuda_runtime_api.h>
+
+#include <cstddef>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "ferry/api.hpp"
+#include "ferry/bootstrap.hpp"
+#include "ferry/datatype.hpp"
+
+namespace ferry {
+
+enum class Collective : int { AllReduce, AllGather, ReduceScatter, AllToAll, Broadcast };
+inline constexpr int kCollectiveCount = 5;
+// "allreduce", "allgather", "reducescatter", "alltoall", "broadcast".
+FERRY_API std::string_view toString(Collective c) noexcept;
+// The names above; also with '_' ("all_reduce"), case-insensitively.
+FERRY_API std::optional<Collective> parseCollective(std::string_view name) noexcept;
+
+class FERRY_API Comm {
+ public:
+  // Collective over the bootstrap's ranks. Uses the CUDA device current at construction; all ranks
+  // must be on one host with peer access between their GPUs (NVLink or PCIe).
+  // Throws Error(NotSupported) otherwise, naming the ranks that cannot reach each other.
+  explicit Comm(std::shared_ptr<Bootstrap> bootstrap);
+  // Waits for the Comm's GPU to finish queued work first (no kernel may still use its buffers).
+  ~Comm();
+  Comm(const Comm&) = delete;
+  Comm& operator=(const Comm&) = delete;
+
+  int rank() const noexcept;
+  int worldSize() const noexcept;
+  int device() const noexcept;
+
+  // recv[i] = op over ranks of send[i], for i < count.
+  void allReduce(const void* send, void* recv, std::size_t count, DataType type, ReduceOp op,
+                 cudaStream_t stream);
+  // recv holds worldSize * sendCount elements; rank r's send lands at recv + r * sendCount.
+  // In place: send == recv + rank * sendCount.
+  void allGather(const void* send, void* recv, std::size_t sendCount, DataType type, cudaStream_t stream);
+  // send holds worldSize * recvCount elements; rank r gets op over ranks of block r of send.
+  // In place: recv == send + rank * recvCount.
+  void reduceScatter(const void* send, void* recv, std::size_t recvCount, DataType type, ReduceOp op,
+                     cudaStream_t stream);
+  // send and recv hold worldSize * count elements: block p of rank r's send lands in block r of
+  // rank p's recv. In place: send == recv.
+  void allToAll(const void* send, void* recv, std::size_t count, DataType type, cudaStream_t stream);
+  // recv[i] = root's send[i]; send is read on the root only (may be null elsewhere).
+  void broadcast(const void* send, void* recv, std::size_t count, DataType type, int root,
+                 cudaStream_t stream);
+
+  // Forces the algorithm `name` for collective c (an empty name hands the choice back to the
+  // selector). Error(InvalidUsage) for a name that does not exist or belongs to another collective.
+  // A forced algorithm that cannot run a call (too large for its buffers, say) makes that call
+  // Error(InvalidUsage) naming why, instead of silently using another.
+  void setAlgorithm(Collective c, std::string_view name);
+  // The algorithm a call of `bytes` (the larger of input and output) would use.
+  std::string algorithmFor(Collective c, std::size_t bytes, DataType type) const;
+  // Every algorithm of c, in the registry's order.
+  static std::vector<std::string> algorithmNames(Collective c);
+
+  struct Impl;
+
+ private:
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace ferry

@@ -1,0 +1,48 @@
+#pragma once
+// The Algorithm interface: one named way to run one collective. Algorithms hold no per-Comm state;
+// what they need (peer buffers, the call counter) comes in the CollectiveContext, and what limits
+// them (the size of those buffers) in CommLimits, so the selector can ask without a GPU.
+//
+// Adding one: implement the interface in a .cu file of this folder, list it in allAlgorithms()
+// (registry.cpp) and, if it should be picked by default, in defaultTuning() (tuning.cpp).
+#include <string>
+#include <vector>
+
+#include "collectives/collective_call.hpp"
+#include "collectives/device_context.hpp"
+
+namespace ferry {
+
+// Sizes of a Comm's shared buffers (CommResources), per rank.
+struct CommLimits {
+  int worldSize = 1;
+  std::uint64_t llSlotDataBytes = 0;  // data one LL packet slot carries (half its bytes)
+  std::uint64_t scratchHalfBytes = 0;
+};
+
+class Algorithm {
+ public:
+  virtual ~Algorithm() = default;
+  virtual const char* name() const = 0;
+  virtual Collective collective() const = 0;
+  // Empty when the algorithm can run `call` within `limits`; otherwise why not, as a phrase that
+  // fits after "cannot run this call: ".
+  virtual std::string whyNot(const CollectiveCall& call, const CommLimits& limits) const = 0;
+  // Queues the call on call.stream. @pre whyNot(call, ...) is empty and the call is valid.
+  virtual void launch(const CollectiveCall& call, const CollectiveContext& context) const = 0;
+};
+
+// Every algorithm, grouped by collective, each group in order of preference when nothing else
+// decides.
+const std::vector<const Algorithm*>& allAlgorithms();
+// nullptr when there is none of that name.
+const Algorithm* findAlgorithm(std::string_view name);
+
+// The algorithms of each collective, defined beside their kernels.
+std::vector<const Algorithm*> allReduceAlgorithms();
+std::vector<const Algorithm*> allGatherAlgorithms();
+std::vector<const Algorithm*> reduceScatterAlgorithms();
+std::vector<const Algorithm*> allToAllAlgorithms();
+std::vector<const Algorithm*> broadcastAlgorithms();
+
+}  // namespace ferry

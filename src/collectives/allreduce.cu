@@ -1,0 +1,161 @@
+// AllReduce algorithms:
+//   allreduce_ll        one shot with LL16 packets: every rank writes its whole input into every
+//                       peer's packet slot, then reduces what arrived. One hop, no separate signal:
+//                       for small calls, where latency is everything.
+//   allreduce_two_shot  reduce-scatter then all-gather through the peers' scratch (Simple protocol):
+//                       rank r pushes chunk j of its input to rank j, reduces its own chunk from
+//                       what arrived, pushes the result to every peer and copies theirs out. Calls
+//                       larger than the scratch run in rounds.
+#include "collectives/algorithm.hpp"
+#include "collectives/kernel_util.cuh"
+#include "collectives/launch.hpp"
+#include "ferry/device/copy.hpp"
+#include "ferry/device/packet.hpp"
+
+namespace ferry {
+namespace {
+
+FERRY_DEVICE FERRY_INLINE LL16Packet* slotPackets(char* region, const CollectiveContext& c, std::uint64_t m,
+                                                  int slot) {
+  return reinterpret_cast<LL16Packet*>(llHalf(region, c, m) + static_cast<std::uint64_t>(slot) * c.llSlotBytes);
+}
+
+template <class T, ReduceOp Op>
+__global__ void __launch_bounds__(kThreads)
+    allReduceLL(CollectiveContext c, const char* send, char* recv, std::uint64_t bytes) {
+  const std::uint64_t m = beginCall(c);
+  const auto flag = static_cast<std::uint32_t>(m);
+  const int R = c.nranks, r = c.rank;
+  const Range part = splitRange((bytes + 7) / 8, gridDim.x, blockIdx.x, 1);
+  awaitPeersStarted(c, m);
+  for (std::uint64_t w = part.begin + threadIdx.x; w < part.end; w += kThreads) {
+    const std::uint64_t v = loadWord(send, w, bytes);
+    for (int i = 1; i < R; ++i) {
+      const int p = (r + i) % R;
+      slotPackets(c.peerLl[p], c, m, r)[w].write(v, flag);
+    }
+  }
+  for (std::uint64_t w = part.begin + threadIdx.x; w < part.end; w += kThreads) {
+    std::uint64_t acc = 0;
+    for (int q = 0; q < R; ++q) {
+      const std::uint64_t v =
+          q == r ? loadWord(send, w, bytes) : slotPackets(c.ll, c, m, q)[w].read(flag, waitContext(c, q));
+      acc = q == 0 ? v : reduceWord<T, Op>(acc, v);
+    }
+    storeWord(recv, w, bytes, finishWord<T, Op>(acc, R));
+  }
+  endCall(c, m);
+}
+
+// Scratch half: [phase-1 slots: R x slotBytes][phase-2 slots: R x slotBytes]. Slot q of phase 1
+// holds the part of this rank's chunk that rank q sent; slot q of phase 2, rank q's reduced chunk.
+template <class T, ReduceOp Op>
+__global__ void __launch_bounds__(kThreads)
+    allReduceTwoShot(CollectiveContext c, const char* send, char* recv, std::uint64_t count,
+                     std::uint64_t slotBytes) {
+  constexpr std::uint64_t sz = sizeof(T), grain = 16 / sz;
+  const std::uint64_t m = beginCall(c);
+  const int R = c.nranks, r = c.rank;
+  const std::uint64_t roundElems = slotBytes / sz * R;
+  const std::uint64_t rounds = (count + roundElems - 1) / roundElems;
+  char* mine = scratchHalf(c.scratch, c, m);
+  for (std::uint64_t k = 0; k < rounds; ++k) {
+    if (k == 0)
+      awaitPeersStarted(c, m);
+    else
+      exchangeSignals(c, signalValue(m, k - 1, 3));  // peers are done with the previous round's slots
+    const std::uint64_t base = k * roundElems, len = min(roundElems, count - base);
+    std::uint64_t chunk = (len + R - 1) / R;
+    chunk = (chunk + grain - 1) / grain * grain;
+    const Range part = splitRange(chunk, gridDim.x, blockIdx.x, grain);
+    // Elements [begin, end) of chunk j handled by this block, clipped to the round.
+    auto clip = [&](int j) {
+      const std::uint64_t b = min(j * chunk + part.begin, len), e = min(j * chunk + part.end, len);
+      return Range{base + b, base + e};
+    };
+    for (int i = 1; i < R; ++i) {
+      const int j = (r + i) % R;
+      const Range el = clip(j);
+      copy(scratchHalf(c.peerScratch[j], c, m) + r * slotBytes + part.begin * sz, send + el.begin * sz,
+           el.size() * sz, threadIdx.x, kThreads);
+    }
+    exchangeSignals(c, signalValue(m, k, 1));
+    {
+      const Range el = clip(r);
+      const char* src[kMaxRanks];
+      char* dst[kMaxRanks + 1];
+      for (int q = 0; q < R; ++q) src[q] = q == r ? send + el.begin * sz : mine + q * slotBytes + part.begin * sz;
+      int nd = 0;
+      dst[nd++] = recv + el.begin * sz;
+      for (int i = 1; i < R; ++i)
+        dst[nd++] = scratchHalf(c.peerScratch[(r + i) % R], c, m) + (R + r) * slotBytes + part.begin * sz;
+      reduceSources<T, Op>(dst, nd, src, R, R, el.size(), threadIdx.x, kThreads);
+    }
+    exchangeSignals(c, signalValue(m, k, 2));
+    for (int i = 1; i < R; ++i) {
+      const int q = (r + i) % R;
+      const Range el = clip(q);
+      copy(recv + el.begin * sz, mine + (R + q) * slotBytes + part.begin * sz, el.size() * sz, threadIdx.x,
+           kThreads);
+    }
+  }
+  endCall(c, m);
+}
+
+class AllReduceLL final : public Algorithm {
+ public:
+  const char* name() const override { return "allreduce_ll"; }
+  Collective collective() const override { return Collective::AllReduce; }
+  std::string whyNot(const CollectiveCall& call, const CommLimits& limits) const override {
+    if (call.bytes() > limits.llSlotDataBytes)
+      return std::to_string(call.bytes()) + " bytes exceed the LL slot of " +
+             std::to_string(limits.llSlotDataBytes) + " (FERRY_LL_BYTES)";
+    return {};
+  }
+  void launch(const CollectiveCall& call, const CollectiveContext& context) const override {
+    const std::uint64_t bytes = call.bytes();
+    const unsigned grid = gridFor((bytes + 7) / 8, kThreads, 1, 64);
+    dispatchTypeOp(call.type, call.op, [&]<class T, ReduceOp Op>() {
+      allReduceLL<T, Op><<<grid, kThreads, 0, call.stream>>>(forCall(context, call),
+                                                             static_cast<const char*>(call.send),
+                                                             static_cast<char*>(call.recv), bytes);
+    });
+    checkLaunch(call, name());
+  }
+};
+
+class AllReduceTwoShot final : public Algorithm {
+ public:
+  const char* name() const override { return "allreduce_two_shot"; }
+  Collective collective() const override { return Collective::AllReduce; }
+  std::string whyNot(const CollectiveCall&, const CommLimits& limits) const override {
+    if (slotBytes(limits) < 16) return "the scratch is too small (FERRY_SCRATCH_BYTES)";
+    return {};
+  }
+  void launch(const CollectiveCall& call, const CollectiveContext& context) const override {
+    const std::uint64_t slot = slotBytes({context.nranks, 0, context.scratchHalfBytes});
+    const std::uint64_t chunkBytes = std::min<std::uint64_t>(slot, call.bytes() / context.nranks + 16);
+    const unsigned grid = gridFor(chunkBytes, 8 << 10, 1, 64);
+    dispatchTypeOp(call.type, call.op, [&]<class T, ReduceOp Op>() {
+      allReduceTwoShot<T, Op><<<grid, kThreads, 0, call.stream>>>(forCall(context, call),
+                                                                  static_cast<const char*>(call.send),
+                                                                  static_cast<char*>(call.recv), call.count, slot);
+    });
+    checkLaunch(call, name());
+  }
+
+ private:
+  static std::uint64_t slotBytes(const CommLimits& limits) {
+    return limits.scratchHalfBytes / (2 * static_cast<std::uint64_t>(limits.worldSize)) / 16 * 16;
+  }
+};
+
+}  // namespace
+
+std::vector<const Algorithm*> allReduceAlgorithms() {
+  static const AllReduceLL ll;
+  static const AllReduceTwoShot twoShot;
+  return {&ll, &twoShot};
+}
+
+}  // namespace ferry

@@ -1,0 +1,127 @@
+#include "collectives/collective_call.hpp"
+
+#include <cuda_runtime_api.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <cstdio>
+#include <limits>
+
+#include "ferry/errors.hpp"
+
+namespace ferry {
+namespace {
+
+const char* apiName(Collective c) {
+  switch (c) {
+    case Collective::AllReduce: return "allReduce";
+    case Collective::AllGather: return "allGather";
+    case Collective::ReduceScatter: return "reduceScatter";
+    case Collective::AllToAll: return "allToAll";
+    case Collective::Broadcast: return "broadcast";
+  }
+  return "collective";
+}
+
+std::string hex(const void* p) {
+  char text[32];
+  std::snprintf(text, sizeof(text), "%p", p);
+  return text;
+}
+
+// The device a pointer lives on; -1 for host memory or memory CUDA does not know.
+int deviceOf(const void* p) {
+  cudaPointerAttributes attr{};
+  if (cudaPointerGetAttributes(&attr, p) != cudaSuccess) {
+    (void)cudaGetLastError();
+    return -1;
+  }
+  if (attr.type == cudaMemoryTypeDevice || attr.type == cudaMemoryTypeManaged) return attr.device;
+  return -1;
+}
+
+}  // namespace
+
+std::size_t CollectiveCall::sendElements() const {
+  switch (collective) {
+    case Collective::ReduceScatter:
+    case Collective::AllToAll: return count * static_cast<std::size_t>(worldSize);
+    default: return count;
+  }
+}
+
+std::size_t CollectiveCall::recvElements() const {
+  switch (collective) {
+    case Collective::AllGather:
+    case Collective::AllToAll: return count * static_cast<std::size_t>(worldSize);
+    default: return count;
+  }
+}
+
+std::size_t CollectiveCall::bytes() const {
+  return std::max(sendElements(), recvElements()) * elementBytes();
+}
+
+bool CollectiveCall::inPlace() const {
+  const char* s = static_cast<const char*>(send);
+  const char* r = static_cast<const char*>(recv);
+  switch (collective) {
+    case Collective::AllGather: return s == r + static_cast<std::size_t>(rank) * count * elementBytes();
+    case Collective::ReduceScatter: return r == s + static_cast<std::size_t>(rank) * count * elementBytes();
+    default: return s == r;
+  }
+}
+
+std::string describe(const CollectiveCall& call) {
+  return "rank " + std::to_string(call.rank) + ": " + apiName(call.collective);
+}
+
+void validateCall(const CollectiveCall& call, int device) {
+  auto bad = [&](const std::string& what) {
+    return Error(ErrorCode::InvalidUsage, describe(call) + ": " + what);
+  };
+  if (!isValid(call.type))
+    throw bad("datatype " + std::to_string(static_cast<int>(call.type)) + " is not a ferry::DataType");
+  if (call.reduces() && !isValid(call.op))
+    throw bad("reduce op " + std::to_string(static_cast<int>(call.op)) + " is not a ferry::ReduceOp");
+  if (call.collective == Collective::Broadcast && (call.root < 0 || call.root >= call.worldSize))
+    throw bad("root " + std::to_string(call.root) + " is out of range [0, " + std::to_string(call.worldSize) + ")");
+  const std::size_t esize = call.elementBytes();
+  if (call.count > std::numeric_limits<std::size_t>::max() / esize / static_cast<std::size_t>(call.worldSize))
+    throw bad("count " + std::to_string(call.count) + " is too large (its byte size overflows)");
+  if (call.count == 0) return;  // nothing to do, nothing to check (as NCCL)
+  const bool needsSend = call.collective != Collective::Broadcast || call.rank == call.root;
+  if (needsSend && call.send == nullptr) throw bad("send buffer is null");
+  if (call.recv == nullptr) throw bad("recv buffer is null");
+  auto misaligned = [&](const void* p) { return reinterpret_cast<std::uintptr_t>(p) % esize != 0; };
+  if (needsSend && misaligned(call.send))
+    throw bad("send buffer " + hex(call.send) +
+              " is not aligned to the element size " + std::to_string(esize));
+  if (misaligned(call.recv))
+    throw bad("recv buffer " + hex(call.recv) +
+              " is not aligned to the element size " + std::to_string(esize));
+  if (needsSend && !call.inPlace()) {
+    const auto s = reinterpret_cast<std::uintptr_t>(call.send), r = reinterpret_cast<std::uintptr_t>(call.recv);
+    const std::size_t sb = call.sendElements() * esize, rb = call.recvElements() * esize;
+    if (s < r + rb && r < s + sb)
+      throw bad("send and recv buffers overlap but the call is not in place (in place: " +
+                std::string(call.collective == Collective::AllGather       ? "send == recv + rank * sendCount"
+                            : call.collective == Collective::ReduceScatter ? "recv == send + rank * recvCount"
+                                                                           : "send == recv") +
+                ")");
+  }
+  // Asking CUDA about a pointer is not a stream operation, but skip it while the stream is being
+  // captured: a capture must not see calls it could object to.
+  cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
+  if (device >= 0 && cudaStreamIsCapturing(call.stream, &capture) != cudaSuccess) (void)cudaGetLastError();
+  if (device >= 0 && capture == cudaStreamCaptureStatusNone) {
+    if (needsSend && deviceOf(call.send) != device)
+      throw bad("send buffer is not device memory of this rank's GPU " + std::to_string(device) +
+                " (host memory or another GPU's?)");
+    if (deviceOf(call.recv) != device)
+      throw bad("recv buffer is not device memory of this rank's GPU " + std::to_string(device) +
+                " (host memory or another GPU's?)");
+  }
+}
+
+}  // namespace ferry

@@ -1,0 +1,48 @@
+#pragma once
+// One collective call as the algorithms see it, and the argument checks every call goes through
+// before anything is queued.
+#include <cuda_runtime_api.h>
+
+#include <cstddef>
+#include <string>
+
+#include "ferry/comm.hpp"
+#include "ferry/datatype.hpp"
+
+namespace ferry {
+
+struct CollectiveCall {
+  Collective collective = Collective::AllReduce;
+  const void* send = nullptr;
+  void* recv = nullptr;
+  // The API's count: per rank for allGather (sendCount) and reduceScatter (recvCount), per peer
+  // for allToAll, the whole buffer for allReduce and broadcast.
+  std::size_t count = 0;
+  DataType type = DataType::Float32;
+  ReduceOp op = ReduceOp::Sum;
+  int root = 0;
+  cudaStream_t stream = nullptr;
+  int rank = 0;
+  int worldSize = 1;
+
+  std::size_t elementBytes() const { return sizeOf(type); }
+  // Elements of the send and recv buffers.
+  std::size_t sendElements() const;
+  std::size_t recvElements() const;
+  // The larger of the two buffers, in bytes: what the selector goes by.
+  std::size_t bytes() const;
+  bool inPlace() const;
+  bool reduces() const { return collective == Collective::AllReduce || collective == Collective::ReduceScatter; }
+};
+
+// Error(InvalidUsage) naming the rank, the collective and the argument for: a null buffer where
+// one is needed, a count whose byte size overflows, a type outside the enum, an op outside the enum
+// (checked only for the collectives that reduce), a root out of range, buffers not aligned to the
+// element size, send and recv that overlap other than in place, and a pointer that is not device
+// memory of `device` (when device >= 0 and the stream is not being captured; the check asks CUDA).
+void validateCall(const CollectiveCall& call, int device);
+
+// "rank 2: allReduce" — the prefix of every message about a call.
+std::string describe(const CollectiveCall& call);
+
+}  // namespace ferry

@@ -1,0 +1,148 @@
+#include "ferry/comm.hpp"
+
+#include <cuda_runtime_api.h>
+
+#include "collectives/collective_call.hpp"
+#include "collectives/comm_resources.hpp"
+#include "collectives/selector.hpp"
+#include "core/cuda_check.hpp"
+#include "core/logger.hpp"
+#include "ferry/communicator.hpp"
+#include "ferry/env.hpp"
+#include "ferry/errors.hpp"
+
+namespace ferry {
+namespace {
+
+// Makes the Comm's device current for one call and restores the caller's afterwards.
+class DeviceScope {
+ public:
+  explicit DeviceScope(int device) {
+    FERRY_CUDA_CHECK(cudaGetDevice(&previous_));
+    if (previous_ != device) FERRY_CUDA_CHECK(cudaSetDevice(device));
+    switched_ = previous_ != device;
+  }
+  ~DeviceScope() {
+    if (switched_) (void)cudaSetDevice(previous_);
+  }
+  DeviceScope(const DeviceScope&) = delete;
+  DeviceScope& operator=(const DeviceScope&) = delete;
+
+ private:
+  int previous_ = 0;
+  bool switched_ = false;
+};
+
+std::shared_ptr<Bootstrap> checkedBootstrap(std::shared_ptr<Bootstrap> b) {
+  if (!b) throw Error(ErrorCode::InvalidUsage, "Comm: the bootstrap is null");
+  if (b->size() > kMaxRanks)
+    throw Error(ErrorCode::NotSupported, "rank " + std::to_string(b->rank()) + ": Comm supports up to " +
+                                             std::to_string(kMaxRanks) + " ranks, not " + std::to_string(b->size()));
+  if (static_cast<int>(b->hostRanks().size()) != b->size())
+    throw Error(ErrorCode::NotSupported,
+                "rank " + std::to_string(b->rank()) + ": Comm needs every rank on one host; this host has " +
+                    std::to_string(b->hostRanks().size()) + " of " + std::to_string(b->size()) +
+                    " ranks (inter-node transports are not built yet)");
+  return b;
+}
+
+}  // namespace
+
+struct Comm::Impl {
+  std::shared_ptr<Bootstrap> bootstrap;
+  int device = 0;
+  Communicator communicator;
+  Selector selector;
+  std::unique_ptr<CommResources> resources;
+
+  explicit Impl(std::shared_ptr<Bootstrap> b)
+      : bootstrap(checkedBootstrap(std::move(b))), communicator(bootstrap), selector(Selector::fromEnvironment()) {
+    FERRY_CUDA_CHECK(cudaGetDevice(&device));
+    if (bootstrap->size() > 1)
+      resources = std::make_unique<CommResources>(communicator, env().llBytes, env().scratchBytes);
+    bootstrap->barrier();  // every rank has mapped every peer before anyone writes
+    FERRY_LOG(Info, Collectives) << "Comm ready: rank " << bootstrap->rank() << " of " << bootstrap->size()
+                                  << " on GPU " << device;
+  }
+
+  void run(CollectiveCall call) {
+    call.rank = bootstrap->rank();
+    call.worldSize = bootstrap->size();
+    validateCall(call, device);
+    if (call.count == 0) return;
+    DeviceScope scope(device);
+    if (call.worldSize == 1) {
+      // The answer is the input itself (avg over one rank included).
+      const bool needsCopy = call.send != nullptr && !call.inPlace();
+      if (needsCopy)
+        FERRY_CUDA_CHECK(cudaMemcpyAsync(call.recv, call.send, call.recvElements() * call.elementBytes(),
+                                         cudaMemcpyDeviceToDevice, call.stream));
+      return;
+    }
+    const Algorithm& algorithm = selector.select(call, resources->limits());
+    algorithm.launch(call, resources->context());
+  }
+};
+
+Comm::Comm(std::shared_ptr<Bootstrap> bootstrap) : impl_(std::make_unique<Impl>(std::move(bootstrap))) {}
+
+Comm::~Comm() {
+  // Kernels of this Comm may still be queued: its buffers must outlive them.
+  int current = 0;
+  if (cudaGetDevice(&current) == cudaSuccess) {
+    (void)cudaSetDevice(impl_->device);
+    (void)cudaDeviceSynchronize();
+    (void)cudaSetDevice(current);
+  }
+}
+
+int Comm::rank() const noexcept { return impl_->bootstrap->rank(); }
+int Comm::worldSize() const noexcept { return impl_->bootstrap->size(); }
+int Comm::device() const noexcept { return impl_->device; }
+
+void Comm::allReduce(const void* send, void* recv, std::size_t count, DataType type, ReduceOp op,
+                     cudaStream_t stream) {
+  impl_->run({Collective::AllReduce, send, recv, count, type, op, 0, stream});
+}
+
+void Comm::allGather(const void* send, void* recv, std::size_t sendCount, DataType type, cudaStream_t stream) {
+  impl_->run({Collective::AllGather, send, recv, sendCount, type, ReduceOp::Sum, 0, stream});
+}
+
+void Comm::reduceScatter(const void* send, void* recv, std::size_t recvCount, DataType type, ReduceOp op,
+                         cudaStream_t stream) {
+  impl_->run({Collective::ReduceScatter, send, recv, recvCount, type, op, 0, stream});
+}
+
+void Comm::allToAll(const void* send, void* recv, std::size_t count, DataType type, cudaStream_t stream) {
+  impl_->run({Collective::AllToAll, send, recv, count, type, ReduceOp::Sum, 0, stream});
+}
+
+void Comm::broadcast(const void* send, void* recv, std::size_t count, DataType type, int root, cudaStream_t stream) {
+  impl_->run({Collective::Broadcast, send, recv, count, type, ReduceOp::Sum, root, stream});
+}
+
+void Comm::setAlgorithm(Collective c, std::string_view name) { impl_->selector.force(c, name); }
+
+std::string Comm::algorithmFor(Collective c, std::size_t bytes, DataType type) const {
+  if (worldSize() == 1) return "local_copy";
+  CollectiveCall call;
+  call.collective = c;
+  call.type = type;
+  call.rank = rank();
+  call.worldSize = worldSize();
+  const std::size_t esize = sizeOf(type);
+  // bytes is the larger buffer: per-rank counts are a worldSize-th of it.
+  const bool perRank = c == Collective::AllGather || c == Collective::ReduceScatter || c == Collective::AllToAll;
+  call.count = esize ? bytes / esize / (perRank ? static_cast<std::size_t>(worldSize()) : 1) : 0;
+  return impl_->selector.select(call, impl_->resources->limits()).name();
+}
+
+std::vector<std::string> Comm::algorithmNames(Collective c) {
+  std::vector<std::string> names;
+  for (const Algorithm* a : allAlgorithms())
+    if (a->collective() == c) names.emplace_back(a->name());
+  return names;
+}
+
+}  // namespace ferry

@@ -1,0 +1,72 @@
+#include "collectives/comm_resources.hpp"
+
+#include <future>
+
+#include "ferry/env.hpp"
+#include "ferry/errors.hpp"
+#include "ferry/memory.hpp"
+
+namespace ferry {
+namespace {
+
+constexpr std::uint64_t kAlign = 64 << 10;
+
+std::uint64_t roundUp(std::uint64_t n, std::uint64_t to) { return (n + to - 1) / to * to; }
+
+}  // namespace
+
+CommResources::CommResources(Communicator& comm, std::uint64_t llSlotDataBytes, std::uint64_t scratchBytes) {
+  const auto& boot = comm.bootstrap();
+  const int rank = boot->rank(), size = boot->size();
+  llSlotDataBytes = roundUp(std::max<std::uint64_t>(llSlotDataBytes, 8), 8);
+  const std::uint64_t llSlotBytes = 2 * llSlotDataBytes;  // an LL16 packet carries half its bytes
+  const std::uint64_t llHalf = roundUp(llSlotBytes * static_cast<std::uint64_t>(size), kAlign);
+  const std::uint64_t scratchHalf = roundUp(std::max<std::uint64_t>(scratchBytes / 2, 16), kAlign);
+
+  const std::uint64_t flagsOffset = 256;
+  const std::uint64_t llOffset = roundUp(flagsOffset + sizeof(std::uint64_t) * kFlagSlots * kMaxRanks, kAlign);
+  const std::uint64_t scratchOffset = llOffset + 2 * llHalf;
+  const std::uint64_t total = scratchOffset + 2 * scratchHalf;
+
+  memory_ = gpuAlloc(total);
+  local_ = comm.registerMemory(memory_.get(), total, Transport::CudaIpc);
+  constexpr int kTag = 0x6c6c;  // the Comm's own tag for this exchange
+  std::vector<std::shared_future<RegisteredMemory>> futures(static_cast<std::size_t>(size));
+  for (int p = 0; p < size; ++p) {
+    if (p == rank) continue;
+    comm.sendMemory(local_, p, kTag);
+    futures[p] = comm.recvMemory(p, kTag);
+  }
+  peers_.resize(static_cast<std::size_t>(size));
+  for (int p = 0; p < size; ++p) peers_[p] = p == rank ? local_ : futures[p].get();
+
+  auto* base = static_cast<char*>(memory_.get());
+  context_.rank = rank;
+  context_.nranks = size;
+  context_.state = reinterpret_cast<CallState*>(base);
+  context_.flags = reinterpret_cast<std::uint64_t*>(base + flagsOffset);
+  context_.ll = base + llOffset;
+  context_.scratch = base + scratchOffset;
+  for (int p = 0; p < size; ++p) {
+    auto* peerBase = static_cast<char*>(peers_[p].data());
+    if (!peerBase || peers_[p].size() != total)
+      throw Error(ErrorCode::NotSupported,
+                  "rank " + std::to_string(rank) + ": the collectives' buffers of rank " + std::to_string(p) +
+                      " could not be mapped here (" + std::to_string(peers_[p].size()) + " of " +
+                      std::to_string(total) +
+                      " bytes); every rank must be on one host with the same FERRY_SCRATCH_BYTES and FERRY_LL_BYTES");
+    context_.peerFlags[p] = reinterpret_cast<std::uint64_t*>(peerBase + flagsOffset);
+    context_.peerLl[p] = peerBase + llOffset;
+    context_.peerScratch[p] = peerBase + scratchOffset;
+  }
+  context_.llHalfBytes = llHalf;
+  context_.llSlotBytes = llSlotBytes;
+  context_.scratchHalfBytes = scratchHalf;
+  context_.timeoutNs = static_cast<std::uint64_t>(env().deviceTimeout.count() * 1e9);
+
+  limits_.worldSize = size;
+  limits_.llSlotDataBytes = llSlotDataBytes;
+  limits_.scratchHalfBytes = scratchHalf;
+}
+
+}  // namespace ferry

@@ -1,0 +1,179 @@
+// The collectives that only move data: AllGather, AllToAll and Broadcast, two algorithms each on
+// one pair of kernels that differ only in which block goes where (CopyPlan):
+//   *_ll    one hop of LL16 packets into each receiver's packet slot for the sender; the receiver
+//           unpacks as packets arrive. For small calls.
+//   *_push  the sender copies into the receiver's scratch slot for it and signals; the receiver
+//           copies out. Calls larger than a slot run in rounds, each receiver telling its senders
+//           when a slot is free again.
+#include "collectives/algorithm.hpp"
+#include "collectives/kernel_util.cuh"
+#include "collectives/launch.hpp"
+#include "ferry/device/copy.hpp"
+#include "ferry/device/packet.hpp"
+
+namespace ferry {
+namespace {
+
+// Which bytes go where, for one rank. `bytes` is one block: what one rank sends one peer.
+struct CopyPlan {
+  const char* send;
+  char* recv;
+  std::uint64_t bytes;
+  int collective;  // Collective
+  int root;
+  bool inPlace;
+
+  FERRY_HOST_DEVICE bool isBroadcast() const { return collective == static_cast<int>(Collective::Broadcast); }
+  // What this rank sends to rank p, and where rank q's block lands here.
+  FERRY_HOST_DEVICE const char* source(int p) const {
+    return collective == static_cast<int>(Collective::AllToAll) ? send + p * bytes : send;
+  }
+  FERRY_HOST_DEVICE char* dest(int q) const { return isBroadcast() ? recv : recv + q * bytes; }
+  // Peers this rank sends to / receives from (bit p).
+  FERRY_HOST_DEVICE unsigned sendMask(int rank) const { return !isBroadcast() || rank == root ? ~0u : 0u; }
+  FERRY_HOST_DEVICE unsigned recvMask(int rank) const {
+    return !isBroadcast() ? ~0u : rank == root ? 0u : 1u << root;
+  }
+  // This rank's own block, copied locally (not in place).
+  FERRY_HOST_DEVICE bool copiesOwn(int rank) const { return !inPlace && (!isBroadcast() || rank == root); }
+};
+
+FERRY_DEVICE FERRY_INLINE LL16Packet* slotPackets(char* region, const CollectiveContext& c, std::uint64_t m,
+                                                  int slot) {
+  return reinterpret_cast<LL16Packet*>(llHalf(region, c, m) + static_cast<std::uint64_t>(slot) * c.llSlotBytes);
+}
+
+__global__ void __launch_bounds__(kThreads) copyLL(CollectiveContext c, CopyPlan plan) {
+  const std::uint64_t m = beginCall(c);
+  const auto flag = static_cast<std::uint32_t>(m);
+  const int R = c.nranks, r = c.rank;
+  const unsigned sendMask = plan.sendMask(r), recvMask = plan.recvMask(r);
+  const std::uint64_t bytes = plan.bytes;
+  const Range part = splitRange((bytes + 7) / 8, gridDim.x, blockIdx.x, 1);
+  if (sendMask) awaitPeersStarted(c, m, sendMask);
+  for (std::uint64_t w = part.begin + threadIdx.x; w < part.end; w += kThreads)
+    for (int i = 1; i < R; ++i) {
+      const int p = (r + i) % R;
+      if (sendMask >> p & 1) slotPackets(c.peerLl[p], c, m, r)[w].write(loadWord(plan.source(p), w, bytes), flag);
+    }
+  if (plan.copiesOwn(r)) {
+    const std::uint64_t b = part.begin * 8, e = min(part.end * 8, bytes);
+    if (e > b) copy(plan.dest(r) + b, plan.source(r) + b, e - b, threadIdx.x, kThreads);
+  }
+  for (std::uint64_t w = part.begin + threadIdx.x; w < part.end; w += kThreads)
+    for (int i = 1; i < R; ++i) {
+      const int q = (r + i) % R;
+      if (recvMask >> q & 1) storeWord(plan.dest(q), w, bytes, slotPackets(c.ll, c, m, q)[w].read(flag, waitContext(c, q)));
+    }
+  endCall(c, m);
+}
+
+// Scratch half: R slots of slotBytes; slot q holds what rank q sent this rank in this round.
+__global__ void __launch_bounds__(kThreads) copyPush(CollectiveContext c, CopyPlan plan, std::uint64_t slotBytes) {
+  const std::uint64_t m = beginCall(c);
+  const int R = c.nranks, r = c.rank;
+  const unsigned sendMask = plan.sendMask(r), recvMask = plan.recvMask(r);
+  const std::uint64_t rounds = (plan.bytes + slotBytes - 1) / slotBytes;
+  char* mine = scratchHalf(c.scratch, c, m);
+  for (std::uint64_t k = 0; k < rounds; ++k) {
+    if (k == 0) {
+      if (sendMask) awaitPeersStarted(c, m, sendMask);
+    } else {
+      // Receivers free their slots for the next round; senders wait for that.
+      signalAndWait(c, signalValue(m, k - 1, 3), recvMask, sendMask);
+    }
+    const std::uint64_t off = k * slotBytes, len = min(slotBytes, plan.bytes - off);
+    const Range part = splitRange(len, gridDim.x, blockIdx.x, 16);
+    for (int i = 1; i < R; ++i) {
+      const int p = (r + i) % R;
+      if (sendMask >> p & 1)
+        copy(scratchHalf(c.peerScratch[p], c, m) + r * slotBytes + part.begin, plan.source(p) + off + part.begin,
+             part.size(), threadIdx.x, kThreads);
+    }
+    if (plan.copiesOwn(r))
+      copy(plan.dest(r) + off + part.begin, plan.source(r) + off + part.begin, part.size(), threadIdx.x, kThreads);
+    signalAndWait(c, signalValue(m, k, 1), sendMask, recvMask);
+    for (int i = 1; i < R; ++i) {
+      const int q = (r + i) % R;
+      if (recvMask >> q & 1)
+        copy(plan.dest(q) + off + part.begin, mine + q * slotBytes + part.begin, part.size(), threadIdx.x, kThreads);
+    }
+  }
+  endCall(c, m);
+}
+
+CopyPlan planFor(const CollectiveCall& call) {
+  return CopyPlan{static_cast<const char*>(call.send), static_cast<char*>(call.recv), call.count * call.elementBytes(),
+                  static_cast<int>(call.collective), call.root, call.inPlace()};
+}
+
+class CopyLL final : public Algorithm {
+ public:
+  CopyLL(const char* name, Collective c) : name_(name), collective_(c) {}
+  const char* name() const override { return name_; }
+  Collective collective() const override { return collective_; }
+  std::string whyNot(const CollectiveCall& call, const CommLimits& limits) const override {
+    const std::uint64_t block = call.count * call.elementBytes();
+    if (block > limits.llSlotDataBytes)
+      return "a block of " + std::to_string(block) + " bytes exceeds the LL slot of " +
+             std::to_string(limits.llSlotDataBytes) + " (FERRY_LL_BYTES)";
+    return {};
+  }
+  void launch(const CollectiveCall& call, const CollectiveContext& context) const override {
+    const CopyPlan plan = planFor(call);
+    const unsigned grid = gridFor((plan.bytes + 7) / 8, kThreads, 1, 64);
+    copyLL<<<grid, kThreads, 0, call.stream>>>(forCall(context, call), plan);
+    checkLaunch(call, name_);
+  }
+
+ private:
+  const char* name_;
+  Collective collective_;
+};
+
+class CopyPush final : public Algorithm {
+ public:
+  CopyPush(const char* name, Collective c) : name_(name), collective_(c) {}
+  const char* name() const override { return name_; }
+  Collective collective() const override { return collective_; }
+  std::string whyNot(const CollectiveCall&, const CommLimits& limits) const override {
+    if (slotBytes(limits.scratchHalfBytes, limits.worldSize) < 16) return "the scratch is too small (FERRY_SCRATCH_BYTES)";
+    return {};
+  }
+  void launch(const CollectiveCall& call, const CollectiveContext& context) const override {
+    const CopyPlan plan = planFor(call);
+    const std::uint64_t slot = slotBytes(context.scratchHalfBytes, context.nranks);
+    const unsigned grid = gridFor(std::min(slot, plan.bytes), 8 << 10, 1, 64);
+    copyPush<<<grid, kThreads, 0, call.stream>>>(forCall(context, call), plan, slot);
+    checkLaunch(call, name_);
+  }
+
+ private:
+  static std::uint64_t slotBytes(std::uint64_t half, int worldSize) {
+    return half / static_cast<std::uint64_t>(worldSize) / 16 * 16;
+  }
+  const char* name_;
+  Collective collective_;
+};
+
+}  // namespace
+
+std::vector<const Algorithm*> allGatherAlgorithms() {
+  static const CopyLL ll("allgather_ll", Collective::AllGather);
+  static const CopyPush push("allgather_push", Collective::AllGather);
+  return {&ll, &push};
+}
+
+std::vector<const Algorithm*> allToAllAlgorithms() {
+  static const CopyLL ll("alltoall_ll", Collective::AllToAll);
+  static const CopyPush push("alltoall_push", Collective::AllToAll);
+  return {&ll, &push};
+}
+
+std::vector<const Algorithm*> broadcastAlgorithms() {
+  static const CopyLL ll("broadcast_ll", Collective::Broadcast);
+  static const CopyPush push("broadcast_push", Collective::Broadcast);
+  return {&ll, &push};
+}
+
+}  // namespace ferry

@@ -1,0 +1,159 @@
+#pragma once
+// What every collective kernel gets (by value): where this rank's and each peer's shared buffers
+// are, and the call counter. One allocation per rank (CommResources) holds, in order:
+//
+//   CallState   the epoch (calls completed) and a count of finished blocks
+//   flags       uint64 inbound flags: slot 0 holds "peer p started call m" (the epoch row), slot
+//               1 + b is block b's signal row; flags[slot * kMaxRanks + p] is written by peer p only
+//   LL region   two halves; each holds one packet slot per sending rank
+//   scratch     two halves, for Simple-protocol algorithms
+//
+// Why two halves, and the one rule that makes reuse safe: call m uses half m % 2 of a region. A rank
+// writes into a peer's half (or into its own half that peers read) only after the peer has started
+// call m - 1, which it announces in its epoch row at kernel start; a kernel starts only after the
+// previous one on its stream finished, so the peer is done with call m - 2, the last user of that
+// half. Symmetric algorithms find that already true; for a broadcast root it is a real wait.
+//
+// Signal values are (epoch << 20) | (round << 3) | phase, increasing over a Comm's life, so a flag
+// is never reset and a wait is `flag >= value`.
+#include <cstdint>
+
+#include "ferry/device/arch/atomics.hpp"
+#include "ferry/device/macros.hpp"
+#include "ferry/device/timeout.hpp"
+
+namespace ferry {
+
+inline constexpr int kMaxRanks = 8;
+inline constexpr int kMaxBlocks = 128;
+inline constexpr int kFlagSlots = 1 + kMaxBlocks;
+
+struct CallState {
+  std::uint64_t epoch;        // calls completed on this rank
+  std::uint32_t blocksDone;   // blocks of the running call that have finished
+};
+
+struct CollectiveContext {
+  int rank = 0;
+  int nranks = 1;
+  CallState* state = nullptr;
+  std::uint64_t* flags = nullptr;  // [kFlagSlots][kMaxRanks], this rank's
+  std::uint64_t* peerFlags[kMaxRanks] = {};
+  char* ll = nullptr;              // this rank's LL region (both halves)
+  char* peerLl[kMaxRanks] = {};
+  char* scratch = nullptr;         // this rank's scratch (both halves)
+  char* peerScratch[kMaxRanks] = {};
+  std::uint64_t llHalfBytes = 0;       // nranks packet slots
+  std::uint64_t llSlotBytes = 0;       // packet bytes of one slot (twice the data it carries)
+  std::uint64_t scratchHalfBytes = 0;
+  std::uint64_t timeoutNs = 0;
+  int op = 0;  // which collective, for timeout reports (Collective)
+};
+
+// The signal value of (call, round, phase). phase in [1, 7], round < 2^17.
+FERRY_HOST_DEVICE constexpr std::uint64_t signalValue(std::uint64_t epoch, std::uint64_t round,
+                                                      std::uint64_t phase) {
+  return epoch << 20 | round << 3 | phase;
+}
+
+#if defined(__CUDACC__)
+
+FERRY_DEVICE FERRY_INLINE const char* collectiveName(int op) {
+  switch (op) {
+    case 0: return "allReduce";
+    case 1: return "allGather";
+    case 2: return "reduceScatter";
+    case 3: return "allToAll";
+    case 4: return "broadcast";
+  }
+  return "collective";
+}
+
+FERRY_DEVICE FERRY_INLINE WaitContext waitContext(const CollectiveContext& c, int peer) {
+  return WaitContext{c.rank, peer, c.timeoutNs};
+}
+
+// Every block calls this first. Returns m, the number of this call (1 for the first). Block 0
+// announces m to every peer.
+FERRY_DEVICE FERRY_INLINE std::uint64_t beginCall(const CollectiveContext& c) {
+  const std::uint64_t m = c.state->epoch + 1;
+  const int p = static_cast<int>(threadIdx.x);
+  if (blockIdx.x == 0 && p < c.nranks && p != c.rank)
+    atomicStore(c.peerFlags[p] + c.rank, m, memory_order_release);
+  return m;
+}
+
+// Called by thread p (one per peer): waits until peer p has started call m - 1 (see above).
+FERRY_DEVICE FERRY_INLINE void awaitPeerStarted(const CollectiveContext& c, int p, std::uint64_t m) {
+  const std::uint64_t* flag = c.flags + p;
+  spinUntil([&] { return atomicLoad(flag, memory_order_acquire) + 1 >= m; }, waitContext(c, p),
+            "collective: peer start of previous call", m);
+}
+
+// Threads [0, nranks) of the block: each waits for its peer to have started call m - 1. Ends
+// with __syncthreads(); every thread of the block must call it.
+// mask: the peers to wait for (bit p: peer p).
+FERRY_DEVICE FERRY_INLINE void awaitPeersStarted(const CollectiveContext& c, std::uint64_t m,
+                                                 unsigned mask = ~0u) {
+  const int p = static_cast<int>(threadIdx.x);
+  if (p < c.nranks && p != c.rank && (mask >> p & 1)) awaitPeerStarted(c, p, m);
+  __syncthreads();
+}
+
+// One thread: tells peer p that this block reached `value`, after every write of the block made
+// before the __syncthreads() that precedes the call.
+FERRY_DEVICE FERRY_INLINE void signalPeer(const CollectiveContext& c, int p, std::uint64_t value) {
+  atomicStore(c.peerFlags[p] + (1 + blockIdx.x) * kMaxRanks + c.rank, value, memory_order_release);
+}
+
+// One thread: waits until peer p's block of the same index reached `value`; afterwards the
+// peer's writes before its signal are visible to this thread (and to the block after a barrier).
+FERRY_DEVICE FERRY_INLINE void waitPeer(const CollectiveContext& c, int p, std::uint64_t value) {
+  const std::uint64_t* flag = c.flags + (1 + blockIdx.x) * kMaxRanks + p;
+  spinUntil([&] { return atomicLoad(flag, memory_order_acquire) >= value; }, waitContext(c, p),
+            collectiveName(c.op), value);
+}
+
+// The whole block: signal the peers in signalMask (bit p: peer p), then wait for those in
+// waitMask, at `value`. Ends with __syncthreads(), after which the waited-for peers' writes before
+// their signals are visible to the block.
+FERRY_DEVICE FERRY_INLINE void signalAndWait(const CollectiveContext& c, std::uint64_t value,
+                                             unsigned signalMask, unsigned waitMask) {
+  __syncthreads();
+  const int p = static_cast<int>(threadIdx.x);
+  if (p < c.nranks && p != c.rank) {
+    if (signalMask >> p & 1) signalPeer(c, p, value);
+    if (waitMask >> p & 1) waitPeer(c, p, value);
+  }
+  __syncthreads();
+}
+
+// Every peer both ways.
+FERRY_DEVICE FERRY_INLINE void exchangeSignals(const CollectiveContext& c, std::uint64_t value) {
+  signalAndWait(c, value, ~0u, ~0u);
+}
+
+// Every block calls this last; the last block to finish advances the epoch for the next call.
+FERRY_DEVICE FERRY_INLINE void endCall(const CollectiveContext& c, std::uint64_t m) {
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    const std::uint32_t done =
+        atomicFetchAdd<std::uint32_t, cuda::thread_scope_device>(&c.state->blocksDone, 1u, memory_order_acq_rel);
+    if (done + 1 == gridDim.x) {
+      c.state->blocksDone = 0;
+      c.state->epoch = m;
+    }
+  }
+}
+
+// This call's half of a region.
+FERRY_DEVICE FERRY_INLINE char* llHalf(char* base, const CollectiveContext& c, std::uint64_t m) {
+  return base + (m & 1) * c.llHalfBytes;
+}
+FERRY_DEVICE FERRY_INLINE char* scratchHalf(char* base, const CollectiveContext& c, std::uint64_t m) {
+  return base + (m & 1) * c.scratchHalfBytes;
+}
+
+#endif  // __CUDACC__
+
+}  // namespace ferry

@@ -1,0 +1,137 @@
+// ReduceScatter algorithms:
+//   reducescatter_ll    every rank writes block p of its input as LL16 packets into rank p's slot;
+//                       each rank reduces the packets that arrived with its own block. One hop.
+//   reducescatter_push  the same through the peers' scratch (Simple protocol), with one signal per
+//                       block of threads; calls larger than the scratch run in rounds.
+#include "collectives/algorithm.hpp"
+#include "collectives/kernel_util.cuh"
+#include "collectives/launch.hpp"
+#include "ferry/device/copy.hpp"
+#include "ferry/device/packet.hpp"
+
+namespace ferry {
+namespace {
+
+FERRY_DEVICE FERRY_INLINE LL16Packet* slotPackets(char* region, const CollectiveContext& c, std::uint64_t m,
+                                                  int slot) {
+  return reinterpret_cast<LL16Packet*>(llHalf(region, c, m) + static_cast<std::uint64_t>(slot) * c.llSlotBytes);
+}
+
+// bytes: of one block (the output).
+template <class T, ReduceOp Op>
+__global__ void __launch_bounds__(kThreads)
+    reduceScatterLL(CollectiveContext c, const char* send, char* recv, std::uint64_t bytes) {
+  const std::uint64_t m = beginCall(c);
+  const auto flag = static_cast<std::uint32_t>(m);
+  const int R = c.nranks, r = c.rank;
+  const Range part = splitRange((bytes + 7) / 8, gridDim.x, blockIdx.x, 1);
+  awaitPeersStarted(c, m);
+  for (std::uint64_t w = part.begin + threadIdx.x; w < part.end; w += kThreads) {
+    for (int i = 1; i < R; ++i) {
+      const int p = (r + i) % R;
+      slotPackets(c.peerLl[p], c, m, r)[w].write(loadWord(send + p * bytes, w, bytes), flag);
+    }
+  }
+  for (std::uint64_t w = part.begin + threadIdx.x; w < part.end; w += kThreads) {
+    std::uint64_t acc = 0;
+    for (int q = 0; q < R; ++q) {
+      const std::uint64_t v = q == r ? loadWord(send + r * bytes, w, bytes)
+                                     : slotPackets(c.ll, c, m, q)[w].read(flag, waitContext(c, q));
+      acc = q == 0 ? v : reduceWord<T, Op>(acc, v);
+    }
+    storeWord(recv, w, bytes, finishWord<T, Op>(acc, R));
+  }
+  endCall(c, m);
+}
+
+// Scratch half: R slots of slotBytes; slot q holds what rank q sent for this rank's block.
+template <class T, ReduceOp Op>
+__global__ void __launch_bounds__(kThreads)
+    reduceScatterPush(CollectiveContext c, const char* send, char* recv, std::uint64_t count,
+                      std::uint64_t slotBytes) {
+  constexpr std::uint64_t sz = sizeof(T), grain = 16 / sz;
+  const std::uint64_t m = beginCall(c);
+  const int R = c.nranks, r = c.rank;
+  const std::uint64_t roundElems = slotBytes / sz;
+  const std::uint64_t rounds = (count + roundElems - 1) / roundElems;
+  char* mine = scratchHalf(c.scratch, c, m);
+  for (std::uint64_t k = 0; k < rounds; ++k) {
+    if (k == 0)
+      awaitPeersStarted(c, m);
+    else
+      exchangeSignals(c, signalValue(m, k - 1, 3));
+    const std::uint64_t base = k * roundElems, len = min(roundElems, count - base);
+    const Range part = splitRange(len, gridDim.x, blockIdx.x, grain);
+    for (int i = 1; i < R; ++i) {
+      const int p = (r + i) % R;
+      copy(scratchHalf(c.peerScratch[p], c, m) + r * slotBytes + part.begin * sz,
+           send + (p * count + base + part.begin) * sz, part.size() * sz, threadIdx.x, kThreads);
+    }
+    exchangeSignals(c, signalValue(m, k, 1));
+    const char* src[kMaxRanks];
+    for (int q = 0; q < R; ++q)
+      src[q] = q == r ? send + (r * count + base + part.begin) * sz : mine + q * slotBytes + part.begin * sz;
+    char* dst[1] = {recv + (base + part.begin) * sz};
+    reduceSources<T, Op>(dst, 1, src, R, R, part.size(), threadIdx.x, kThreads);
+  }
+  endCall(c, m);
+}
+
+class ReduceScatterLL final : public Algorithm {
+ public:
+  const char* name() const override { return "reducescatter_ll"; }
+  Collective collective() const override { return Collective::ReduceScatter; }
+  std::string whyNot(const CollectiveCall& call, const CommLimits& limits) const override {
+    const std::uint64_t block = call.count * call.elementBytes();
+    if (block > limits.llSlotDataBytes)
+      return "a block of " + std::to_string(block) + " bytes exceeds the LL slot of " +
+             std::to_string(limits.llSlotDataBytes) + " (FERRY_LL_BYTES)";
+    return {};
+  }
+  void launch(const CollectiveCall& call, const CollectiveContext& context) const override {
+    const std::uint64_t bytes = call.count * call.elementBytes();
+    const unsigned grid = gridFor((bytes + 7) / 8, kThreads, 1, 64);
+    dispatchTypeOp(call.type, call.op, [&]<class T, ReduceOp Op>() {
+      reduceScatterLL<T, Op><<<grid, kThreads, 0, call.stream>>>(forCall(context, call),
+                                                                 static_cast<const char*>(call.send),
+                                                                 static_cast<char*>(call.recv), bytes);
+    });
+    checkLaunch(call, name());
+  }
+};
+
+class ReduceScatterPush final : public Algorithm {
+ public:
+  const char* name() const override { return "reducescatter_push"; }
+  Collective collective() const override { return Collective::ReduceScatter; }
+  std::string whyNot(const CollectiveCall&, const CommLimits& limits) const override {
+    if (slotBytes(limits.scratchHalfBytes, limits.worldSize) < 16) return "the scratch is too small (FERRY_SCRATCH_BYTES)";
+    return {};
+  }
+  void launch(const CollectiveCall& call, const CollectiveContext& context) const override {
+    const std::uint64_t slot = slotBytes(context.scratchHalfBytes, context.nranks);
+    const std::uint64_t blockBytes = std::min<std::uint64_t>(slot, call.count * call.elementBytes());
+    const unsigned grid = gridFor(blockBytes, 8 << 10, 1, 64);
+    dispatchTypeOp(call.type, call.op, [&]<class T, ReduceOp Op>() {
+      reduceScatterPush<T, Op><<<grid, kThreads, 0, call.stream>>>(
+          forCall(context, call), static_cast<const char*>(call.send), static_cast<char*>(call.recv), call.count,
+          slot);
+    });
+    checkLaunch(call, name());
+  }
+
+ private:
+  static std::uint64_t slotBytes(std::uint64_t half, int worldSize) {
+    return half / static_cast<std::uint64_t>(worldSize) / 16 * 16;
+  }
+};
+
+}  // namespace
+
+std::vector<const Algorithm*> reduceScatterAlgorithms() {
+  static const ReduceScatterLL ll;
+  static const ReduceScatterPush push;
+  return {&ll, &push};
+}
+
+}  // namespace ferry

@@ -1,0 +1,96 @@
+// The tuning table: built-in defaults and the JSON file format (selector.hpp).
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "collectives/selector.hpp"
+#include "ferry/errors.hpp"
+
+namespace ferry {
+
+std::vector<TuningRow> defaultTuning() {
+  // Any world size: LL packets while latency dominates, then the Simple protocol through scratch.
+  constexpr std::uint64_t KiB = 1024;
+  return {
+      {Collective::AllReduce, 0, 256 * KiB, "allreduce_ll"},
+      {Collective::AllReduce, 0, ~0ull, "allreduce_two_shot"},
+      {Collective::AllGather, 0, 256 * KiB, "allgather_ll"},
+      {Collective::AllGather, 0, ~0ull, "allgather_push"},
+      {Collective::ReduceScatter, 0, 256 * KiB, "reducescatter_ll"},
+      {Collective::ReduceScatter, 0, ~0ull, "reducescatter_push"},
+      {Collective::AllToAll, 0, 256 * KiB, "alltoall_ll"},
+      {Collective::AllToAll, 0, ~0ull, "alltoall_push"},
+      {Collective::Broadcast, 0, 256 * KiB, "broadcast_ll"},
+      {Collective::Broadcast, 0, ~0ull, "broadcast_push"},
+  };
+}
+
+std::vector<TuningRow> parseTuning(std::string_view text, std::string_view source) {
+  auto fail = [&](const std::string& where, const std::string& what) -> Error {
+    return Error(ErrorCode::InvalidUsage,
+                 "tuning table " + std::string(source) + ": " + where + ": " + what +
+                     " (expected {\"version\": 1, \"rows\": [{\"collective\": ..., \"world_size\": ..., "
+                     "\"max_bytes\": ..., \"algorithm\": ...}]})");
+  };
+  nlohmann::json doc;
+  try {
+    doc = nlohmann::json::parse(text);
+  } catch (const nlohmann::json::exception& e) {
+    throw fail("document", std::string("not JSON: ") + e.what());
+  }
+  if (!doc.is_object()) throw fail("document", "not an object");
+  if (!doc.contains("version") || doc["version"] != 1) throw fail("version", "must be 1");
+  if (!doc.contains("rows") || !doc["rows"].is_array()) throw fail("rows", "missing or not an array");
+  std::vector<TuningRow> rows;
+  for (std::size_t i = 0; i < doc["rows"].size(); ++i) {
+    const auto& r = doc["rows"][i];
+    const std::string where = "rows[" + std::to_string(i) + "]";
+    if (!r.is_object()) throw fail(where, "not an object");
+    TuningRow row;
+    if (!r.contains("collective") || !r["collective"].is_string()) throw fail(where + ".collective", "missing");
+    auto c = parseCollective(r["collective"].get<std::string>());
+    if (!c) throw fail(where + ".collective", "unknown collective '" + r["collective"].get<std::string>() + "'");
+    row.collective = *c;
+    if (r.contains("world_size")) {
+      if (!r["world_size"].is_number_integer() || r["world_size"].get<long long>() < 0 ||
+          r["world_size"].get<long long>() > kMaxRanks)
+        throw fail(where + ".world_size", "must be an integer in [0, " + std::to_string(kMaxRanks) + "]");
+      row.worldSize = r["world_size"].get<int>();
+    }
+    if (!r.contains("max_bytes") || !r["max_bytes"].is_number_unsigned())
+      throw fail(where + ".max_bytes", "missing or not a non-negative integer");
+    row.maxBytes = r["max_bytes"].get<std::uint64_t>();
+    if (!r.contains("algorithm") || !r["algorithm"].is_string()) throw fail(where + ".algorithm", "missing");
+    row.algorithm = r["algorithm"].get<std::string>();
+    const Algorithm* a = findAlgorithm(row.algorithm);
+    if (!a) throw fail(where + ".algorithm", "no algorithm is named '" + row.algorithm + "'");
+    if (a->collective() != row.collective)
+      throw fail(where + ".algorithm", "'" + row.algorithm + "' is an algorithm of " +
+                                           std::string(toString(a->collective())) + ", not of " +
+                                           std::string(toString(row.collective)));
+    rows.push_back(std::move(row));
+  }
+  return rows;
+}
+
+std::vector<TuningRow> loadTuningFile(const std::string& path) {
+  std::ifstream in(path);
+  if (!in)
+    throw Error(ErrorCode::InvalidUsage,
+                "tuning table " + path + " cannot be opened (FERRY_TUNING_FILE names a missing file?)");
+  std::ostringstream text;
+  text << in.rdbuf();
+  return parseTuning(text.str(), path);
+}
+
+std::string tuningToJson(const std::vector<TuningRow>& rows) {
+  nlohmann::json doc = {{"version", 1}, {"rows", nlohmann::json::array()}};
+  for (const auto& r : rows)
+    doc["rows"].push_back({{"collective", std::string(toString(r.collective))},
+                           {"world_size", r.worldSize},
+                           {"max_bytes", r.maxBytes},
+                           {"algorithm", r.algorithm}});
+  return doc.dump(2) + "\n";
+}
+
+}  // namespace ferry

@@ -1,0 +1,294 @@
+// The collectives across processes, one per GPU, on 2 and 4 GPUs: every algorithm x data type x
+// reduce op x in-place and out-of-place, at counts that hit vector tails and several scratch rounds,
+// checked element by element against the host reference (tools/common/collective_data.hpp) with
+// the output poisoned first. Then: 1,000 back-to-back calls of changing size, CUDA graph capture and
+// replay, two Comms used at once on different streams, and a rank that never joins a call.
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <random>
+
+#include "common/collective_data.hpp"
+#include "ferry/bootstrap.hpp"
+#include "ferry/comm.hpp"
+#include "ferry/errors.hpp"
+#include "gpu_test_process.hpp"
+#include "gpu_test_util.hpp"
+#include "mp_harness.hpp"
+
+namespace ferry::test {
+namespace {
+
+using tools::CallShape;
+
+constexpr unsigned char kPoison = 0xFF;  // NaN in every float type, -1 in every integer
+
+// Small buffers on purpose, so that modest counts need several rounds and the LL limit is reached.
+void useSmallBuffers() {
+  ::setenv("FERRY_SCRATCH_BYTES", "1M", 1);
+  ::setenv("FERRY_LL_BYTES", "64K", 1);
+}
+
+struct Rank {
+  int rank, size;
+  std::shared_ptr<TcpBootstrap> boot;
+  std::unique_ptr<Comm> comm;
+  cudaStream_t stream = nullptr;
+  Rank(const UniqueId& id, int r, int n) : rank(r), size(n) {
+    cudaSetDevice(r);
+    boot = TcpBootstrap::create(id, r, n);
+    comm = std::make_unique<Comm>(boot);
+    cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking);
+  }
+  ~Rank() { cudaStreamDestroy(stream); }
+};
+
+void issue(Comm& comm, const CallShape& s, const void* send, void* recv, cudaStream_t stream) {
+  switch (s.collective) {
+    case Collective::AllReduce: comm.allReduce(send, recv, s.count, s.type, s.op, stream); break;
+    case Collective::AllGather: comm.allGather(send, recv, s.count, s.type, stream); break;
+    case Collective::ReduceScatter: comm.reduceScatter(send, recv, s.count, s.type, s.op, stream); break;
+    case Collective::AllToAll: comm.allToAll(send, recv, s.count, s.type, stream); break;
+    case Collective::Broadcast: comm.broadcast(send, recv, s.count, s.type, s.root, stream); break;
+  }
+}
+
+// Device buffers for one call; in place, send points into recv as the API's in-place rule says.
+struct CallBuffers {
+  DeviceBuffer recvBuf, sendBuf;
+  void* send;
+  void* recv;
+  CallBuffers(int dev, const CallShape& s, bool inPlace)
+      : recvBuf(dev, std::max<std::size_t>(1, s.recvCount() * sizeOf(s.type)) +
+                         (inPlace ? std::max(s.sendCount(), s.recvCount()) * sizeOf(s.type) : 0)),
+        sendBuf(dev, inPlace ? 1 : std::max<std::size_t>(1, s.sendCount() * sizeOf(s.type))) {
+    recv = recvBuf.ptr;
+    send = sendBuf.ptr;
+    if (inPlace) {
+      const std::size_t es = sizeOf(s.type);
+      send = s.collective == Collective::AllGather ? static_cast<char*>(recv) + s.rank * s.count * es : recv;
+      if (s.collective == Collective::ReduceScatter) {
+        // recv == send + rank * recvCount: the whole input lives in recvBuf, the output inside it.
+        send = recvBuf.ptr;
+        recv = static_cast<char*>(recvBuf.ptr) + s.rank * s.count * es;
+      }
+    }
+  }
+};
+
+// Fills, poisons, runs one call and checks it; returns the number of wrong elements.
+std::size_t runAndCheck(Rank& r, const CallShape& s, bool inPlace) {
+  const std::size_t es = sizeOf(s.type);
+  CallBuffers b(r.rank, s, inPlace);
+  std::vector<char> send(s.sendCount() * es), want(s.recvCount() * es), got(s.recvCount() * es);
+  tools::fillSend(s.type, send.data(), s.sendCount(), s.rank, s.seed);
+  const bool hasSend = s.collective != Collective::Broadcast || s.rank == s.root;
+  // Poison first, then the input on top: in place, whatever of the output is not input stays poison.
+  // (In-place reduceScatter's output lies inside its input: nothing of it can be poisoned.)
+  if (!(inPlace && s.collective == Collective::ReduceScatter)) cudaMemset(b.recv, kPoison, s.recvCount() * es);
+  if (hasSend) cudaMemcpy(b.send, send.data(), send.size(), cudaMemcpyHostToDevice);
+  cudaDeviceSynchronize();
+  r.boot->barrier();  // nobody writes into a buffer that is still being filled
+  issue(*r.comm, s, hasSend ? b.send : nullptr, b.recv, r.stream);
+  const cudaError_t err = cudaStreamSynchronize(r.stream);
+  EXPECT_EQ(err, cudaSuccess) << cudaGetErrorString(err);
+  cudaMemcpy(got.data(), b.recv, got.size(), cudaMemcpyDeviceToHost);
+  tools::expectedRecv(s, want.data());
+  return tools::countWrong(s.type, got.data(), want.data(), s.recvCount());
+}
+
+std::string label(const CallShape& s, const std::string& algo, bool inPlace) {
+  return std::string(toString(s.collective)) + "/" + algo + " " + std::string(toString(s.type)) + " " +
+         std::string(toString(s.op)) + " count " + std::to_string(s.count) + (inPlace ? " in-place" : " out-of-place") +
+         " root " + std::to_string(s.root) + " rank " + std::to_string(s.rank);
+}
+
+class GpuCollectives : public ::testing::TestWithParam<int> {
+ protected:
+  void SetUp() override {
+    if (gpuCountWithoutInit() < GetParam()) GTEST_SKIP() << "needs " << GetParam() << " GPUs";
+  }
+};
+
+// Every algorithm, type, op and placement, forced one at a time.
+TEST_P(GpuCollectives, EveryAlgorithmTypeOpAndPlacement) {
+  const int n = GetParam();
+  UniqueId id = UniqueId::create();
+  runRanksOk(n, [&](int rank) {
+    useSmallBuffers();
+    Rank r(id, rank, n);
+    std::size_t calls = 0, skipped = 0;
+    for (int c = 0; c < kCollectiveCount; ++c) {
+      const auto coll = static_cast<Collective>(c);
+      const bool reduces = coll == Collective::AllReduce || coll == Collective::ReduceScatter;
+      for (const std::string& algo : Comm::algorithmNames(coll)) {
+        r.comm->setAlgorithm(coll, algo);
+        for (int t = 0; t < kDataTypeCount; ++t) {
+          for (int o = 0; o < (reduces ? kReduceOpCount : 1); ++o) {
+            for (std::size_t count : {1ul, 3ul, 1023ul, 4099ul, 70001ul}) {
+              for (bool inPlace : {false, true}) {
+                CallShape s{coll, static_cast<DataType>(t), static_cast<ReduceOp>(o), count, rank, n,
+                            static_cast<int>((count + t) % n), 1000u + calls};
+                try {
+                  const std::size_t wrong = runAndCheck(r, s, inPlace);
+                  EXPECT_EQ(wrong, 0u) << label(s, algo, inPlace);
+                  ++calls;
+                } catch (const Error& e) {
+                  // Too large for this algorithm's buffers: the forced algorithm must say so.
+                  EXPECT_EQ(e.code(), ErrorCode::InvalidUsage) << e.what();
+                  EXPECT_NE(std::string(e.what()).find("cannot run this call"), std::string::npos) << e.what();
+                  ++skipped;
+                }
+                if (::testing::Test::HasFailure()) return;
+              }
+            }
+          }
+        }
+      }
+      r.comm->setAlgorithm(coll, "");
+    }
+    if (rank == 0) std::printf("checked %zu calls, %zu too large for the forced algorithm\n", calls, skipped);
+  }, {std::chrono::seconds(900)});
+}
+
+// 1,000 allreduce calls of changing size with no synchronization between them, on the selector's
+// choice (crossing the LL / two-shot boundary), each reading the previous call's output: int32 sum,
+// so after the first call every element of a prefix of length L is multiplied by the world size.
+TEST_P(GpuCollectives, ThousandBackToBackCallsOfChangingSize) {
+  const int n = GetParam();
+  UniqueId id = UniqueId::create();
+  runRanksOk(n, [&](int rank) {
+    useSmallBuffers();
+    Rank r(id, rank, n);
+    constexpr std::size_t kMax = 200000;
+    DeviceBuffer buf(rank, kMax * 4);
+    std::vector<std::int32_t> host(kMax);
+    tools::fillSend(DataType::Int32, host.data(), kMax, 0, 7);  // same start on every rank
+    cudaMemcpy(buf.ptr, host.data(), kMax * 4, cudaMemcpyHostToDevice);
+    std::mt19937 rng(99);  // same sizes on every rank
+    for (int i = 0; i < 1000; ++i) {
+      const std::size_t len = 1 + rng() % (i % 3 == 0 ? kMax : 4000);
+      r.comm->allReduce(buf.ptr, buf.ptr, len, DataType::Int32, ReduceOp::Sum, r.stream);
+      for (std::size_t k = 0; k < len; ++k) host[k] = static_cast<std::int32_t>(static_cast<std::uint32_t>(host[k]) * n);
+    }
+    ASSERT_EQ(cudaStreamSynchronize(r.stream), cudaSuccess);
+    std::vector<std::int32_t> got(kMax);
+    cudaMemcpy(got.data(), buf.ptr, kMax * 4, cudaMemcpyDeviceToHost);
+    EXPECT_EQ(tools::countWrong(DataType::Int32, got.data(), host.data(), kMax), 0u);
+  });
+}
+
+// Three collectives captured in one CUDA graph, replayed with new inputs each time.
+TEST_P(GpuCollectives, CapturedInAGraphAndReplayed) {
+  const int n = GetParam();
+  UniqueId id = UniqueId::create();
+  runRanksOk(n, [&](int rank) {
+    Rank r(id, rank, n);
+    const std::size_t count = 50000;
+    const CallShape shapes[] = {{Collective::AllReduce, DataType::BFloat16, ReduceOp::Sum, count, rank, n, 0, 0},
+                                {Collective::AllReduce, DataType::Float32, ReduceOp::Max, 300, rank, n, 0, 0},
+                                {Collective::AllGather, DataType::Float16, ReduceOp::Sum, count, rank, n, 0, 0},
+                                {Collective::ReduceScatter, DataType::Float32, ReduceOp::Avg, count, rank, n, 0, 0}};
+    std::vector<std::unique_ptr<CallBuffers>> bufs;
+    for (const auto& s : shapes) bufs.push_back(std::make_unique<CallBuffers>(rank, s, false));
+    cudaGraph_t graph;
+    ASSERT_EQ(cudaStreamBeginCapture(r.stream, cudaStreamCaptureModeThreadLocal), cudaSuccess);
+    for (std::size_t k = 0; k < std::size(shapes); ++k) issue(*r.comm, shapes[k], bufs[k]->send, bufs[k]->recv, r.stream);
+    ASSERT_EQ(cudaStreamEndCapture(r.stream, &graph), cudaSuccess);
+    cudaGraphExec_t exec;
+    ASSERT_EQ(cudaGraphInstantiate(&exec, graph, 0), cudaSuccess);
+    for (std::uint64_t replay = 1; replay <= 5; ++replay) {
+      std::vector<std::vector<char>> wants;
+      for (std::size_t k = 0; k < std::size(shapes); ++k) {
+        CallShape s = shapes[k];
+        s.seed = replay * 10 + k;
+        const std::size_t es = sizeOf(s.type);
+        std::vector<char> send(s.sendCount() * es);
+        tools::fillSend(s.type, send.data(), s.sendCount(), rank, s.seed);
+        cudaMemcpy(bufs[k]->send, send.data(), send.size(), cudaMemcpyHostToDevice);
+        cudaMemset(bufs[k]->recv, kPoison, s.recvCount() * es);
+        wants.emplace_back(s.recvCount() * es);
+        tools::expectedRecv(s, wants.back().data());
+      }
+      cudaDeviceSynchronize();
+      r.boot->barrier();
+      ASSERT_EQ(cudaGraphLaunch(exec, r.stream), cudaSuccess);
+      ASSERT_EQ(cudaStreamSynchronize(r.stream), cudaSuccess);
+      for (std::size_t k = 0; k < std::size(shapes); ++k) {
+        std::vector<char> got(wants[k].size());
+        cudaMemcpy(got.data(), bufs[k]->recv, got.size(), cudaMemcpyDeviceToHost);
+        EXPECT_EQ(tools::countWrong(shapes[k].type, got.data(), wants[k].data(), shapes[k].recvCount()), 0u)
+            << "replay " << replay << " call " << k;
+      }
+      r.boot->barrier();  // the next replay's inputs are written after everyone has checked
+    }
+    cudaGraphExecDestroy(exec);
+    cudaGraphDestroy(graph);
+  });
+}
+
+// Two Comms over the same GPUs, each on its own stream, calls interleaved without synchronization.
+TEST_P(GpuCollectives, TwoCommsConcurrentlyOnTwoStreams) {
+  const int n = GetParam();
+  UniqueId id = UniqueId::create();
+  runRanksOk(n, [&](int rank) {
+    Rank a(id, rank, n);
+    Comm second(a.boot->split(0, rank));
+    cudaStream_t s2;
+    cudaStreamCreateWithFlags(&s2, cudaStreamNonBlocking);
+    const CallShape sa{Collective::AllReduce, DataType::Float32, ReduceOp::Sum, 1 << 20, rank, n, 0, 11};
+    const CallShape sb{Collective::AllGather, DataType::Int32, ReduceOp::Sum, 100000, rank, n, 0, 12};
+    CallBuffers ba(rank, sa, false), bb(rank, sb, false);
+    for (auto [s, b] : {std::pair{&sa, &ba}, std::pair{&sb, &bb}}) {
+      std::vector<char> send(s->sendCount() * sizeOf(s->type));
+      tools::fillSend(s->type, send.data(), s->sendCount(), rank, s->seed);
+      cudaMemcpy(b->send, send.data(), send.size(), cudaMemcpyHostToDevice);
+    }
+    cudaDeviceSynchronize();
+    a.boot->barrier();
+    for (int i = 0; i < 20; ++i) {
+      issue(*a.comm, sa, ba.send, ba.recv, a.stream);
+      issue(second, sb, bb.send, bb.recv, s2);
+    }
+    ASSERT_EQ(cudaStreamSynchronize(a.stream), cudaSuccess);
+    ASSERT_EQ(cudaStreamSynchronize(s2), cudaSuccess);
+    for (auto [s, b] : {std::pair{&sa, &ba}, std::pair{&sb, &bb}}) {
+      const std::size_t es = sizeOf(s->type);
+      std::vector<char> got(s->recvCount() * es), want(s->recvCount() * es);
+      cudaMemcpy(got.data(), b->recv, got.size(), cudaMemcpyDeviceToHost);
+      tools::expectedRecv(*s, want.data());
+      EXPECT_EQ(tools::countWrong(s->type, got.data(), want.data(), s->recvCount()), 0u) << toString(s->collective);
+    }
+    cudaStreamDestroy(s2);
+  });
+}
+
+// A rank that never joins a call: the others' kernels give up after FERRY_DEVICE_TIMEOUT and their
+// stream reports an error, instead of hanging.
+TEST_P(GpuCollectives, MissingRankTimesOut) {
+  const int n = GetParam();
+  UniqueId id = UniqueId::create();
+  runRanksOk(n, [&](int rank) {
+    ::setenv("FERRY_DEVICE_TIMEOUT", "2", 1);
+    Rank r(id, rank, n);
+    DeviceBuffer buf(rank, 4096);
+    if (rank != n - 1) {
+      const auto start = std::chrono::steady_clock::now();
+      r.comm->allReduce(buf.ptr, buf.ptr, 1024, DataType::Float32, ReduceOp::Sum, r.stream);
+      const cudaError_t err = cudaStreamSynchronize(r.stream);
+      const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+      EXPECT_NE(err, cudaSuccess);
+      EXPECT_LT(s, 30.0);
+    }
+    r.boot->barrier();
+    std::fflush(stdout);
+    _exit(::testing::Test::HasFailure() ? 1 : 0);  // the trapped context cannot be torn down cleanly
+  });
+}
+
+INSTANTIATE_TEST_SUITE_P(Gpus, GpuCollectives, ::testing::Values(2, 4),
+                         [](const auto& info) { return std::to_string(info.param) + "gpus"; });
+
+}  // namespace
+}  // namespace ferry::test

@@ -1,0 +1,388 @@
+// The algorithm registry, the tuning table and the selector, without a GPU: which algorithm a call
+// gets, that forcing and malformed tables fail with InvalidUsage naming the culprit, and FERRY_ALGO.
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <array>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <initializer_list>
+#include <set>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "collectives/selector.hpp"
+#include "expect_contains.hpp"
+#include "ferry/errors.hpp"
+
+namespace ferry {
+namespace {
+
+constexpr std::uint64_t kAny = ~0ull;
+// 4 ranks, 1 MiB of data per LL slot, 64 MiB of scratch per half.
+const CommLimits kLimits{4, 1 << 20, 64 << 20};
+
+// A float call; the selector only looks at sizes, so the buffers are never touched.
+CollectiveCall callOf(Collective c, std::size_t count, int worldSize = 4) {
+  CollectiveCall call;
+  call.collective = c;
+  call.count = count;
+  call.type = DataType::Float32;
+  call.worldSize = worldSize;
+  call.send = reinterpret_cast<const void*>(0x10000);
+  call.recv = reinterpret_cast<void*>(0x80000000);
+  return call;
+}
+
+// The message of the InvalidUsage error `f` throws; a test failure (and "") for anything else.
+std::string invalidUsageOf(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::InvalidUsage) << e.what();
+    return e.what();
+  }
+  ADD_FAILURE() << "no error was thrown";
+  return {};
+}
+
+std::string selected(const Selector& s, const CollectiveCall& call, const CommLimits& limits = kLimits) {
+  return s.select(call, limits).name();
+}
+
+// --- Registry -----------------------------------------------------------------------------------
+
+TEST(AlgorithmRegistry, NamesAreUniqueAndFindable) {
+  std::set<std::string> names;
+  for (const Algorithm* a : allAlgorithms()) {
+    EXPECT_TRUE(names.insert(a->name()).second) << "duplicate algorithm name " << a->name();
+    EXPECT_EQ(findAlgorithm(a->name()), a);
+  }
+  EXPECT_EQ(findAlgorithm("allreduce_bogus"), nullptr);
+  EXPECT_EQ(findAlgorithm(""), nullptr);
+}
+
+// The selector's last resort is registry order within a collective, so each group must be
+// contiguous, and a choice needs at least two candidates.
+TEST(AlgorithmRegistry, GroupedByCollectiveWithAtLeastTwoEach) {
+  int counts[kCollectiveCount] = {};
+  int previous = 0;
+  for (const Algorithm* a : allAlgorithms()) {
+    const int c = static_cast<int>(a->collective());
+    EXPECT_GE(c, previous) << a->name() << " is not grouped with the other " << toString(a->collective())
+                           << " algorithms";
+    previous = c;
+    ++counts[c];
+  }
+  for (int c = 0; c < kCollectiveCount; ++c)
+    EXPECT_GE(counts[c], 2) << toString(static_cast<Collective>(c)) << " has fewer than 2 algorithms";
+}
+
+TEST(DefaultTuning, EveryRowNamesAnAlgorithmOfItsCollective) {
+  for (const TuningRow& row : defaultTuning()) {
+    const Algorithm* a = findAlgorithm(row.algorithm);
+    ASSERT_NE(a, nullptr) << "default row names unknown algorithm " << row.algorithm;
+    EXPECT_EQ(a->collective(), row.collective) << row.algorithm;
+  }
+}
+
+// --- Selection from the table -------------------------------------------------------------------
+
+struct DefaultChoice {
+  Collective collective;
+  const char* small;  // at 4 KiB
+  const char* large;  // at 64 MiB
+};
+
+class DefaultSelection : public ::testing::TestWithParam<DefaultChoice> {};
+
+// `count` is per rank for some collectives, so sizes are given as the call's bytes().
+CollectiveCall callOfBytes(Collective c, std::uint64_t bytes) {
+  CollectiveCall call = callOf(c, 1);
+  call.count = bytes / call.bytes();
+  EXPECT_EQ(call.bytes(), bytes);
+  return call;
+}
+
+TEST_P(DefaultSelection, LLWhileSmallThenBandwidth) {
+  const DefaultChoice& p = GetParam();
+  const Selector s(defaultTuning());
+  EXPECT_EQ(selected(s, callOfBytes(p.collective, 4 << 10)), p.small);
+  EXPECT_EQ(selected(s, callOfBytes(p.collective, 64 << 20)), p.large);
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Collectives, DefaultSelection,
+    ::testing::Values(DefaultChoice{Collective::AllReduce, "allreduce_ll", "allreduce_two_shot"},
+                      DefaultChoice{Collective::AllGather, "allgather_ll", "allgather_push"},
+                      DefaultChoice{Collective::ReduceScatter, "reducescatter_ll", "reducescatter_push"},
+                      DefaultChoice{Collective::AllToAll, "alltoall_ll", "alltoall_push"},
+                      DefaultChoice{Collective::Broadcast, "broadcast_ll", "broadcast_push"}),
+    [](const auto& info) { return std::string(toString(info.param.collective)); });
+
+TEST(Selector, MaxBytesIsInclusive) {
+  const Selector s(defaultTuning());
+  EXPECT_EQ(selected(s, callOfBytes(Collective::AllReduce, 256 << 10)), "allreduce_ll");
+  EXPECT_EQ(selected(s, callOfBytes(Collective::AllReduce, (256 << 10) + 4)), "allreduce_two_shot");
+}
+
+TEST(Selector, SkipsARowWhoseAlgorithmCannotRunTheCall) {
+  const Selector s({{Collective::AllReduce, 0, kAny, "allreduce_ll"},
+                    {Collective::AllReduce, 0, kAny, "allreduce_two_shot"}});
+  EXPECT_EQ(selected(s, callOfBytes(Collective::AllReduce, 1 << 20)), "allreduce_ll");
+  // Above llSlotDataBytes LL cannot run, although its row covers the size.
+  EXPECT_EQ(selected(s, callOfBytes(Collective::AllReduce, 2 << 20)), "allreduce_two_shot");
+}
+
+TEST(Selector, RowsApplyOnlyToTheirWorldSize) {
+  const Selector s({{Collective::AllReduce, 2, kAny, "allreduce_two_shot"},
+                    {Collective::AllReduce, 0, kAny, "allreduce_ll"}});
+  const CommLimits twoRanks{2, 1 << 20, 64 << 20};
+  EXPECT_EQ(selected(s, callOf(Collective::AllReduce, 1024, 2), twoRanks), "allreduce_two_shot");
+  EXPECT_EQ(selected(s, callOf(Collective::AllReduce, 1024, 4)), "allreduce_ll");
+}
+
+TEST(Selector, WorldSizeZeroMatchesAny) {
+  const Selector s({{Collective::AllReduce, 0, kAny, "allreduce_two_shot"}});
+  for (int ranks : {1, 2, 4, 8}) {
+    const CommLimits limits{ranks, 1 << 20, 64 << 20};
+    EXPECT_EQ(selected(s, callOf(Collective::AllReduce, 1024, ranks), limits), "allreduce_two_shot") << ranks;
+  }
+}
+
+TEST(Selector, RowsOfOtherCollectivesDoNotApply) {
+  const Selector s({{Collective::AllGather, 0, kAny, "allgather_push"}});
+  // No row of allreduce: the first allreduce algorithm that can run it.
+  EXPECT_EQ(selected(s, callOf(Collective::AllReduce, 1024)), "allreduce_ll");
+  EXPECT_EQ(selected(s, callOf(Collective::AllGather, 1024)), "allgather_push");
+}
+
+TEST(Selector, WithoutRowsFallsBackToRegistryOrder) {
+  const Selector s({});
+  EXPECT_EQ(selected(s, callOfBytes(Collective::AllReduce, 4 << 10)), "allreduce_ll");
+  EXPECT_EQ(selected(s, callOfBytes(Collective::AllReduce, 64 << 20)), "allreduce_two_shot");
+}
+
+TEST(Selector, NoAlgorithmCanRunSaysWhyForEach) {
+  const Selector s(defaultTuning());
+  const std::string msg = invalidUsageOf([&] {
+    s.select(callOfBytes(Collective::AllReduce, 64 << 20), CommLimits{4, 1 << 10, 0});
+  });
+  EXPECT_CONTAINS(msg, "rank 0: allReduce");
+  EXPECT_CONTAINS(msg, "no algorithm can run this call");
+  EXPECT_CONTAINS(msg, "allreduce_ll: ");
+  EXPECT_CONTAINS(msg, "allreduce_two_shot: ");
+}
+
+// --- Forcing ------------------------------------------------------------------------------------
+
+TEST(SelectorForce, ForcedAlgorithmWinsOverTheTable) {
+  Selector s(defaultTuning());
+  s.force(Collective::AllReduce, "allreduce_two_shot");
+  EXPECT_EQ(s.forced(Collective::AllReduce), "allreduce_two_shot");
+  EXPECT_EQ(selected(s, callOf(Collective::AllReduce, 16)), "allreduce_two_shot");
+  // Other collectives keep the table.
+  EXPECT_EQ(s.forced(Collective::AllGather), "");
+  EXPECT_EQ(selected(s, callOf(Collective::AllGather, 16)), "allgather_ll");
+}
+
+TEST(SelectorForce, EmptyNameGoesBackToTheTable) {
+  Selector s(defaultTuning());
+  s.force(Collective::AllReduce, "allreduce_two_shot");
+  s.force(Collective::AllReduce, "");
+  EXPECT_EQ(s.forced(Collective::AllReduce), "");
+  EXPECT_EQ(selected(s, callOf(Collective::AllReduce, 16)), "allreduce_ll");
+}
+
+TEST(SelectorForce, UnknownNameIsInvalidUsage) {
+  Selector s(defaultTuning());
+  const std::string msg = invalidUsageOf([&] { s.force(Collective::AllReduce, "allreduce_bogus"); });
+  EXPECT_CONTAINS(msg, "'allreduce_bogus'");
+  EXPECT_CONTAINS(msg, "allreduce_ll");  // the known names of the collective are listed
+  EXPECT_EQ(s.forced(Collective::AllReduce), "");
+}
+
+TEST(SelectorForce, NameOfAnotherCollectiveIsInvalidUsage) {
+  Selector s(defaultTuning());
+  const std::string msg = invalidUsageOf([&] { s.force(Collective::AllReduce, "allgather_ll"); });
+  EXPECT_CONTAINS(msg, "'allgather_ll'");
+  EXPECT_CONTAINS(msg, "not of allreduce");
+  EXPECT_EQ(s.forced(Collective::AllReduce), "");
+}
+
+TEST(SelectorForce, ForcedAlgorithmThatCannotRunTheCallIsInvalidUsage) {
+  Selector s(defaultTuning());
+  s.force(Collective::AllReduce, "allreduce_ll");
+  EXPECT_EQ(selected(s, callOfBytes(Collective::AllReduce, 1 << 20)), "allreduce_ll");
+  // Never silently another algorithm: the caller asked for this one.
+  const std::string msg =
+      invalidUsageOf([&] { s.select(callOfBytes(Collective::AllReduce, 2 << 20), kLimits); });
+  EXPECT_CONTAINS(msg, "rank 0: allReduce");
+  EXPECT_CONTAINS(msg, "allreduce_ll cannot run this call");
+  EXPECT_CONTAINS(msg, "exceed the LL slot");
+}
+
+// --- Tuning files -------------------------------------------------------------------------------
+
+// One tuning row as JSON; each field is spliced in as written, so a test can make it malformed.
+std::string row(const std::string& collective, const std::string& worldSize, const std::string& maxBytes,
+                const std::string& algorithm) {
+  return "{\"collective\": " + collective + ", \"world_size\": " + worldSize +
+         ", \"max_bytes\": " + maxBytes + ", \"algorithm\": " + algorithm + "}";
+}
+std::string table(const std::string& rows) { return "{\"version\": 1, \"rows\": [" + rows + "]}"; }
+const std::string kGoodRow = row("\"allreduce\"", "4", "65536", "\"allreduce_ll\"");
+
+struct BadTuning {
+  std::string name;
+  std::string json;
+  std::string field;  // what the message must name
+};
+
+class ParseTuningError : public ::testing::TestWithParam<BadTuning> {};
+
+TEST_P(ParseTuningError, InvalidUsageNamingSourceAndField) {
+  const BadTuning& p = GetParam();
+  const std::string msg = invalidUsageOf([&] { parseTuning(p.json, "my_tuning.json"); });
+  EXPECT_CONTAINS(msg, "my_tuning.json");
+  EXPECT_CONTAINS(msg, p.field);
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Cases, ParseTuningError,
+    ::testing::Values(
+        BadTuning{"NotJson", "{\"version\": 1, ", "document: not JSON"},
+        BadTuning{"NotAnObject", "[1, 2]", "document"},
+        BadTuning{"MissingVersion", "{\"rows\": []}", "version"},
+        BadTuning{"WrongVersion", "{\"version\": 2, \"rows\": []}", "version"},
+        BadTuning{"MissingRows", "{\"version\": 1}", "rows"},
+        BadTuning{"RowsNotAnArray", "{\"version\": 1, \"rows\": {}}", "rows"},
+        BadTuning{"RowNotAnObject", table(kGoodRow + ", 7"), "rows[1]"},
+        BadTuning{"MissingCollective", table("{\"max_bytes\": 1, \"algorithm\": \"allreduce_ll\"}"),
+                  "rows[0].collective"},
+        BadTuning{"UnknownCollective", table(row("\"allsum\"", "4", "1", "\"allreduce_ll\"")),
+                  "rows[0].collective"},
+        BadTuning{"UnknownAlgorithm",
+                  table(kGoodRow + ", " + row("\"allreduce\"", "4", "1", "\"allreduce_fast\"")),
+                  "rows[1].algorithm"},
+        BadTuning{"AlgorithmOfAnotherCollective", table(row("\"allreduce\"", "4", "1", "\"allgather_ll\"")),
+                  "rows[0].algorithm"},
+        BadTuning{"AlgorithmNotAString", table(row("\"allreduce\"", "4", "1", "0")), "rows[0].algorithm"},
+        BadTuning{"NegativeMaxBytes", table(row("\"allreduce\"", "4", "-1", "\"allreduce_ll\"")),
+                  "rows[0].max_bytes"},
+        BadTuning{"FractionalMaxBytes", table(row("\"allreduce\"", "4", "1.5", "\"allreduce_ll\"")),
+                  "rows[0].max_bytes"},
+        BadTuning{"MissingMaxBytes",
+                  table("{\"collective\": \"allreduce\", \"algorithm\": \"allreduce_ll\"}"),
+                  "rows[0].max_bytes"},
+        BadTuning{"NegativeWorldSize", table(row("\"allreduce\"", "-1", "1", "\"allreduce_ll\"")),
+                  "rows[0].world_size"},
+        BadTuning{"WorldSizeAboveMaxRanks",
+                  table(kGoodRow + ", " + row("\"allreduce\"", "9", "1", "\"allreduce_ll\"")),
+                  "rows[1].world_size"},
+        BadTuning{"WorldSizeNotANumber", table(row("\"allreduce\"", "\"4\"", "1", "\"allreduce_ll\"")),
+                  "rows[0].world_size"}),
+    [](const auto& info) { return info.param.name; });
+
+TEST(ParseTuning, AcceptsOptionalWorldSizeAndCollectiveSpellings) {
+  const auto rows = parseTuning(
+      table("{\"collective\": \"All_Reduce\", \"max_bytes\": 100, \"algorithm\": \"allreduce_ll\"}, " +
+            row("\"reducescatter\"", "8", "0", "\"reducescatter_push\"")),
+      "inline");
+  const std::vector<TuningRow> expected{{Collective::AllReduce, 0, 100, "allreduce_ll"},
+                                        {Collective::ReduceScatter, 8, 0, "reducescatter_push"}};
+  EXPECT_EQ(rows, expected);
+  EXPECT_TRUE(parseTuning(table(""), "inline").empty());
+}
+
+TEST(ParseTuning, RoundTripsThroughJson) {
+  std::vector<TuningRow> rows = defaultTuning();
+  rows.insert(rows.begin(), {Collective::AllToAll, 4, 12345, "alltoall_push"});
+  rows.insert(rows.begin(), {Collective::Broadcast, 8, 0, "broadcast_ll"});
+  EXPECT_EQ(parseTuning(tuningToJson(rows), "round trip"), rows);
+  EXPECT_TRUE(parseTuning(tuningToJson({}), "round trip").empty());
+}
+
+// A file in the temporary directory, removed at the end of the test.
+class TempFile {
+ public:
+  explicit TempFile(const std::string& text)
+      : path_(std::filesystem::temp_directory_path() /
+              ("ferry_tuning_" + std::to_string(::getpid()) + "_" +
+               ::testing::UnitTest::GetInstance()->current_test_info()->name() + ".json")) {
+    std::ofstream(path_) << text;
+  }
+  ~TempFile() { std::filesystem::remove(path_); }
+  std::string path() const { return path_.string(); }
+
+ private:
+  std::filesystem::path path_;
+};
+
+TEST(LoadTuningFile, ReadsWhatTuningToJsonWrote) {
+  const std::vector<TuningRow> rows{{Collective::AllGather, 2, 4096, "allgather_ll"}};
+  const TempFile file(tuningToJson(rows));
+  EXPECT_EQ(loadTuningFile(file.path()), rows);
+}
+
+TEST(LoadTuningFile, MalformedFileIsNamedInTheError) {
+  const TempFile file("{\"version\": 3, \"rows\": []}");
+  const std::string msg = invalidUsageOf([&] { loadTuningFile(file.path()); });
+  EXPECT_CONTAINS(msg, file.path());
+  EXPECT_CONTAINS(msg, "version");
+}
+
+TEST(LoadTuningFile, MissingFileIsInvalidUsage) {
+  const std::string path = "/nonexistent/ferry/tuning.json";
+  const std::string msg = invalidUsageOf([&] { loadTuningFile(path); });
+  EXPECT_CONTAINS(msg, path);
+}
+
+// --- FERRY_ALGO ---------------------------------------------------------------------------------
+
+using Forced = std::array<std::string, kCollectiveCount>;
+
+Forced forcedOnly(std::initializer_list<std::pair<Collective, std::string>> entries) {
+  Forced out;
+  for (const auto& [c, name] : entries) out[static_cast<int>(c)] = name;
+  return out;
+}
+
+TEST(ParseForcedAlgorithms, BareNameImpliesItsCollective) {
+  EXPECT_EQ(parseForcedAlgorithms("allreduce_ll"), forcedOnly({{Collective::AllReduce, "allreduce_ll"}}));
+  EXPECT_EQ(parseForcedAlgorithms("allreduce_ll,broadcast_push"),
+            forcedOnly({{Collective::AllReduce, "allreduce_ll"}, {Collective::Broadcast, "broadcast_push"}}));
+}
+
+TEST(ParseForcedAlgorithms, CollectiveEqualsName) {
+  EXPECT_EQ(
+      parseForcedAlgorithms("allreduce=allreduce_two_shot, allgather=allgather_ll"),
+      forcedOnly({{Collective::AllReduce, "allreduce_two_shot"}, {Collective::AllGather, "allgather_ll"}}));
+  EXPECT_EQ(parseForcedAlgorithms(" reduce_scatter = reducescatter_ll "),
+            forcedOnly({{Collective::ReduceScatter, "reducescatter_ll"}}));
+}
+
+TEST(ParseForcedAlgorithms, EmptyForcesNothing) {
+  EXPECT_EQ(parseForcedAlgorithms(""), Forced{});
+  EXPECT_EQ(parseForcedAlgorithms(" , ,"), Forced{});
+}
+
+TEST(ParseForcedAlgorithms, UnknownNameIsInvalidUsage) {
+  std::string msg = invalidUsageOf([] { parseForcedAlgorithms("allreduce_ll,allgather_fast"); });
+  EXPECT_CONTAINS(msg, "FERRY_ALGO");
+  EXPECT_CONTAINS(msg, "'allgather_fast'");
+  msg = invalidUsageOf([] { parseForcedAlgorithms("allgather=allreduce_ll"); });
+  EXPECT_CONTAINS(msg, "'allreduce_ll'");
+  EXPECT_CONTAINS(msg, "not of allgather");
+}
+
+TEST(ParseForcedAlgorithms, UnknownCollectiveIsInvalidUsage) {
+  const std::string msg = invalidUsageOf([] { parseForcedAlgorithms("allsum=allreduce_ll"); });
+  EXPECT_CONTAINS(msg, "FERRY_ALGO");
+  EXPECT_CONTAINS(msg, "'allsum'");
+}
+
+}  // namespace
+}  // namespace ferry

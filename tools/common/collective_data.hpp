@@ -1,0 +1,143 @@
+#pragma once
+// Test data and the host reference of every collective, shared by ferry-bench and the GPU tests.
+//
+// Rank q's send buffer holds value(q, i) at element i: random, seeded, different per rank; floats
+// are random in [-2, 2] at full precision. The reference reduces in rank order with the same
+// element operations as the kernels (collectives/reduce_ops.hpp), so a correct result matches it
+// bit for bit and any difference counts as wrong.
+//
+//   std::vector<char> send(bytes);
+//   fillSend(type, send.data(), sendCount, rank, seed);
+//   ... run the collective, copy recv back ...
+//   std::vector<char> want(recvBytes);
+//   expectedRecv(shape, want.data());
+//   std::size_t wrong = countWrong(type, got.data(), want.data(), recvCount);
+#include <algorithm>
+#include <cstdint>
+#include <cstring>
+#include <thread>
+#include <vector>
+
+#include "collectives/reduce_ops.hpp"
+#include "ferry/comm.hpp"
+#include "ferry/datatype.hpp"
+
+namespace ferry::tools {
+
+// What a call looks like from one rank, in the API's terms.
+struct CallShape {
+  Collective collective = Collective::AllReduce;
+  DataType type = DataType::Float32;
+  ReduceOp op = ReduceOp::Sum;
+  std::size_t count = 0;  // the API's count (see comm.hpp)
+  int rank = 0;
+  int worldSize = 1;
+  int root = 0;
+  std::uint64_t seed = 1;
+
+  std::size_t sendCount() const {
+    return collective == Collective::ReduceScatter || collective == Collective::AllToAll
+               ? count * static_cast<std::size_t>(worldSize)
+               : count;
+  }
+  std::size_t recvCount() const {
+    return collective == Collective::AllGather || collective == Collective::AllToAll
+               ? count * static_cast<std::size_t>(worldSize)
+               : count;
+  }
+};
+
+namespace detail {
+
+inline std::uint64_t mix(std::uint64_t x) {
+  x ^= x >> 30;
+  x *= 0xbf58476d1ce4e5b9ull;
+  x ^= x >> 27;
+  x *= 0x94d049bb133111ebull;
+  return x ^ (x >> 31);
+}
+
+template <class T>
+T valueOf(std::uint64_t seed, int rank, std::size_t i) {
+  const std::uint64_t h = mix(seed * 0x9e3779b97f4a7c15ull ^ mix(static_cast<std::uint64_t>(rank) << 40 ^ i));
+  if constexpr (std::is_integral_v<T>) {
+    return static_cast<T>(h);
+  } else {
+    // [-2, 2], 24 random bits: low-precision types round it, which is what they would hold anyway.
+    const float f = static_cast<float>(static_cast<std::int64_t>(h >> 40) - (1ll << 23)) / static_cast<float>(1 << 22);
+    if constexpr (std::is_same_v<T, double>) return static_cast<double>(h >> 11) / static_cast<double>(1ull << 51) - 2.0;
+    return fromFloat<T>(f);
+  }
+}
+
+// Runs body(begin, end) over [0, n) on a few threads (the checks of large sizes are CPU-bound).
+template <class Body>
+void parallelFor(std::size_t n, Body body) {
+  const unsigned threads = n < (1u << 20) ? 1u : std::clamp(std::thread::hardware_concurrency() / 2, 1u, 8u);
+  std::vector<std::thread> pool;
+  const std::size_t per = (n + threads - 1) / threads;
+  for (unsigned t = 0; t < threads; ++t) {
+    const std::size_t b = std::min(n, t * per), e = std::min(n, b + per);
+    if (t + 1 == threads)
+      body(b, e);
+    else
+      pool.emplace_back(body, b, e);
+  }
+  for (auto& th : pool) th.join();
+}
+
+template <class F>
+decltype(auto) withType(DataType type, ReduceOp op, F&& f) {
+  return dispatchTypeOp(type, op, std::forward<F>(f));
+}
+
+}  // namespace detail
+
+// Rank `rank`'s send buffer: count elements of value(rank, i).
+inline void fillSend(DataType type, void* out, std::size_t count, int rank, std::uint64_t seed) {
+  detail::withType(type, ReduceOp::Sum, [&]<class T, ReduceOp>() {
+    T* o = static_cast<T*>(out);
+    detail::parallelFor(count, [&](std::size_t b, std::size_t e) {
+      for (std::size_t i = b; i < e; ++i) o[i] = detail::valueOf<T>(seed, rank, i);
+    });
+  });
+}
+
+// What shape.rank's recv buffer must hold afterwards.
+inline void expectedRecv(const CallShape& s, void* out) {
+  detail::withType(s.type, s.op, [&]<class T, ReduceOp Op>() {
+    T* o = static_cast<T*>(out);
+    const std::size_t n = s.count;
+    const int R = s.worldSize;
+    auto reduceAt = [&](std::size_t index) {  // op over ranks of element `index` of their send buffers
+      T acc = detail::valueOf<T>(s.seed, 0, index);
+      for (int q = 1; q < R; ++q) acc = applyOp<Op>(acc, detail::valueOf<T>(s.seed, q, index));
+      return finishOp<Op>(acc, R);
+    };
+    detail::parallelFor(s.recvCount(), [&](std::size_t b, std::size_t e) {
+      for (std::size_t i = b; i < e; ++i) {
+        switch (s.collective) {
+          case Collective::AllReduce: o[i] = reduceAt(i); break;
+          case Collective::ReduceScatter: o[i] = reduceAt(static_cast<std::size_t>(s.rank) * n + i); break;
+          case Collective::AllGather: o[i] = detail::valueOf<T>(s.seed, static_cast<int>(i / n), i % n); break;
+          case Collective::AllToAll:
+            o[i] = detail::valueOf<T>(s.seed, static_cast<int>(i / n), static_cast<std::size_t>(s.rank) * n + i % n);
+            break;
+          case Collective::Broadcast: o[i] = detail::valueOf<T>(s.seed, s.root, i); break;
+        }
+      }
+    });
+  });
+}
+
+// Elements whose bytes differ.
+inline std::size_t countWrong(DataType type, const void* got, const void* want, std::size_t count) {
+  const std::size_t es = sizeOf(type);
+  const auto* g = static_cast<const unsigned char*>(got);
+  const auto* w = static_cast<const unsigned char*>(want);
+  std::size_t wrong = 0;
+  for (std::size_t i = 0; i < count; ++i) wrong += std::memcmp(g + i * es, w + i * es, es) != 0;
+  return wrong;
+}
+
+}  // namespace ferry::tools

@@ -1,0 +1,464 @@
+#include "bench.hpp"
+
+#include <cuda_runtime_api.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <fstream>
+#include <functional>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <stdexcept>
+
+#include "common/collective_data.hpp"
+#include "ferry/env.hpp"
+#include "ferry/errors.hpp"
+#include "ferry/version.hpp"
+#include "nccl_library.hpp"
+
+namespace ferry::tools {
+namespace {
+
+void cudaCheck(cudaError_t e, const char* what) {
+  if (e != cudaSuccess) throw std::runtime_error(std::string(what) + ": " + cudaGetErrorString(e));
+}
+#define BENCH_CUDA(call) cudaCheck((call), #call)
+
+bool perRank(Collective c) {
+  return c == Collective::AllGather || c == Collective::ReduceScatter || c == Collective::AllToAll;
+}
+
+std::vector<std::uint64_t> sizes(const BenchOptions& o) {
+  std::vector<std::uint64_t> out;
+  for (std::uint64_t s = o.minBytes; s <= o.maxBytes;) {
+    out.push_back(s);
+    const std::uint64_t next = o.stepBytes ? s + o.stepBytes : static_cast<std::uint64_t>(std::llround(s * o.stepFactor));
+    if (next <= s) break;
+    s = next;
+  }
+  return out;
+}
+
+// Device memory that frees itself.
+struct DeviceMemory {
+  void* ptr = nullptr;
+  explicit DeviceMemory(std::size_t bytes) { BENCH_CUDA(cudaMalloc(&ptr, std::max<std::size_t>(bytes, 256))); }
+  ~DeviceMemory() { cudaFree(ptr); }
+  DeviceMemory(const DeviceMemory&) = delete;
+  DeviceMemory& operator=(const DeviceMemory&) = delete;
+};
+
+class Runner {
+ public:
+  Runner(const BenchOptions& o, const RankInfo& r) : o_(o), r_(r) {
+    BENCH_CUDA(cudaSetDevice(r.localRank));
+    BENCH_CUDA(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
+    BENCH_CUDA(cudaEventCreate(&start_));
+    BENCH_CUDA(cudaEventCreate(&stop_));
+    comm_ = std::make_unique<Comm>(r.bootstrap);
+    barrierBuf_ = std::make_unique<DeviceMemory>(64);
+    if (o.nccl) loadNccl();
+  }
+  ~Runner() {
+    cudaEventDestroy(start_);
+    cudaEventDestroy(stop_);
+    cudaStreamDestroy(stream_);
+  }
+
+  int run() {
+    printHeader();
+    std::uint64_t wrongTotal = 0;
+    std::vector<TuningChoice> tuned;
+    for (Collective c : o_.collectives) {
+      const bool reduces = c == Collective::AllReduce || c == Collective::ReduceScatter;
+      for (DataType t : o_.types) {
+        for (ReduceOp op : reduces ? o_.ops : std::vector<ReduceOp>{ReduceOp::Sum}) {
+          printTitle(c, t, op);
+          Buffers buf = buffersFor(c, t);
+          for (std::uint64_t size : sizes(o_)) {
+            CallShape s = shapeFor(c, t, op, size);
+            if (s.count == 0) continue;
+            if (!o_.tunePath.empty()) tuned.push_back(tune(s, buf));
+            BenchRow row = measure(s, buf);
+            wrongTotal += row.outOfPlace.wrong + row.inPlace.wrong;
+            if (r_.rank == 0) printRow(row);
+            rows_.push_back(std::move(row));
+          }
+        }
+      }
+    }
+    if (r_.rank == 0) {
+      printFooter(wrongTotal);
+      if (!o_.jsonPath.empty()) writeJson();
+      if (!o_.tunePath.empty()) writeTuning(tuned);
+    }
+    return wrongTotal == 0 ? 0 : 1;
+  }
+
+ private:
+  struct Buffers {
+    std::unique_ptr<DeviceMemory> send, recv;
+  };
+  struct TuningChoice {
+    Collective collective;
+    std::uint64_t bytes;
+    std::string algorithm;
+  };
+
+  void loadNccl() {
+    if (!nvlsAllowed()) ::setenv("NCCL_NVLS_ENABLE", "0", 1);  // DESIGN.md rule 1, for NCCL too
+    std::string why;
+    nccl_ = NcclLibrary::load(o_.ncclPath, why);
+    // Every rank must agree, or the ranks that loaded it would wait for the others.
+    std::vector<int> all(static_cast<std::size_t>(r_.worldSize));
+    all[r_.rank] = nccl_ ? 1 : 0;
+    r_.bootstrap->allGather(all.data(), sizeof(int));
+    if (std::count(all.begin(), all.end(), 1) != r_.worldSize) {
+      if (r_.rank == 0) std::printf("# NCCL not compared: %s\n", why.empty() ? "not loaded on every rank" : why.c_str());
+      nccl_.reset();
+      return;
+    }
+    NcclUniqueId id = r_.rank == 0 ? nccl_->uniqueId() : NcclUniqueId{};
+    std::vector<NcclUniqueId> ids(static_cast<std::size_t>(r_.worldSize));
+    ids[r_.rank] = id;
+    r_.bootstrap->allGather(ids.data(), sizeof(NcclUniqueId));
+    nccl_->initComm(ids[0], r_.rank, r_.worldSize);
+  }
+
+  CallShape shapeFor(Collective c, DataType t, ReduceOp op, std::uint64_t size) const {
+    CallShape s;
+    s.collective = c;
+    s.type = t;
+    s.op = op;
+    s.rank = r_.rank;
+    s.worldSize = r_.worldSize;
+    s.root = o_.root;
+    s.count = size / sizeOf(t) / (perRank(c) ? static_cast<std::uint64_t>(r_.worldSize) : 1);
+    return s;
+  }
+
+  Buffers buffersFor(Collective c, DataType t) const {
+    const CallShape s = shapeFor(c, t, ReduceOp::Sum, o_.maxBytes);
+    const std::size_t es = sizeOf(t);
+    Buffers b;
+    b.send = std::make_unique<DeviceMemory>(s.sendCount() * es);
+    b.recv = std::make_unique<DeviceMemory>(std::max(s.sendCount(), s.recvCount()) * es);
+    return b;
+  }
+
+  // The pointers of one call; in place they follow the API's in-place rule inside recv.
+  std::pair<const void*, void*> pointers(const CallShape& s, const Buffers& b, bool inPlace) const {
+    char* recv = static_cast<char*>(b.recv->ptr);
+    if (!inPlace) return {b.send->ptr, recv};
+    const std::size_t off = static_cast<std::size_t>(s.rank) * s.count * sizeOf(s.type);
+    switch (s.collective) {
+      case Collective::AllGather: return {recv + off, recv};
+      case Collective::ReduceScatter: return {recv, recv + off};
+      default: return {recv, recv};
+    }
+  }
+
+  void issueFerry(const CallShape& s, const void* send, void* recv) {
+    switch (s.collective) {
+      case Collective::AllReduce: comm_->allReduce(send, recv, s.count, s.type, s.op, stream_); break;
+      case Collective::AllGather: comm_->allGather(send, recv, s.count, s.type, stream_); break;
+      case Collective::ReduceScatter: comm_->reduceScatter(send, recv, s.count, s.type, s.op, stream_); break;
+      case Collective::AllToAll: comm_->allToAll(send, recv, s.count, s.type, stream_); break;
+      case Collective::Broadcast: comm_->broadcast(send, recv, s.count, s.type, s.root, stream_); break;
+    }
+  }
+
+  void issueNccl(const CallShape& s, const void* send, void* recv) {
+    const int t = static_cast<int>(s.type), op = static_cast<int>(s.op);
+    switch (s.collective) {
+      case Collective::AllReduce: nccl_->allReduce(send, recv, s.count, t, op, stream_); break;
+      case Collective::AllGather: nccl_->allGather(send, recv, s.count, t, stream_); break;
+      case Collective::ReduceScatter: nccl_->reduceScatter(send, recv, s.count, t, op, stream_); break;
+      case Collective::AllToAll: nccl_->allToAll(send, recv, s.count, t, stream_); break;
+      case Collective::Broadcast: nccl_->broadcast(send, recv, s.count, t, s.root, stream_); break;
+    }
+  }
+
+  // Runs ferry once on fresh input with poisoned output; wrong elements on this rank.
+  std::uint64_t check(const CallShape& s, const Buffers& b, bool inPlace) {
+    const std::size_t es = sizeOf(s.type);
+    auto [send, recv] = pointers(s, b, inPlace);
+    std::vector<char> host(s.sendCount() * es);
+    fillSend(s.type, host.data(), s.sendCount(), s.rank, s.seed);
+    if (!(inPlace && s.collective == Collective::ReduceScatter))
+      BENCH_CUDA(cudaMemset(recv, 0xFF, s.recvCount() * es));
+    const bool hasSend = s.collective != Collective::Broadcast || s.rank == s.root;
+    if (hasSend) BENCH_CUDA(cudaMemcpy(const_cast<void*>(send), host.data(), host.size(), cudaMemcpyHostToDevice));
+    BENCH_CUDA(cudaDeviceSynchronize());
+    r_.bootstrap->barrier();
+    issueFerry(s, send, recv);
+    BENCH_CUDA(cudaStreamSynchronize(stream_));
+    std::vector<char> got(s.recvCount() * es), want(s.recvCount() * es);
+    BENCH_CUDA(cudaMemcpy(got.data(), recv, got.size(), cudaMemcpyDeviceToHost));
+    expectedRecv(s, want.data());
+    return countWrong(s.type, got.data(), want.data(), s.recvCount());
+  }
+
+  // Median microseconds per call, measured on this rank. `align` runs one small collective of the
+  // same library first, so every rank starts the timed calls together.
+  double time(const std::function<void()>& call, const std::function<void()>& align) {
+    for (int i = 0; i < o_.warmup; ++i) call();
+    BENCH_CUDA(cudaStreamSynchronize(stream_));
+    cudaGraphExec_t exec = nullptr;
+    if (o_.graph) {
+      cudaGraph_t graph;
+      BENCH_CUDA(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal));
+      for (int i = 0; i < o_.iters; ++i) call();
+      BENCH_CUDA(cudaStreamEndCapture(stream_, &graph));
+      BENCH_CUDA(cudaGraphInstantiate(&exec, graph, 0));
+      BENCH_CUDA(cudaGraphDestroy(graph));
+      BENCH_CUDA(cudaGraphLaunch(exec, stream_));  // uploads the graph
+      BENCH_CUDA(cudaStreamSynchronize(stream_));
+    }
+    std::vector<double> us;
+    for (int k = 0; k < o_.samples; ++k) {
+      r_.bootstrap->barrier();
+      align();
+      BENCH_CUDA(cudaEventRecord(start_, stream_));
+      if (exec)
+        BENCH_CUDA(cudaGraphLaunch(exec, stream_));
+      else
+        for (int i = 0; i < o_.iters; ++i) call();
+      BENCH_CUDA(cudaEventRecord(stop_, stream_));
+      BENCH_CUDA(cudaEventSynchronize(stop_));
+      float ms = 0;
+      BENCH_CUDA(cudaEventElapsedTime(&ms, start_, stop_));
+      us.push_back(ms * 1000.0 / o_.iters);
+    }
+    if (exec) cudaGraphExecDestroy(exec);
+    std::sort(us.begin(), us.end());
+    return us[us.size() / 2];
+  }
+
+  void alignFerry() {
+    comm_->allReduce(barrierBuf_->ptr, barrierBuf_->ptr, 1, DataType::Float32, ReduceOp::Max, stream_);
+  }
+  void alignNccl() {
+    nccl_->allReduce(barrierBuf_->ptr, barrierBuf_->ptr, 1, static_cast<int>(DataType::Float32),
+                     static_cast<int>(ReduceOp::Max), stream_);
+  }
+
+  Measure measureFerry(const CallShape& s, const Buffers& b, bool inPlace) {
+    Measure m;
+    if (o_.check) m.wrong = check(s, b, inPlace);
+    auto [send, recv] = pointers(s, b, inPlace);
+    const bool hasSend = s.collective != Collective::Broadcast || s.rank == s.root;
+    m.us = time([&] { issueFerry(s, hasSend ? send : nullptr, recv); }, [&] { alignFerry(); });
+    return m;
+  }
+
+  // Max time and total wrong over ranks.
+  Measure reduceOverRanks(Measure m) {
+    struct Wire {
+      double us;
+      std::uint64_t wrong;
+    };
+    std::vector<Wire> all(static_cast<std::size_t>(r_.worldSize));
+    all[r_.rank] = {m.us, m.wrong};
+    r_.bootstrap->allGather(all.data(), sizeof(Wire));
+    Measure out{m.us, 0};
+    for (const Wire& w : all) {
+      out.us = std::max(out.us, w.us);
+      out.wrong += w.wrong;
+    }
+    return out;
+  }
+
+  BenchRow measure(CallShape s, const Buffers& b) {
+    BenchRow row{s.collective, s.count * sizeOf(s.type) * (perRank(s.collective) ? r_.worldSize : 1), s.count,
+                 s.type, s.op, s.root, "", {}, {}, {}};
+    row.algorithm = comm_->algorithmFor(s.collective, row.bytes, s.type);
+    s.seed = ++seed_;
+    row.outOfPlace = reduceOverRanks(measureFerry(s, b, false));
+    if (o_.inPlace) {
+      s.seed = ++seed_;
+      row.inPlace = reduceOverRanks(measureFerry(s, b, true));
+    }
+    if (nccl_) {
+      auto [send, recv] = pointers(s, b, false);
+      Measure m;
+      m.us = time([&] { issueNccl(s, send, recv); }, [&] { alignNccl(); });
+      row.nccl = reduceOverRanks(m);
+    }
+    return row;
+  }
+
+  // Times every algorithm that can run the call (each checked first) and keeps the fastest.
+  TuningChoice tune(CallShape s, const Buffers& b) {
+    TuningChoice best{s.collective, s.count * sizeOf(s.type) * (perRank(s.collective) ? r_.worldSize : 1), ""};
+    double bestUs = 1e300;
+    for (const std::string& name : Comm::algorithmNames(s.collective)) {
+      comm_->setAlgorithm(s.collective, name);
+      Measure m;
+      try {
+        s.seed = ++seed_;
+        m = reduceOverRanks(measureFerry(s, b, false));
+      } catch (const Error& e) {
+        if (e.code() != ErrorCode::InvalidUsage) throw;
+        continue;  // this algorithm cannot run the call
+      }
+      if (m.wrong == 0 && m.us < bestUs) {
+        bestUs = m.us;
+        best.algorithm = name;
+      }
+    }
+    comm_->setAlgorithm(s.collective, "");
+    applyForced();
+    return best;
+  }
+
+ public:
+  void applyForced() {
+    if (o_.algorithm.empty()) return;
+    for (Collective c : o_.collectives) {
+      const auto names = Comm::algorithmNames(c);
+      if (std::find(names.begin(), names.end(), o_.algorithm) != names.end()) comm_->setAlgorithm(c, o_.algorithm);
+    }
+  }
+
+ private:
+  void printHeader() {
+    if (r_.rank != 0) return;
+    cudaDeviceProp prop{};
+    cudaGetDeviceProperties(&prop, r_.localRank);
+    std::printf("# ferry-bench %s: %d ranks, one per GPU (%s)\n", FERRY_VERSION_STRING, r_.worldSize, prop.name);
+    std::printf("# %s, %d calls per sample, median of %d samples, %d warm-up calls; checked: %s\n",
+                o_.graph ? "CUDA graphs" : "stream launches", o_.iters, o_.samples, o_.warmup,
+                o_.check ? "every size, random input, poisoned output" : "no");
+    if (nccl_)
+      std::printf("# NCCL %s in the same run on the same buffers (out of place); ratio = NCCL time / ferry time\n",
+                  nccl_->versionString().c_str());
+  }
+
+  void printTitle(Collective c, DataType t, ReduceOp op) {
+    if (r_.rank != 0) return;
+    std::printf("#\n# %s %s %s\n", std::string(toString(c)).c_str(), std::string(toString(t)).c_str(),
+                c == Collective::AllReduce || c == Collective::ReduceScatter ? std::string(toString(op)).c_str() : "");
+    std::printf("#                                                      out-of-place                       in-place          ");
+    std::printf("%s\n", nccl_ ? "              NCCL" : "");
+    std::printf("#       size         count      type   redop    root     time   algbw   busbw #wrong     time   algbw   busbw #wrong");
+    std::printf("%s  algorithm\n", nccl_ ? "     time   busbw  ratio" : "");
+    std::printf("#        (B)    (elements)                               (us)  (GB/s)  (GB/s)            (us)  (GB/s)  (GB/s)       ");
+    std::printf("%s\n", nccl_ ? "     (us)  (GB/s)" : "");
+    std::fflush(stdout);
+  }
+
+  void printRow(const BenchRow& r) {
+    const double factor = busFactor(r.collective, r_.worldSize);
+    auto cols = [&](const Measure& m) {
+      if (m.us < 0) {
+        std::printf(" %8s %7s %7s %6s", "-", "-", "-", "-");
+        return;
+      }
+      const double algbw = r.bytes / m.us / 1e3;
+      std::printf(" %8.2f %7.2f %7.2f %6llu", m.us, algbw, algbw * factor, static_cast<unsigned long long>(m.wrong));
+    };
+    const bool reduces = r.collective == Collective::AllReduce || r.collective == Collective::ReduceScatter;
+    std::printf("%12llu  %12llu  %8s  %6s  %6d", static_cast<unsigned long long>(r.bytes),
+                static_cast<unsigned long long>(r.count), std::string(toString(r.type)).c_str(),
+                reduces ? std::string(toString(r.op)).c_str() : "none",
+                r.collective == Collective::Broadcast ? r.root : -1);
+    cols(r.outOfPlace);
+    cols(r.inPlace);
+    if (nccl_) {
+      const double busbw = r.bytes / r.nccl.us / 1e3 * factor;
+      std::printf(" %8.2f %7.2f %6.2f", r.nccl.us, busbw, r.nccl.us / r.outOfPlace.us);
+    }
+    std::printf("  %s\n", r.algorithm.c_str());
+    std::fflush(stdout);
+  }
+
+  void printFooter(std::uint64_t wrong) {
+    double sum = 0;
+    int n = 0;
+    for (const auto& r : rows_) {
+      sum += r.bytes / r.outOfPlace.us / 1e3 * busFactor(r.collective, r_.worldSize);
+      ++n;
+    }
+    std::printf("# Out of bounds values : %llu %s\n", static_cast<unsigned long long>(wrong), wrong ? "FAILED" : "OK");
+    std::printf("# Avg bus bandwidth    : %g\n", n ? sum / n : 0.0);
+    std::printf("#\n");
+  }
+
+  void writeJson() {
+    nlohmann::json doc;
+    doc["tool"] = "ferry-bench";
+    doc["version"] = FERRY_VERSION_STRING;
+    doc["world_size"] = r_.worldSize;
+    doc["graph"] = o_.graph;
+    doc["iters"] = o_.iters;
+    doc["samples"] = o_.samples;
+    doc["nccl_version"] = nccl_ ? nccl_->versionString() : "";
+    auto measure = [&](const Measure& m, const BenchRow& r) -> nlohmann::json {
+      if (m.us < 0) return nullptr;
+      const double algbw = r.bytes / m.us / 1e3;
+      return {{"time_us", m.us}, {"algbw", algbw}, {"busbw", algbw * busFactor(r.collective, r_.worldSize)},
+              {"wrong", m.wrong}};
+    };
+    doc["rows"] = nlohmann::json::array();
+    for (const auto& r : rows_)
+      doc["rows"].push_back({{"collective", std::string(toString(r.collective))},
+                             {"bytes", r.bytes},
+                             {"count", r.count},
+                             {"type", std::string(toString(r.type))},
+                             {"op", std::string(toString(r.op))},
+                             {"root", r.root},
+                             {"algorithm", r.algorithm},
+                             {"out_of_place", measure(r.outOfPlace, r)},
+                             {"in_place", measure(r.inPlace, r)},
+                             {"nccl", measure(r.nccl, r)}});
+    std::ofstream(o_.jsonPath) << doc.dump(2) << "\n";
+    std::printf("# results: %s\n", o_.jsonPath.c_str());
+  }
+
+  void writeTuning(const std::vector<TuningChoice>& choices) {
+    // One row per run of sizes with the same winner, up to the last size it won.
+    nlohmann::json doc = {{"version", 1}, {"rows", nlohmann::json::array()}};
+    for (std::size_t i = 0; i < choices.size(); ++i) {
+      const auto& c = choices[i];
+      if (c.algorithm.empty()) continue;
+      const bool last = i + 1 == choices.size() || choices[i + 1].collective != c.collective;
+      if (!last && choices[i + 1].algorithm == c.algorithm) continue;
+      doc["rows"].push_back({{"collective", std::string(toString(c.collective))},
+                             {"world_size", r_.worldSize},
+                             {"max_bytes", last ? ~0ull : c.bytes},
+                             {"algorithm", c.algorithm}});
+    }
+    std::ofstream(o_.tunePath) << doc.dump(2) << "\n";
+    std::printf("# tuning table: %s (use it with FERRY_TUNING_FILE=%s)\n", o_.tunePath.c_str(), o_.tunePath.c_str());
+  }
+
+  const BenchOptions& o_;
+  const RankInfo& r_;
+  cudaStream_t stream_ = nullptr;
+  cudaEvent_t start_ = nullptr, stop_ = nullptr;
+  std::unique_ptr<Comm> comm_;
+  std::unique_ptr<DeviceMemory> barrierBuf_;
+  std::unique_ptr<NcclLibrary> nccl_;
+  std::vector<BenchRow> rows_;
+  std::uint64_t seed_ = 0;
+};
+
+}  // namespace
+
+double busFactor(Collective c, int n) {
+  switch (c) {
+    case Collective::AllReduce: return 2.0 * (n - 1) / n;
+    case Collective::Broadcast: return 1.0;
+    default: return static_cast<double>(n - 1) / n;
+  }
+}
+
+int runBench(const BenchOptions& options, const RankInfo& rank) {
+  Runner runner(options, rank);
+  runner.applyForced();
+  return runner.run();
+}
+
+}  // namespace ferry::tools

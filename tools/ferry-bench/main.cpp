@@ -1,0 +1,165 @@
+// ferry-bench: nccl-tests style benchmark of ferry's collectives, with NCCL timed beside it.
+//
+//   ferry-bench                                   # allreduce, bf16 sum, 1 KiB .. 1 GiB, all local GPUs
+//   ferry-bench allgather -b 8 -e 128M -f 2 -d float
+//   ferry-bench all -e 64M --json results.json    # every collective
+//   ferry-bench allreduce --tune tuning.json      # time every algorithm, write a tuning table
+//   mpirun -np 4 ferry-bench ...  /  torchrun --nproc-per-node 4 ferry-bench ...
+#include <cuda_runtime_api.h>
+
+#include <CLI/CLI.hpp>
+#include <cstdio>
+#include <exception>
+#include <iostream>
+
+#include "bench.hpp"
+#include "ferry/errors.hpp"
+#include "launcher.hpp"
+
+namespace {
+
+using namespace ferry;
+using namespace ferry::tools;
+
+// "1K", "64M", "1G", "4096" (nccl-tests' suffixes, powers of 1024).
+std::uint64_t parseBytes(const std::string& text) {
+  std::size_t used = 0;
+  const double v = std::stod(text, &used);
+  std::uint64_t scale = 1;
+  if (used < text.size()) {
+    switch (std::toupper(static_cast<unsigned char>(text[used]))) {
+      case 'K': scale = 1ull << 10; break;
+      case 'M': scale = 1ull << 20; break;
+      case 'G': scale = 1ull << 30; break;
+      default: throw CLI::ValidationError("size", "'" + text + "' is not a size (e.g. 4096, 1K, 64M, 1G)");
+    }
+  }
+  return static_cast<std::uint64_t>(v * static_cast<double>(scale));
+}
+
+int gpuCount(std::string& why) {
+  int n = 0;
+  const cudaError_t e = cudaGetDeviceCount(&n);
+  if (e != cudaSuccess) {
+    why = cudaGetErrorString(e);
+    return 0;
+  }
+  if (n == 0) why = "the CUDA runtime lists no device";
+  return n;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"ferry-bench: times ferry's collectives (and NCCL's beside them) across the local GPUs"};
+  BenchOptions o;
+  std::string what = "allreduce", minB = "1K", maxB = "1G", stepB, types = "bf16", ops = "sum";
+  int ngpus = 0, check = 1, graph = 1;
+  bool list = false, noNccl = false, noInPlace = false;
+  app.add_option("collective", what, "allreduce, allgather, reducescatter, alltoall, broadcast, or all")
+      ->capture_default_str();
+  app.add_option("-b,--minbytes", minB, "smallest size (bytes; K, M, G suffixes)")->capture_default_str();
+  app.add_option("-e,--maxbytes", maxB, "largest size")->capture_default_str();
+  app.add_option("-f,--stepfactor", o.stepFactor, "size multiplier between rows")->capture_default_str();
+  app.add_option("-i,--stepbytes", stepB, "size increment between rows (instead of -f)");
+  app.add_option("-d,--datatype", types, "data type(s), comma-separated, or all")->capture_default_str();
+  app.add_option("-o,--op", ops, "reduce op(s), comma-separated, or all")->capture_default_str();
+  app.add_option("-r,--root", o.root, "broadcast root")->capture_default_str();
+  app.add_option("-n,--iters", o.iters, "calls per timed sample")->capture_default_str();
+  app.add_option("-w,--warmup_iters", o.warmup, "warm-up calls")->capture_default_str();
+  app.add_option("-N,--samples", o.samples, "timed samples (the median is reported)")->capture_default_str();
+  app.add_option("-c,--check", check, "check results (1) or not (0)")->capture_default_str();
+  app.add_option("-G,--cudagraph", graph, "time CUDA graph replays (1) or stream launches (0)")->capture_default_str();
+  app.add_option("-g,--ngpus", ngpus, "ranks to start (default: every local GPU); ignored under mpirun/torchrun");
+  app.add_option("--algo", o.algorithm, "force this algorithm where it applies (see --list)");
+  app.add_flag("--no-nccl", noNccl, "do not time NCCL");
+  app.add_option("--nccl", o.ncclPath, "the NCCL library to compare with")->capture_default_str();
+  app.add_flag("--no-in-place", noInPlace, "time out-of-place calls only");
+  app.add_option("--json", o.jsonPath, "also write the results as JSON to this file");
+  app.add_option("--tune", o.tunePath, "time every algorithm at every size and write a tuning table (JSON)");
+  app.add_flag("--list", list, "list the algorithms of every collective and exit");
+  CLI11_PARSE(app, argc, argv);
+
+  try {
+    if (list) {
+      for (int c = 0; c < kCollectiveCount; ++c) {
+        std::printf("%s:", std::string(toString(static_cast<Collective>(c))).c_str());
+        for (const auto& n : Comm::algorithmNames(static_cast<Collective>(c))) std::printf(" %s", n.c_str());
+        std::printf("\n");
+      }
+      return 0;
+    }
+    o.minBytes = parseBytes(minB);
+    o.maxBytes = parseBytes(maxB);
+    if (!stepB.empty()) o.stepBytes = parseBytes(stepB);
+    if (o.minBytes == 0 || o.maxBytes < o.minBytes || (o.stepBytes == 0 && o.stepFactor <= 1))
+      throw CLI::ValidationError("sizes", "need 0 < minbytes <= maxbytes and a step factor > 1");
+    if (o.iters < 1 || o.samples < 1 || o.warmup < 0) throw CLI::ValidationError("iters", "need iters, samples >= 1");
+    o.check = check != 0;
+    o.graph = graph != 0;
+    o.nccl = !noNccl;
+    o.inPlace = !noInPlace;
+    o.collectives.clear();
+    if (what == "all") {
+      for (int c = 0; c < kCollectiveCount; ++c) o.collectives.push_back(static_cast<Collective>(c));
+    } else if (auto c = parseCollective(what)) {
+      o.collectives.push_back(*c);
+    } else {
+      throw CLI::ValidationError("collective", "unknown collective '" + what + "'");
+    }
+    auto splitList = [](const std::string& s) {
+      std::vector<std::string> out;
+      std::size_t b = 0;
+      while (b <= s.size()) {
+        const std::size_t e = s.find(',', b);
+        out.push_back(s.substr(b, e == std::string::npos ? std::string::npos : e - b));
+        if (e == std::string::npos) break;
+        b = e + 1;
+      }
+      return out;
+    };
+    o.types.clear();
+    for (const auto& t : splitList(types)) {
+      if (t == "all") {
+        for (int i = 0; i < kDataTypeCount; ++i) o.types.push_back(static_cast<DataType>(i));
+      } else if (auto d = parseDataType(t)) {
+        o.types.push_back(*d);
+      } else {
+        throw CLI::ValidationError("datatype", "unknown data type '" + t + "'");
+      }
+    }
+    o.ops.clear();
+    for (const auto& t : splitList(ops)) {
+      if (t == "all") {
+        for (int i = 0; i < kReduceOpCount; ++i) o.ops.push_back(static_cast<ReduceOp>(i));
+      } else if (auto op = parseReduceOp(t)) {
+        o.ops.push_back(*op);
+      } else {
+        throw CLI::ValidationError("op", "unknown reduce op '" + t + "'");
+      }
+    }
+
+    if (auto rank = rankFromEnvironment()) return runBench(o, *rank);
+
+    // Started by hand: one rank per GPU, each a copy of this program.
+    std::string why;
+    const int gpus = gpuCount(why);
+    if (gpus == 0) {
+      std::printf("ferry-bench: no CUDA GPU visible (%s): nothing to benchmark on this machine.\n", why.c_str());
+      return 0;
+    }
+    const int ranks = ngpus > 0 ? ngpus : gpus;
+    if (ranks > gpus) throw CLI::ValidationError("ngpus", std::to_string(ranks) + " ranks but only " +
+                                                            std::to_string(gpus) + " GPUs");
+    if (ranks < 2) {
+      std::printf("ferry-bench: %d GPU: collectives need at least 2; nothing to compare.\n", ranks);
+      return 0;
+    }
+    return spawnRanks(ranks, argv);
+  } catch (const CLI::Error& e) {
+    return app.exit(e);
+  } catch (const std::exception& e) {
+    std::cerr << "ferry-bench: " << e.what() << "\n";
+    return 1;
+  }
+}

@@ -1,0 +1,50 @@
+#pragma once
+// NCCL loaded at run time (dlopen, no link-time dependency), so that ferry-bench can time NCCL on
+// the same buffers in the same run. Only what the benchmark calls. ferry's DataType and ReduceOp
+// values are NCCL's, so they pass through unchanged.
+#include <cuda_runtime_api.h>
+
+#include <cstddef>
+#include <memory>
+#include <string>
+
+namespace ferry::tools {
+
+struct NcclUniqueId {
+  char internal[128];
+};
+
+class NcclLibrary {
+ public:
+  // nullptr (and why in `why`) when the library cannot be loaded or lacks a symbol. path: a file
+  // name or path for dlopen; "libnccl.so.2" finds the system's.
+  static std::unique_ptr<NcclLibrary> load(const std::string& path, std::string& why);
+  ~NcclLibrary();
+
+  int version() const { return version_; }  // e.g. 22803
+  std::string versionString() const;
+
+  NcclUniqueId uniqueId() const;
+  // Collective: every rank calls it with rank 0's id.
+  void initComm(const NcclUniqueId& id, int rank, int worldSize);
+
+  void allReduce(const void* send, void* recv, std::size_t count, int type, int op, cudaStream_t s) const;
+  void allGather(const void* send, void* recv, std::size_t sendCount, int type, cudaStream_t s) const;
+  void reduceScatter(const void* send, void* recv, std::size_t recvCount, int type, int op, cudaStream_t s) const;
+  // As nccl-tests does it: grouped send/recv with every peer.
+  void allToAll(const void* send, void* recv, std::size_t count, int type, cudaStream_t s) const;
+  void broadcast(const void* send, void* recv, std::size_t count, int type, int root, cudaStream_t s) const;
+
+  struct Api;
+
+ private:
+  NcclLibrary() = default;
+  void check(int result, const char* call) const;
+  void* handle_ = nullptr;
+  std::unique_ptr<Api> api_;
+  void* comm_ = nullptr;
+  int version_ = 0;
+  int worldSize_ = 0;
+};
+
+}  // namespace ferry::tools
