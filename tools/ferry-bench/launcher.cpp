@@ -1,14 +1,19 @@
 #include "launcher.hpp"
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
 #include <signal.h>
+#include <sys/socket.h>
 #include <spawn.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
 #include <iostream>
+#include <stdexcept>
 #include <string>
 #include <thread>
 #include <vector>
@@ -29,11 +34,11 @@ int intOf(const char* v, int fallback) { return v ? std::atoi(v) : fallback; }
 
 std::optional<RankInfo> rankFromEnvironment() {
   RankInfo info;
-  if (const char* id = get("FERRY_BENCH_ID")) {
+  if (const char* root = get("FERRY_BENCH_ROOT")) {
     info.rank = intOf(get("FERRY_BENCH_RANK"), 0);
     info.worldSize = intOf(get("FERRY_BENCH_RANKS"), 1);
     info.localRank = info.rank;
-    info.bootstrap = TcpBootstrap::create(UniqueId::fromHex(id), info.rank, info.worldSize);
+    info.bootstrap = TcpBootstrap::create(root, info.rank, info.worldSize);
     return info;
   }
   if (const char* r = get("OMPI_COMM_WORLD_RANK")) {
@@ -54,13 +59,38 @@ std::optional<RankInfo> rankFromEnvironment() {
   return std::nullopt;
 }
 
+namespace {
+
+// A loopback port that is free now. (A UniqueId would reserve one, but its socket belongs to the
+// process that made it, and rank 0 is a child.) Another process could take it before rank 0
+// listens; then rank 0 fails to bind and says so.
+int freeLoopbackPort() {
+  const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof(addr);
+  int port = 0;
+  if (fd >= 0 && ::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0 &&
+      ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) == 0)
+    port = ntohs(addr.sin_port);
+  if (fd >= 0) ::close(fd);
+  if (port == 0) throw std::runtime_error(std::string("no free loopback port: ") + std::strerror(errno));
+  return port;
+}
+
+}  // namespace
+
 int spawnRanks(int ranks, char** argv) {
-  const std::string id = UniqueId::create().toHex();
+  // A random secret authenticates the ranks that join (FERRY_BOOTSTRAP_SECRET).
+  const std::string root = "127.0.0.1:" + std::to_string(freeLoopbackPort());
+  const std::string secret = UniqueId::create().toHex().substr(16, 32);
   std::vector<pid_t> pids;
   for (int r = 0; r < ranks; ++r) {
     std::vector<std::string> env;
     for (char** e = environ; *e; ++e) env.emplace_back(*e);
-    env.push_back("FERRY_BENCH_ID=" + id);
+    env.push_back("FERRY_BENCH_ROOT=" + root);
+    env.push_back("FERRY_BOOTSTRAP_SECRET=" + secret);
     env.push_back("FERRY_BENCH_RANK=" + std::to_string(r));
     env.push_back("FERRY_BENCH_RANKS=" + std::to_string(ranks));
     std::vector<char*> envp;

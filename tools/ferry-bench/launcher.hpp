@@ -15,7 +15,7 @@ struct RankInfo {
   std::shared_ptr<Bootstrap> bootstrap;
 };
 
-// This process's rank, when it is one: spawned by spawnRanks (FERRY_BENCH_RANK), under mpirun
+// This process's rank, when it is one: spawned by spawnRanks (FERRY_BENCH_ROOT), under mpirun
 // (OMPI_COMM_WORLD_RANK; rank 0's host in MASTER_ADDR, default 127.0.0.1, port MASTER_PORT,
 // default 29511) or torchrun (RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT). nullopt otherwise.
 std::optional<RankInfo> rankFromEnvironment();
