@@ -37,7 +37,7 @@ declare -A present_if=(
 build_packages=(cmake ninja-build g++ googletest libgtest-dev nlohmann-json3-dev libcli11-dev)
 test_packages=(clang)
 # Python modules the test suite uses, as module:pip-package.
-pip_modules=(pytest:pytest)
+pip_modules=(pytest:pytest matplotlib:matplotlib)
 
 have_package() {
   local pkg=$1 alt=${present_if[$1]:-}

@@ -19,6 +19,9 @@
 //   before anything is queued. A peer that never joins the call makes the kernel report the rank,
 //   the peer and the call and stop after FERRY_DEVICE_TIMEOUT; the stream then returns an error.
 //
+// Point-to-point send and recv run through a per-peer inbox (no registration needed), alone or
+// grouped between groupStart() and groupEnd().
+//
 // Algorithms: several per collective (algorithmNames); a selector picks one by collective, size,
 // type and world size from built-in defaults, a tuning table (FERRY_TUNING_FILE, written by
 // `ferry-bench --tune`), FERRY_ALGO, or setAlgorithm().
@@ -75,6 +78,21 @@ class FERRY_API Comm {
   // recv[i] = root's send[i]; send is read on the root only (may be null elsewhere).
   void broadcast(const void* send, void* recv, std::size_t count, DataType type, int root,
                  cudaStream_t stream);
+
+  // Point-to-point: `count` elements from this rank's `buffer` to rank `peer`'s recv, which must
+  // name the same count and type. Sends and recvs between a pair of ranks match in the order they
+  // were issued. Outside a group each is its own kernel and returns once it is queued; a send
+  // finishes without its recv only while the peer's inbox (2 MiB) holds it and all unreceived
+  // sends before it, so two ranks that both send first and receive second must group the pair.
+  // A rank may send to itself only within a group that also holds the matching recv.
+  void send(const void* buffer, std::size_t count, DataType type, int peer, cudaStream_t stream);
+  void recv(void* buffer, std::size_t count, DataType type, int peer, cudaStream_t stream);
+  // Between groupStart() and the matching groupEnd() (they nest), send and recv are collected and
+  // groupEnd() queues them all as one kernel in which they progress together (an all-to-all-v is
+  // one group). One group's sends and recvs share one stream; at most 64 per group. Collectives
+  // called inside a group are not deferred: they are queued at once.
+  void groupStart();
+  void groupEnd();
 
   // Forces the algorithm `name` for collective c (an empty name hands the choice back to the
   // selector). Error(InvalidUsage) for a name that does not exist or belongs to another collective.

@@ -6,6 +6,10 @@
 //                       rank r pushes chunk j of its input to rank j, reduces its own chunk from
 //                       what arrived, pushes the result to every peer and copies theirs out. Calls
 //                       larger than the scratch run in rounds.
+//   allreduce_ring      the textbook ring, for comparison: R - 1 reduce-scatter steps then R - 1
+//                       all-gather steps, each rank writing only into the next rank's scratch. Its
+//                       sums run in ring order, not rank order, so float results may differ from the
+//                       other algorithms' in the last bits (every rank still gets the same bits).
 #include "collectives/algorithm.hpp"
 #include "collectives/kernel_util.cuh"
 #include "collectives/launch.hpp"
@@ -102,6 +106,78 @@ __global__ void __launch_bounds__(kThreads)
   endCall(c, m);
 }
 
+// Scratch half: 2R - 2 slots, one per step; step s of a round writes slot s of the next rank.
+// Flags: this block writes to the next rank "step s of round k is in your slot s" (phase 1 of
+// sub-round 16k + s) and to the previous rank "I have read all of round k" (16k + 15); both rise
+// monotonically per (writer, reader) pair, also when the two ranks are the same (two ranks).
+template <class T, ReduceOp Op>
+__global__ void __launch_bounds__(kThreads)
+    allReduceRing(CollectiveContext c, const char* send, char* recv, std::uint64_t count, std::uint64_t slotBytes) {
+  constexpr std::uint64_t sz = sizeof(T), grain = 16 / sz;
+  constexpr ReduceOp Partial = Op == ReduceOp::Avg ? ReduceOp::Sum : Op;  // divide once, at the end
+  const std::uint64_t m = beginCall(c);
+  const int R = c.nranks, r = c.rank, next = (r + 1) % R, prev = (r + R - 1) % R;
+  const std::uint64_t roundElems = slotBytes / sz * R;
+  const std::uint64_t rounds = (count + roundElems - 1) / roundElems;
+  char* mine = scratchHalf(c.scratch, c, m);
+  char* theirs = scratchHalf(c.peerScratch[next], c, m);
+  auto dataReady = [&](std::uint64_t k, int step) { return signalValue(m, 16 * k + step, 1); };
+  auto waitPrev = [&](std::uint64_t value) {
+    if (threadIdx.x == 0) waitPeer(c, prev, value);
+    __syncthreads();
+  };
+  auto signal = [&](int peer, std::uint64_t value) {
+    __syncthreads();
+    if (threadIdx.x == 0) signalPeer(c, peer, value);
+  };
+  awaitPeersStarted(c, m, 1u << next);
+  for (std::uint64_t k = 0; k < rounds; ++k) {
+    if (k > 0) {
+      if (threadIdx.x == 0) waitPeer(c, next, signalValue(m, 16 * (k - 1) + 15, 1));
+      __syncthreads();
+    }
+    const std::uint64_t base = k * roundElems, len = min(roundElems, count - base);
+    std::uint64_t chunk = (len + R - 1) / R;
+    chunk = (chunk + grain - 1) / grain * grain;
+    const Range part = splitRange(chunk, gridDim.x, blockIdx.x, grain);
+    auto clip = [&](int j) {
+      const std::uint64_t b = min(j * chunk + part.begin, len), e = min(j * chunk + part.end, len);
+      return Range{base + b, base + e};
+    };
+    auto slot = [&](char* region, int step) { return region + step * slotBytes + part.begin * sz; };
+    // Reduce-scatter: at step s this rank adds its part of chunk r - s to what came from prev.
+    for (int s = 0; s < R - 1; ++s) {
+      const Range el = clip((r - s + R) % R);
+      if (s > 0) waitPrev(dataReady(k, s - 1));
+      const char* src[2] = {send + el.begin * sz, s > 0 ? slot(mine, s - 1) : nullptr};
+      char* dst[1] = {slot(theirs, s)};
+      reduceSources<T, Partial>(dst, 1, src, s > 0 ? 2 : 1, R, el.size(), threadIdx.x, kThreads);
+      signal(next, dataReady(k, s));
+    }
+    // The last addition completes chunk r + 1: into recv, and to next as all-gather step 0.
+    {
+      const Range el = clip((r + 1) % R);
+      waitPrev(dataReady(k, R - 2));
+      const char* src[2] = {send + el.begin * sz, slot(mine, R - 2)};
+      char* dst[2] = {recv + el.begin * sz, slot(theirs, R - 1)};
+      reduceSources<T, Op>(dst, 2, src, 2, R, el.size(), threadIdx.x, kThreads);
+      signal(next, dataReady(k, R - 1));
+    }
+    // All-gather step t brings chunk r - t from prev (slot R - 1 + t); all but the last go on.
+    for (int t = 0; t < R - 1; ++t) {
+      const Range el = clip((r - t + R) % R);
+      const bool forward = t < R - 2;
+      waitPrev(dataReady(k, R - 1 + t));
+      const char* src[1] = {slot(mine, R - 1 + t)};
+      char* dst[2] = {recv + el.begin * sz, slot(theirs, R + t)};
+      reduceSources<T, ReduceOp::Sum>(dst, forward ? 2 : 1, src, 1, R, el.size(), threadIdx.x, kThreads);
+      if (forward) signal(next, dataReady(k, R + t));
+    }
+    signal(prev, signalValue(m, 16 * k + 15, 1));  // done reading this round's slots
+  }
+  endCall(c, m);
+}
+
 class AllReduceLL final : public Algorithm {
  public:
   const char* name() const override { return "allreduce_ll"; }
@@ -121,6 +197,38 @@ class AllReduceLL final : public Algorithm {
                                                              static_cast<char*>(call.recv), bytes);
     });
     checkLaunch(call, name());
+  }
+};
+
+class AllReduceRing final : public Algorithm {
+ public:
+  const char* name() const override { return "allreduce_ring"; }
+  Collective collective() const override { return Collective::AllReduce; }
+  std::string whyNot(const CollectiveCall& call, const CommLimits& limits) const override {
+    const std::uint64_t slot = slotBytes(limits);
+    if (slot < 16) return "the scratch is too small (FERRY_SCRATCH_BYTES)";
+    // 16 flag values per round within the 17 bits of a signal's round field.
+    const std::uint64_t roundBytes = slot * static_cast<std::uint64_t>(limits.worldSize);
+    if ((call.bytes() + roundBytes - 1) / roundBytes >= (1u << 17) / 16)
+      return "it needs more than 8191 scratch rounds (raise FERRY_SCRATCH_BYTES)";
+    return {};
+  }
+  void launch(const CollectiveCall& call, const CollectiveContext& context) const override {
+    const std::uint64_t slot = slotBytes({context.nranks, 0, context.scratchHalfBytes});
+    const std::uint64_t chunkBytes = std::min<std::uint64_t>(slot, call.bytes() / context.nranks + 16);
+    const unsigned grid = gridFor(chunkBytes, 8 << 10, 1, 32);
+    dispatchTypeOp(call.type, call.op, [&]<class T, ReduceOp Op>() {
+      allReduceRing<T, Op><<<grid, kThreads, 0, call.stream>>>(forCall(context, call),
+                                                               static_cast<const char*>(call.send),
+                                                               static_cast<char*>(call.recv), call.count, slot);
+    });
+    checkLaunch(call, name());
+  }
+
+ private:
+  // 2R - 2 slots of one step each.
+  static std::uint64_t slotBytes(const CommLimits& limits) {
+    return limits.scratchHalfBytes / (2 * static_cast<std::uint64_t>(limits.worldSize) - 2) / 16 * 16;
   }
 };
 
@@ -155,7 +263,8 @@ class AllReduceTwoShot final : public Algorithm {
 std::vector<const Algorithm*> allReduceAlgorithms() {
   static const AllReduceLL ll;
   static const AllReduceTwoShot twoShot;
-  return {&ll, &twoShot};
+  static const AllReduceRing ring;
+  return {&ll, &twoShot, &ring};
 }
 
 }  // namespace ferry

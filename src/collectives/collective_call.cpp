@@ -40,6 +40,20 @@ int deviceOf(const void* p) {
   return -1;
 }
 
+// Throws bad(...) when p is not device memory of `device`. Asking CUDA about a pointer is not a
+// stream operation, but it is skipped while the stream is being captured: a capture must not see
+// calls it could object to. device < 0 skips the check.
+template <class Bad>
+void checkDeviceMemory(const void* p, const char* what, int device, cudaStream_t stream, Bad&& bad) {
+  if (device < 0) return;
+  cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
+  if (cudaStreamIsCapturing(stream, &capture) != cudaSuccess) (void)cudaGetLastError();
+  if (capture != cudaStreamCaptureStatusNone) return;
+  if (deviceOf(p) != device)
+    throw bad(std::string(what) + " is not device memory of this rank's GPU " + std::to_string(device) +
+              " (host memory or another GPU's?)");
+}
+
 }  // namespace
 
 std::size_t CollectiveCall::sendElements() const {
@@ -110,18 +124,29 @@ void validateCall(const CollectiveCall& call, int device) {
                                                                            : "send == recv") +
                 ")");
   }
-  // Asking CUDA about a pointer is not a stream operation, but skip it while the stream is being
-  // captured: a capture must not see calls it could object to.
-  cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
-  if (device >= 0 && cudaStreamIsCapturing(call.stream, &capture) != cudaSuccess) (void)cudaGetLastError();
-  if (device >= 0 && capture == cudaStreamCaptureStatusNone) {
-    if (needsSend && deviceOf(call.send) != device)
-      throw bad("send buffer is not device memory of this rank's GPU " + std::to_string(device) +
-                " (host memory or another GPU's?)");
-    if (deviceOf(call.recv) != device)
-      throw bad("recv buffer is not device memory of this rank's GPU " + std::to_string(device) +
-                " (host memory or another GPU's?)");
-  }
+  if (needsSend) checkDeviceMemory(call.send, "send buffer", device, call.stream, bad);
+  checkDeviceMemory(call.recv, "recv buffer", device, call.stream, bad);
+}
+
+std::string describe(const PeerCall& call) {
+  return "rank " + std::to_string(call.rank) + (call.isSend ? ": send to rank " : ": recv from rank ") +
+         std::to_string(call.peer);
+}
+
+void validatePeerCall(const PeerCall& call, int device) {
+  auto bad = [&](const std::string& what) { return Error(ErrorCode::InvalidUsage, describe(call) + ": " + what); };
+  if (!isValid(call.type))
+    throw bad("datatype " + std::to_string(static_cast<int>(call.type)) + " is not a ferry::DataType");
+  if (call.peer < 0 || call.peer >= call.worldSize)
+    throw bad("peer " + std::to_string(call.peer) + " is out of range [0, " + std::to_string(call.worldSize) + ")");
+  const std::size_t esize = sizeOf(call.type);
+  if (call.count > std::numeric_limits<std::size_t>::max() / esize)
+    throw bad("count " + std::to_string(call.count) + " is too large (its byte size overflows)");
+  if (call.count == 0) return;
+  if (call.buffer == nullptr) throw bad("buffer is null");
+  if (reinterpret_cast<std::uintptr_t>(call.buffer) % esize != 0)
+    throw bad("buffer " + hex(call.buffer) + " is not aligned to the element size " + std::to_string(esize));
+  checkDeviceMemory(call.buffer, "buffer", device, call.stream, bad);
 }
 
 }  // namespace ferry

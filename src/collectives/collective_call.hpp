@@ -45,4 +45,25 @@ void validateCall(const CollectiveCall& call, int device);
 // "rank 2: allReduce" — the prefix of every message about a call.
 std::string describe(const CollectiveCall& call);
 
+// One send or recv as Comm::send and Comm::recv take it.
+struct PeerCall {
+  bool isSend = true;
+  const void* buffer = nullptr;
+  std::size_t count = 0;
+  DataType type = DataType::Float32;
+  int peer = 0;
+  cudaStream_t stream = nullptr;
+  int rank = 0;
+  int worldSize = 1;
+  std::size_t bytes() const { return count * sizeOf(type); }
+};
+
+// Error(InvalidUsage) naming the rank, the operation, the peer and the argument for: a type
+// outside the enum, a peer out of range, a byte size that overflows, a null or misaligned buffer,
+// and (as validateCall) a buffer that is not device memory of `device`.
+void validatePeerCall(const PeerCall& call, int device);
+
+// "rank 2: send to rank 3" / "rank 3: recv from rank 2".
+std::string describe(const PeerCall& call);
+
 }  // namespace ferry

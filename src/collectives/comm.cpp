@@ -4,6 +4,7 @@
 
 #include "collectives/collective_call.hpp"
 #include "collectives/comm_resources.hpp"
+#include "collectives/p2p.hpp"
 #include "collectives/selector.hpp"
 #include "core/cuda_check.hpp"
 #include "core/logger.hpp"
@@ -54,12 +55,17 @@ struct Comm::Impl {
   Communicator communicator;
   Selector selector;
   std::unique_ptr<CommResources> resources;
+  std::unique_ptr<P2PResources> p2p;
+  int groupDepth = 0;
+  std::vector<PeerCall> pending;  // the open group's sends and recvs
 
   explicit Impl(std::shared_ptr<Bootstrap> b)
       : bootstrap(checkedBootstrap(std::move(b))), communicator(bootstrap), selector(Selector::fromEnvironment()) {
     FERRY_CUDA_CHECK(cudaGetDevice(&device));
-    if (bootstrap->size() > 1)
+    if (bootstrap->size() > 1) {
       resources = std::make_unique<CommResources>(communicator, env().llBytes, env().scratchBytes);
+      p2p = std::make_unique<P2PResources>(communicator);
+    }
     bootstrap->barrier();  // every rank has mapped every peer before anyone writes
     FERRY_LOG(Info, Collectives) << "Comm ready: rank " << bootstrap->rank() << " of " << bootstrap->size()
                                   << " on GPU " << device;
@@ -81,6 +87,64 @@ struct Comm::Impl {
     }
     const Algorithm& algorithm = selector.select(call, resources->limits());
     algorithm.launch(call, resources->context());
+  }
+
+  void addPeerCall(PeerCall call) {
+    call.rank = bootstrap->rank();
+    call.worldSize = bootstrap->size();
+    validatePeerCall(call, device);
+    pending.push_back(call);
+    if (groupDepth == 0) runGroup();
+  }
+
+  // Queues the pending sends and recvs: the pairs of a rank with itself as copies, the rest as one
+  // kernel. Checks everything before queuing anything; the group is gone either way.
+  void runGroup() {
+    std::vector<PeerCall> calls;
+    calls.swap(pending);
+    std::erase_if(calls, [](const PeerCall& c) { return c.count == 0; });
+    if (calls.empty()) return;
+    const int me = bootstrap->rank();
+    auto bad = [&](const PeerCall& c, const std::string& what) {
+      return Error(ErrorCode::InvalidUsage, describe(c) + ": " + what);
+    };
+    std::vector<const PeerCall*> selfSends, selfRecvs;
+    P2PBatch batch;
+    for (const PeerCall& c : calls) {
+      if (c.stream != calls.front().stream)
+        throw bad(c, "is on another stream than the group's first send/recv; one group uses one stream");
+      if (c.peer == me) {
+        (c.isSend ? selfSends : selfRecvs).push_back(&c);
+        continue;
+      }
+      if (batch.count == kP2PMaxOps)
+        throw bad(c, "a group holds at most " + std::to_string(kP2PMaxOps) + " sends and recvs to other ranks");
+      const int lanes = p2pLanes(c.bytes());
+      if (batch.blocks + lanes > kP2PMaxBlocks)
+        throw bad(c, "the group's sends and recvs need more than " + std::to_string(kP2PMaxBlocks) +
+                         " thread blocks at once; split it into smaller groups");
+      P2PWork& w = batch.work[batch.count++];
+      w.src = c.isSend ? static_cast<const char*>(c.buffer) : nullptr;
+      w.dst = c.isSend ? nullptr : static_cast<char*>(const_cast<void*>(c.buffer));
+      w.bytes = c.bytes();
+      w.peer = c.peer;
+      w.isSend = c.isSend;
+      w.firstBlock = batch.blocks;
+      batch.blocks += lanes;
+    }
+    for (std::size_t i = 0; i < std::max(selfSends.size(), selfRecvs.size()); ++i) {
+      if (i >= selfRecvs.size()) throw bad(*selfSends[i], "has no matching recv from this rank in the same group");
+      if (i >= selfSends.size()) throw bad(*selfRecvs[i], "has no matching send from this rank in the same group");
+      if (selfSends[i]->bytes() != selfRecvs[i]->bytes())
+        throw bad(*selfRecvs[i], "receives " + std::to_string(selfRecvs[i]->bytes()) + " bytes but the matching send has " +
+                                     std::to_string(selfSends[i]->bytes()));
+    }
+    DeviceScope scope(device);
+    const cudaStream_t stream = calls.front().stream;
+    for (std::size_t i = 0; i < selfSends.size(); ++i)
+      FERRY_CUDA_CHECK(cudaMemcpyAsync(const_cast<void*>(selfRecvs[i]->buffer), selfSends[i]->buffer,
+                                       selfSends[i]->bytes(), cudaMemcpyDeviceToDevice, stream));
+    if (batch.count > 0) launchP2P(batch, p2p->context(), stream);
   }
 };
 
@@ -120,6 +184,23 @@ void Comm::allToAll(const void* send, void* recv, std::size_t count, DataType ty
 
 void Comm::broadcast(const void* send, void* recv, std::size_t count, DataType type, int root, cudaStream_t stream) {
   impl_->run({Collective::Broadcast, send, recv, count, type, ReduceOp::Sum, root, stream});
+}
+
+void Comm::send(const void* buffer, std::size_t count, DataType type, int peer, cudaStream_t stream) {
+  impl_->addPeerCall({true, buffer, count, type, peer, stream});
+}
+
+void Comm::recv(void* buffer, std::size_t count, DataType type, int peer, cudaStream_t stream) {
+  impl_->addPeerCall({false, buffer, count, type, peer, stream});
+}
+
+void Comm::groupStart() { ++impl_->groupDepth; }
+
+void Comm::groupEnd() {
+  if (impl_->groupDepth == 0)
+    throw Error(ErrorCode::InvalidUsage,
+                "rank " + std::to_string(rank()) + ": groupEnd without a matching groupStart");
+  if (--impl_->groupDepth == 0) impl_->runGroup();
 }
 
 void Comm::setAlgorithm(Collective c, std::string_view name) { impl_->selector.force(c, name); }

@@ -1,10 +1,6 @@
 #include "collectives/comm_resources.hpp"
 
-#include <future>
-
 #include "ferry/env.hpp"
-#include "ferry/errors.hpp"
-#include "ferry/memory.hpp"
 
 namespace ferry {
 namespace {
@@ -28,19 +24,10 @@ CommResources::CommResources(Communicator& comm, std::uint64_t llSlotDataBytes, 
   const std::uint64_t scratchOffset = llOffset + 2 * llHalf;
   const std::uint64_t total = scratchOffset + 2 * scratchHalf;
 
-  memory_ = gpuAlloc(total);
-  local_ = comm.registerMemory(memory_.get(), total, Transport::CudaIpc);
   constexpr int kTag = 0x6c6c;  // the Comm's own tag for this exchange
-  std::vector<std::shared_future<RegisteredMemory>> futures(static_cast<std::size_t>(size));
-  for (int p = 0; p < size; ++p) {
-    if (p == rank) continue;
-    comm.sendMemory(local_, p, kTag);
-    futures[p] = comm.recvMemory(p, kTag);
-  }
-  peers_.resize(static_cast<std::size_t>(size));
-  for (int p = 0; p < size; ++p) peers_[p] = p == rank ? local_ : futures[p].get();
+  memory_ = std::make_unique<PeerMemory>(comm, total, kTag, "the collectives' buffers");
 
-  auto* base = static_cast<char*>(memory_.get());
+  char* base = memory_->local();
   context_.rank = rank;
   context_.nranks = size;
   context_.state = reinterpret_cast<CallState*>(base);
@@ -48,13 +35,7 @@ CommResources::CommResources(Communicator& comm, std::uint64_t llSlotDataBytes, 
   context_.ll = base + llOffset;
   context_.scratch = base + scratchOffset;
   for (int p = 0; p < size; ++p) {
-    auto* peerBase = static_cast<char*>(peers_[p].data());
-    if (!peerBase || peers_[p].size() != total)
-      throw Error(ErrorCode::NotSupported,
-                  "rank " + std::to_string(rank) + ": the collectives' buffers of rank " + std::to_string(p) +
-                      " could not be mapped here (" + std::to_string(peers_[p].size()) + " of " +
-                      std::to_string(total) +
-                      " bytes); every rank must be on one host with the same FERRY_SCRATCH_BYTES and FERRY_LL_BYTES");
+    char* peerBase = memory_->peer(p);
     context_.peerFlags[p] = reinterpret_cast<std::uint64_t*>(peerBase + flagsOffset);
     context_.peerLl[p] = peerBase + llOffset;
     context_.peerScratch[p] = peerBase + scratchOffset;

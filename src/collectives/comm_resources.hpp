@@ -1,13 +1,11 @@
 #pragma once
-// The buffers a Comm's peers write into, made once per Comm: one gpuAlloc per rank laid out as
-// device_context.hpp describes, registered and mapped by every peer. Building it is collective.
+// The buffers a Comm's peers write into for collectives, made once per Comm: one allocation per
+// rank laid out as device_context.hpp describes, mapped by every peer. Building it is collective.
 #include <memory>
-#include <vector>
 
 #include "collectives/algorithm.hpp"
 #include "collectives/device_context.hpp"
-#include "ferry/communicator.hpp"
-#include "ferry/registered_memory.hpp"
+#include "collectives/peer_memory.hpp"
 
 namespace ferry {
 
@@ -21,9 +19,7 @@ class CommResources {
   const CommLimits& limits() const { return limits_; }
 
  private:
-  std::shared_ptr<void> memory_;
-  RegisteredMemory local_;
-  std::vector<RegisteredMemory> peers_;  // keeps the mappings alive
+  std::unique_ptr<PeerMemory> memory_;
   CollectiveContext context_;
   CommLimits limits_;
 };

@@ -1,6 +1,8 @@
 // A build without CUDA (FERRY_BUILD_CUDA=OFF) has no collective kernels: every collective then has
-// no algorithm, and a Comm call says so.
+// no algorithm, and a Comm call says so; so does a send or recv to another rank.
 #include "collectives/algorithm.hpp"
+#include "collectives/p2p.hpp"
+#include "ferry/errors.hpp"
 
 namespace ferry {
 
@@ -9,5 +11,10 @@ std::vector<const Algorithm*> allGatherAlgorithms() { return {}; }
 std::vector<const Algorithm*> reduceScatterAlgorithms() { return {}; }
 std::vector<const Algorithm*> allToAllAlgorithms() { return {}; }
 std::vector<const Algorithm*> broadcastAlgorithms() { return {}; }
+
+void launchP2P(const P2PBatch&, const P2PContext& context, cudaStream_t) {
+  throw Error(ErrorCode::NotSupported,
+              "rank " + std::to_string(context.rank) + ": send/recv: this build of ferry has no CUDA kernels");
+}
 
 }  // namespace ferry

@@ -260,6 +260,9 @@ struct TcpBootstrap::Impl {
                          std::to_string(worldSize) + " arrived); they exited, hung, or have not called " +
                          name);
     }
+    // Everything arrived; make sure this rank's own part has left too, so that a rank that exits
+    // right after a barrier (without destroying its bootstrap) does not strand its peers in it.
+    (void)net->flush(deadline);
   }
 };
 

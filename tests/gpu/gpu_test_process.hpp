@@ -8,6 +8,8 @@
 
 #include <algorithm>
 #include <cstddef>
+#include <cstdlib>
+#include <string>
 
 #include "support/fd_count.hpp"
 
@@ -24,6 +26,28 @@ inline int gpuCountWithoutInit() {
   int status = 0;
   ::waitpid(pid, &status, 0);
   return WIFEXITED(status) ? WEXITSTATUS(status) : 0;
+}
+
+// FERRY_TEST_SHARE_GPUS=1 lets a multi-rank GPU test run more ranks than there are GPUs, rank r
+// on GPU r % count: it checks protocols on a one-GPU machine (slowly: the ranks' kernels take turns
+// on the GPU), never speed.
+inline bool shareGpus() {
+  const char* v = std::getenv("FERRY_TEST_SHARE_GPUS");
+  return v != nullptr && v[0] == '1';
+}
+
+// Empty when `ranks` ranks can run here; otherwise why not (for GTEST_SKIP).
+inline std::string whyCannotRun(int ranks) {
+  const int gpus = gpuCountWithoutInit();
+  if (gpus >= ranks || (gpus >= 1 && shareGpus())) return {};
+  return "needs " + std::to_string(ranks) + " GPUs (or FERRY_TEST_SHARE_GPUS=1 and one), found " + std::to_string(gpus);
+}
+
+// The GPU of a rank: its own, or one it shares (see shareGpus). @pre CUDA may be used here.
+inline int rankDevice(int rank) {
+  int n = 1;
+  if (cudaGetDeviceCount(&n) != cudaSuccess || n < 1) n = 1;
+  return rank % n;
 }
 
 // Free memory of the current device, after the work queued on it.

@@ -273,5 +273,61 @@ INSTANTIATE_TEST_SUITE_P(Collectives, CallSizes,
                                            Sizes{Collective::Broadcast, 10, 10}),
                          [](const auto& info) { return std::string(toString(info.param.collective)); });
 
+// send and recv (validatePeerCall): rank 1 of 4 sending 8 floats to rank 3.
+PeerCall validPeerCall(bool isSend) {
+  PeerCall call;
+  call.isSend = isSend;
+  call.buffer = fakeConst(0x300000);
+  call.count = 8;
+  call.type = DataType::Float32;
+  call.peer = 3;
+  call.rank = 1;
+  call.worldSize = 4;
+  return call;
+}
+
+std::string peerRejection(const PeerCall& call) {
+  try {
+    validatePeerCall(call, kNoDevice);
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::InvalidUsage) << e.what();
+    return e.what();
+  }
+  ADD_FAILURE() << "validatePeerCall accepted the call";
+  return {};
+}
+
+TEST(ValidatePeerCall, AcceptsAValidSendAndRecvAndZeroCountWithoutBuffer) {
+  EXPECT_NO_THROW(validatePeerCall(validPeerCall(true), kNoDevice));
+  EXPECT_NO_THROW(validatePeerCall(validPeerCall(false), kNoDevice));
+  PeerCall empty = validPeerCall(true);
+  empty.count = 0;
+  empty.buffer = nullptr;
+  EXPECT_NO_THROW(validatePeerCall(empty, kNoDevice));
+  PeerCall self = validPeerCall(false);
+  self.peer = 1;  // to itself: matched within a group by the Comm, not refused here
+  EXPECT_NO_THROW(validatePeerCall(self, kNoDevice));
+}
+
+TEST(ValidatePeerCall, NamesRankOperationPeerAndArgument) {
+  PeerCall c = validPeerCall(true);
+  c.peer = 4;
+  EXPECT_CONTAINS(peerRejection(c), "rank 1: send to rank 4: peer 4 is out of range [0, 4)");
+  c.peer = -1;
+  EXPECT_CONTAINS(peerRejection(c), "peer -1 is out of range");
+  c = validPeerCall(false);
+  c.buffer = nullptr;
+  EXPECT_CONTAINS(peerRejection(c), "rank 1: recv from rank 3: buffer is null");
+  c = validPeerCall(false);
+  c.buffer = fakeConst(0x300002);
+  EXPECT_CONTAINS(peerRejection(c), "is not aligned to the element size 4");
+  c = validPeerCall(true);
+  c.type = static_cast<DataType>(99);
+  EXPECT_CONTAINS(peerRejection(c), "datatype 99 is not a ferry::DataType");
+  c = validPeerCall(true);
+  c.count = std::numeric_limits<std::size_t>::max() / 2;
+  EXPECT_CONTAINS(peerRejection(c), "is too large");
+}
+
 }  // namespace
 }  // namespace ferry

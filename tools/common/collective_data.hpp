@@ -13,6 +13,8 @@
 //   expectedRecv(shape, want.data());
 //   std::size_t wrong = countWrong(type, got.data(), want.data(), recvCount);
 #include <algorithm>
+#include <cmath>
+#include <type_traits>
 #include <cstdint>
 #include <cstring>
 #include <thread>
@@ -138,6 +140,46 @@ inline std::size_t countWrong(DataType type, const void* got, const void* want, 
   std::size_t wrong = 0;
   for (std::size_t i = 0; i < count; ++i) wrong += std::memcmp(g + i * es, w + i * es, es) != 0;
   return wrong;
+}
+
+// Elements of a reduction that differ by more than a reduction in another order may: exact for
+// integers and for min and max; for floats, `ranks` times 16 units of the type's precision at the
+// magnitude the partial results of [-2, 2] inputs reach (a few units in the last place).
+inline std::size_t countWrongReordered(DataType type, ReduceOp op, int ranks, const void* got, const void* want,
+                                       std::size_t count) {
+  if (op == ReduceOp::Min || op == ReduceOp::Max) return countWrong(type, got, want, count);
+  return detail::withType(type, ReduceOp::Sum, [&]<class T, ReduceOp>() -> std::size_t {
+    if constexpr (std::is_integral_v<T>) {
+      return countWrong(type, got, want, count);
+    } else {
+      double eps = 0;
+      switch (type) {
+        case DataType::Float64: eps = 0x1p-52; break;
+        case DataType::Float32: eps = 0x1p-23; break;
+        case DataType::Float16: eps = 0x1p-10; break;
+        case DataType::BFloat16: eps = 0x1p-7; break;
+        case DataType::Fp8E4M3: eps = 0x1p-3; break;
+        default: eps = 0x1p-2; break;  // e5m2
+      }
+      const double tolerance = 16.0 * eps * ranks;
+      const T* g = static_cast<const T*>(got);
+      const T* w = static_cast<const T*>(want);
+      std::size_t wrong = 0;
+      for (std::size_t i = 0; i < count; ++i) {
+        double a = 0, b = 0;
+        if constexpr (std::is_same_v<T, double>) {
+          a = g[i];
+          b = w[i];
+        } else {
+          a = toFloat(g[i]);
+          b = toFloat(w[i]);
+        }
+        const bool same = std::memcmp(g + i, w + i, sizeof(T)) == 0;
+        wrong += !same && !(std::abs(a - b) <= tolerance * std::max(1.0, std::abs(b)));
+      }
+      return wrong;
+    }
+  });
 }
 
 }  // namespace ferry::tools

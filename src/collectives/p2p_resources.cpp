@@ -1,0 +1,32 @@
+#include "collectives/p2p.hpp"
+
+#include "ferry/env.hpp"
+
+namespace ferry {
+
+P2PResources::P2PResources(Communicator& comm) {
+  const int size = comm.bootstrap()->size();
+  constexpr std::uint64_t kCounters = sizeof(std::uint64_t) * kMaxRanks * kP2PLanes;  // one array
+  constexpr std::uint64_t kInboxOffset = 64 << 10;
+  static_assert(4 * kCounters <= kInboxOffset);
+  const std::uint64_t total = kInboxOffset + p2pSlotOffset(size, 0, 0);
+  constexpr int kTag = 0x7032;  // the Comm's own tag for this exchange
+  memory_ = std::make_unique<PeerMemory>(comm, total, kTag, "the send/recv inboxes");
+
+  auto counters = [](char* base, int which) { return reinterpret_cast<std::uint64_t*>(base + which * kCounters); };
+  char* base = memory_->local();
+  context_.rank = comm.bootstrap()->rank();
+  context_.sent = counters(base, 0);
+  context_.received = counters(base, 1);
+  context_.arrived = counters(base, 2);
+  context_.acked = counters(base, 3);
+  context_.inbox = base + kInboxOffset;
+  for (int p = 0; p < size; ++p) {
+    context_.peerArrived[p] = counters(memory_->peer(p), 2);
+    context_.peerAcked[p] = counters(memory_->peer(p), 3);
+    context_.peerInbox[p] = memory_->peer(p) + kInboxOffset;
+  }
+  context_.timeoutNs = static_cast<std::uint64_t>(env().deviceTimeout.count() * 1e9);
+}
+
+}  // namespace ferry
