@@ -28,6 +28,7 @@
 #include <cuda_runtime_api.h>
 
 #include <cstddef>
+#include <cstdint>
 #include <memory>
 #include <optional>
 #include <string>
@@ -46,6 +47,11 @@ inline constexpr int kCollectiveCount = 5;
 FERRY_API std::string_view toString(Collective c) noexcept;
 // The names above; also with '_' ("all_reduce"), case-insensitively.
 FERRY_API std::optional<Collective> parseCollective(std::string_view name) noexcept;
+
+// What Comm::registerBuffer returns, for deregisterBuffer.
+struct BufferRegistration {
+  std::uint64_t id = 0;
+};
 
 class FERRY_API Comm {
  public:
@@ -93,6 +99,18 @@ class FERRY_API Comm {
   // called inside a group are not deferred: they are queued at once.
   void groupStart();
   void groupEnd();
+
+  // Registers [ptr, ptr + bytes) of this GPU's memory (cudaMalloc, PyTorch's allocator, gpuAlloc)
+  // so that calls whose buffers lie inside registered ranges on every rank can run zero-copy:
+  // kernels then read and write the peers' buffers directly instead of staging through scratch
+  // (the *_direct algorithms, picked above the LL sizes). Collective: every rank registers its
+  // buffer of the same role, in the same order (sizes may differ); a call that is registered on
+  // some ranks but not on others is an error reported by the kernel. Ranges must not overlap.
+  // At most 256 registrations are live at once.
+  BufferRegistration registerBuffer(void* ptr, std::size_t bytes);
+  // Local: waits for this GPU's queued work, then forgets the registration (deregister on every
+  // rank before the next call that used it).
+  void deregisterBuffer(BufferRegistration registration);
 
   // Forces the algorithm `name` for collective c (an empty name hands the choice back to the
   // selector). Error(InvalidUsage) for a name that does not exist or belongs to another collective.

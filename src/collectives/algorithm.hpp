@@ -44,5 +44,7 @@ std::vector<const Algorithm*> allGatherAlgorithms();
 std::vector<const Algorithm*> reduceScatterAlgorithms();
 std::vector<const Algorithm*> allToAllAlgorithms();
 std::vector<const Algorithm*> broadcastAlgorithms();
+// The zero-copy algorithms of every collective (direct.cu), on registered buffers only.
+std::vector<const Algorithm*> directAlgorithms();
 
 }  // namespace ferry

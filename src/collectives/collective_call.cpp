@@ -104,7 +104,7 @@ void validateCall(const CollectiveCall& call, int device) {
   if (call.count > std::numeric_limits<std::size_t>::max() / esize / static_cast<std::size_t>(call.worldSize))
     throw bad("count " + std::to_string(call.count) + " is too large (its byte size overflows)");
   if (call.count == 0) return;  // nothing to do, nothing to check (as NCCL)
-  const bool needsSend = call.collective != Collective::Broadcast || call.rank == call.root;
+  const bool needsSend = call.usesSend();
   if (needsSend && call.send == nullptr) throw bad("send buffer is null");
   if (call.recv == nullptr) throw bad("recv buffer is null");
   auto misaligned = [&](const void* p) { return reinterpret_cast<std::uintptr_t>(p) % esize != 0; };

@@ -4,6 +4,7 @@
 #include <cuda_runtime_api.h>
 
 #include <cstddef>
+#include <cstdint>
 #include <string>
 
 #include "ferry/comm.hpp"
@@ -24,8 +25,14 @@ struct CollectiveCall {
   cudaStream_t stream = nullptr;
   int rank = 0;
   int worldSize = 1;
+  // Registrations (Comm::registerBuffer) holding the buffers; id 0: not registered.
+  std::uint64_t sendId = 0, sendOffset = 0, recvId = 0, recvOffset = 0;
 
   std::size_t elementBytes() const { return sizeOf(type); }
+  // This rank uses its send buffer (every collective but a broadcast off the root).
+  bool usesSend() const { return collective != Collective::Broadcast || rank == root; }
+  // Every buffer this rank uses is registered: what the direct (zero-copy) algorithms need.
+  bool registered() const { return recvId != 0 && (!usesSend() || sendId != 0); }
   // Elements of the send and recv buffers.
   std::size_t sendElements() const;
   std::size_t recvElements() const;

@@ -3,6 +3,7 @@
 #include <cuda_runtime_api.h>
 
 #include "collectives/collective_call.hpp"
+#include "collectives/buffer_registry.hpp"
 #include "collectives/comm_resources.hpp"
 #include "collectives/p2p.hpp"
 #include "collectives/selector.hpp"
@@ -56,7 +57,9 @@ struct Comm::Impl {
   Selector selector;
   std::unique_ptr<CommResources> resources;
   std::unique_ptr<P2PResources> p2p;
+  std::unique_ptr<BufferRegistry> registry;
   int groupDepth = 0;
+  std::uint64_t soloRegistrations = 0;
   std::vector<PeerCall> pending;  // the open group's sends and recvs
 
   explicit Impl(std::shared_ptr<Bootstrap> b)
@@ -65,6 +68,8 @@ struct Comm::Impl {
     if (bootstrap->size() > 1) {
       resources = std::make_unique<CommResources>(communicator, env().llBytes, env().scratchBytes);
       p2p = std::make_unique<P2PResources>(communicator);
+      registry = std::make_unique<BufferRegistry>(communicator);
+      resources->setRegistrationTable(registry->table());
     }
     bootstrap->barrier();  // every rank has mapped every peer before anyone writes
     FERRY_LOG(Info, Collectives) << "Comm ready: rank " << bootstrap->rank() << " of " << bootstrap->size()
@@ -84,6 +89,17 @@ struct Comm::Impl {
         FERRY_CUDA_CHECK(cudaMemcpyAsync(call.recv, call.send, call.recvElements() * call.elementBytes(),
                                          cudaMemcpyDeviceToDevice, call.stream));
       return;
+    }
+    if (registry) {
+      const std::size_t es = call.elementBytes();
+      if (call.usesSend()) {
+        const auto hit = registry->find(call.send, call.sendElements() * es);
+        call.sendId = hit.id;
+        call.sendOffset = hit.offset;
+      }
+      const auto hit = registry->find(call.recv, call.recvElements() * es);
+      call.recvId = hit.id;
+      call.recvOffset = hit.offset;
     }
     const Algorithm& algorithm = selector.select(call, resources->limits());
     algorithm.launch(call, resources->context());
@@ -201,6 +217,20 @@ void Comm::groupEnd() {
     throw Error(ErrorCode::InvalidUsage,
                 "rank " + std::to_string(rank()) + ": groupEnd without a matching groupStart");
   if (--impl_->groupDepth == 0) impl_->runGroup();
+}
+
+BufferRegistration Comm::registerBuffer(void* ptr, std::size_t bytes) {
+  if (!impl_->registry) {  // one rank: there is nothing to share, and no zero-copy to enable
+    if (ptr == nullptr || bytes == 0)
+      throw Error(ErrorCode::InvalidUsage, "rank 0: registerBuffer: the buffer is null or empty");
+    return {++impl_->soloRegistrations};
+  }
+  return {impl_->registry->add(ptr, bytes)};
+}
+
+void Comm::deregisterBuffer(BufferRegistration registration) {
+  if (!impl_->registry) return;
+  impl_->registry->remove(registration.id);
 }
 
 void Comm::setAlgorithm(Collective c, std::string_view name) { impl_->selector.force(c, name); }

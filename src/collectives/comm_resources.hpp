@@ -16,6 +16,8 @@ class CommResources {
   CommResources(Communicator& comm, std::uint64_t llSlotDataBytes, std::uint64_t scratchBytes);
 
   const CollectiveContext& context() const { return context_; }
+  // Where kernels find the registered buffers' table (BufferRegistry).
+  void setRegistrationTable(const RegTable* table) { context_.regs = table; }
   const CommLimits& limits() const { return limits_; }
 
  private:

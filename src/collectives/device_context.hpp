@@ -5,6 +5,8 @@
 //   CallState   the epoch (calls completed) and a count of finished blocks
 //   flags       uint64 inbound flags: slot 0 holds "peer p started call m" (the epoch row), slot
 //               1 + b is block b's signal row; flags[slot * kMaxRanks + p] is written by peer p only
+//   buffers     two halves of one CallBuffers per peer: where a direct (zero-copy) call's buffers
+//               are (registration.hpp), written by the peer before its start flag
 //   LL region   two halves; each holds one packet slot per sending rank
 //   scratch     two halves, for Simple-protocol algorithms
 //
@@ -33,12 +35,18 @@ struct CallState {
   std::uint32_t blocksDone;   // blocks of the running call that have finished
 };
 
+struct CallBuffers;
+struct RegTable;
+
 struct CollectiveContext {
   int rank = 0;
   int nranks = 1;
   CallState* state = nullptr;
   std::uint64_t* flags = nullptr;  // [kFlagSlots][kMaxRanks], this rank's
   std::uint64_t* peerFlags[kMaxRanks] = {};
+  CallBuffers* buffers = nullptr;  // [2][kMaxRanks], this rank's
+  CallBuffers* peerBuffers[kMaxRanks] = {};
+  const RegTable* regs = nullptr;  // this rank's table of every rank's registered buffers
   char* ll = nullptr;              // this rank's LL region (both halves)
   char* peerLl[kMaxRanks] = {};
   char* scratch = nullptr;         // this rank's scratch (both halves)

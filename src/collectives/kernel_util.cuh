@@ -6,6 +6,7 @@
 #include <cstring>
 
 #include "collectives/reduce_ops.hpp"
+#include "ferry/device/copy.hpp"
 #include "ferry/device/macros.hpp"
 
 namespace ferry {
@@ -97,6 +98,25 @@ FERRY_DEVICE FERRY_INLINE void reduceSources(char* const* dst, int ndst, const c
     acc = finishOp<Op>(acc, nranks);
     for (int d = 0; d < ndst; ++d) reinterpret_cast<T*>(dst[d])[i] = acc;
   }
+}
+
+// Copies `bytes` from src to every one of ndst destinations, reading src once where all pointers
+// are 16-byte aligned (else once per destination). The threads [tid, nthreads) share the work.
+FERRY_DEVICE FERRY_INLINE void copyToMany(char* const* dst, int ndst, const char* src, std::uint64_t bytes,
+                                          std::uint32_t tid, std::uint32_t nthreads) {
+  bool vec = aligned(src, 16);
+  for (int d = 0; d < ndst; ++d) vec = vec && aligned(dst[d], 16);
+  if (!vec) {
+    for (int d = 0; d < ndst; ++d) copy(dst[d], src, bytes, tid, nthreads);
+    return;
+  }
+  const std::uint64_t nvec = bytes / 16;
+  for (std::uint64_t i = tid; i < nvec; i += nthreads) {
+    const Vec16 v = reinterpret_cast<const Vec16*>(src)[i];
+    for (int d = 0; d < ndst; ++d) reinterpret_cast<Vec16*>(dst[d])[i] = v;
+  }
+  for (std::uint64_t i = nvec * 16 + tid; i < bytes; i += nthreads)
+    for (int d = 0; d < ndst; ++d) dst[d][i] = src[i];
 }
 
 // [begin, end) of part `i` of `parts` equal parts of n units, each a multiple of `grain`.

@@ -11,6 +11,7 @@ std::vector<const Algorithm*> allGatherAlgorithms() { return {}; }
 std::vector<const Algorithm*> reduceScatterAlgorithms() { return {}; }
 std::vector<const Algorithm*> allToAllAlgorithms() { return {}; }
 std::vector<const Algorithm*> broadcastAlgorithms() { return {}; }
+std::vector<const Algorithm*> directAlgorithms() { return {}; }
 
 void launchP2P(const P2PBatch&, const P2PContext& context, cudaStream_t) {
   throw Error(ErrorCode::NotSupported,

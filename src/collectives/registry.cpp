@@ -5,9 +5,14 @@ namespace ferry {
 const std::vector<const Algorithm*>& allAlgorithms() {
   static const std::vector<const Algorithm*> all = [] {
     std::vector<const Algorithm*> v;
+    const auto direct = directAlgorithms();
     for (auto group : {allReduceAlgorithms(), allGatherAlgorithms(), reduceScatterAlgorithms(),
-                       allToAllAlgorithms(), broadcastAlgorithms()})
+                       allToAllAlgorithms(), broadcastAlgorithms()}) {
       v.insert(v.end(), group.begin(), group.end());
+      if (group.empty()) continue;
+      for (const Algorithm* a : direct)
+        if (a->collective() == group.front()->collective()) v.push_back(a);
+    }
     return v;
   }();
   return all;

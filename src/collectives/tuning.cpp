@@ -9,18 +9,24 @@
 namespace ferry {
 
 std::vector<TuningRow> defaultTuning() {
-  // Any world size: LL packets while latency dominates, then the Simple protocol through scratch.
+  // Any world size: LL packets while latency dominates; then zero-copy on registered buffers, and
+  // the Simple protocol through scratch on the others.
   constexpr std::uint64_t KiB = 1024;
   return {
       {Collective::AllReduce, 0, 256 * KiB, "allreduce_ll"},
+      {Collective::AllReduce, 0, ~0ull, "allreduce_direct"},
       {Collective::AllReduce, 0, ~0ull, "allreduce_two_shot"},
       {Collective::AllGather, 0, 256 * KiB, "allgather_ll"},
+      {Collective::AllGather, 0, ~0ull, "allgather_direct"},
       {Collective::AllGather, 0, ~0ull, "allgather_push"},
       {Collective::ReduceScatter, 0, 256 * KiB, "reducescatter_ll"},
+      {Collective::ReduceScatter, 0, ~0ull, "reducescatter_direct"},
       {Collective::ReduceScatter, 0, ~0ull, "reducescatter_push"},
       {Collective::AllToAll, 0, 256 * KiB, "alltoall_ll"},
+      {Collective::AllToAll, 0, ~0ull, "alltoall_direct"},
       {Collective::AllToAll, 0, ~0ull, "alltoall_push"},
       {Collective::Broadcast, 0, 256 * KiB, "broadcast_ll"},
+      {Collective::Broadcast, 0, ~0ull, "broadcast_direct"},
       {Collective::Broadcast, 0, ~0ull, "broadcast_push"},
   };
 }

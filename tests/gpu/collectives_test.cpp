@@ -82,11 +82,27 @@ struct CallBuffers {
   }
 };
 
-// Fills, poisons, runs one call and checks it; returns the number of wrong elements. `reordered`:
-// the algorithm reduces in another order than rank order (countWrongReordered's tolerance).
-std::size_t runAndCheck(Rank& r, const CallShape& s, bool inPlace, bool reordered = false) {
+struct CheckOptions {
+  bool reordered = false;   // the algorithm reduces in another order than rank order
+  bool registered = false;  // register the buffers (every rank) for the call
+};
+
+// Fills, poisons, runs one call and checks it; returns the number of wrong elements.
+std::size_t runAndCheck(Rank& r, const CallShape& s, bool inPlace, CheckOptions options = {}) {
   const std::size_t es = sizeOf(s.type);
   CallBuffers b(r.device, s, inPlace);
+  // Deregistered however the call ends (a forced algorithm that cannot run it throws).
+  struct Registrations {
+    Comm& comm;
+    std::vector<BufferRegistration> all;
+    ~Registrations() {
+      for (const auto& reg : all) comm.deregisterBuffer(reg);
+    }
+  } registrations{*r.comm, {}};
+  if (options.registered) {
+    registrations.all.push_back(r.comm->registerBuffer(b.recvBuf.ptr, b.recvBuf.bytes));
+    if (!inPlace) registrations.all.push_back(r.comm->registerBuffer(b.sendBuf.ptr, b.sendBuf.bytes));
+  }
   std::vector<char> send(s.sendCount() * es), want(s.recvCount() * es), got(s.recvCount() * es);
   tools::fillSend(s.type, send.data(), s.sendCount(), s.rank, s.seed);
   const bool hasSend = s.collective != Collective::Broadcast || s.rank == s.root;
@@ -101,7 +117,7 @@ std::size_t runAndCheck(Rank& r, const CallShape& s, bool inPlace, bool reordere
   EXPECT_EQ(err, cudaSuccess) << cudaGetErrorString(err);
   cudaMemcpy(got.data(), b.recv, got.size(), cudaMemcpyDeviceToHost);
   tools::expectedRecv(s, want.data());
-  if (reordered) return tools::countWrongReordered(s.type, s.op, s.worldSize, got.data(), want.data(), s.recvCount());
+  if (options.reordered) return tools::countWrongReordered(s.type, s.op, s.worldSize, got.data(), want.data(), s.recvCount());
   return tools::countWrong(s.type, got.data(), want.data(), s.recvCount());
 }
 
@@ -129,6 +145,8 @@ TEST_P(GpuCollectives, EveryAlgorithmTypeOpAndPlacement) {
       const auto coll = static_cast<Collective>(c);
       const bool reduces = coll == Collective::AllReduce || coll == Collective::ReduceScatter;
       for (const std::string& algo : Comm::algorithmNames(coll)) {
+        // The zero-copy algorithms run on buffers registered for the call (on every rank).
+        const bool direct = algo.ends_with("_direct");
         r.comm->setAlgorithm(coll, algo);
         for (int t = 0; t < kDataTypeCount; ++t) {
           for (int o = 0; o < (reduces ? kReduceOpCount : 1); ++o) {
@@ -137,7 +155,8 @@ TEST_P(GpuCollectives, EveryAlgorithmTypeOpAndPlacement) {
                 CallShape s{coll, static_cast<DataType>(t), static_cast<ReduceOp>(o), count, rank, n,
                             static_cast<int>((count + t) % n), 1000u + calls};
                 try {
-                  const std::size_t wrong = runAndCheck(r, s, inPlace, algo == "allreduce_ring");
+                  const std::size_t wrong =
+                      runAndCheck(r, s, inPlace, {.reordered = algo == "allreduce_ring", .registered = direct});
                   EXPECT_EQ(wrong, 0u) << label(s, algo, inPlace);
                   ++calls;
                 } catch (const Error& e) {
@@ -274,6 +293,7 @@ TEST_P(GpuCollectives, TwoCommsConcurrentlyOnTwoStreams) {
 // stream reports an error, instead of hanging.
 TEST_P(GpuCollectives, MissingRankTimesOut) {
   const int n = GetParam();
+  if (n > 2 && ranksShareGpus(n)) GTEST_SKIP() << "several ranks trap at once: needs a GPU per rank";
   UniqueId id = UniqueId::create();
   runRanksOk(n, [&](int rank) {
     Rank r(id, rank, n);
@@ -286,6 +306,30 @@ TEST_P(GpuCollectives, MissingRankTimesOut) {
       EXPECT_NE(err, cudaSuccess);
       EXPECT_LT(s, 25.0);  // FERRY_DEVICE_TIMEOUT is 10 s here
     }
+    r.boot->barrier();
+    std::fflush(stdout);
+    _exit(::testing::Test::HasFailure() ? 1 : 0);  // the trapped context cannot be torn down cleanly
+  });
+}
+
+// Buffers registered on rank 0 only: rank 0 runs the direct algorithm, the others the scratch
+// path, and every rank's kernel reports the mismatch (or its peer's absence) instead of hanging.
+TEST_P(GpuCollectives, RegisteredOnOneRankOnlyIsAnError) {
+  const int n = GetParam();
+  if (ranksShareGpus(n)) GTEST_SKIP() << "several ranks trap at once: needs a GPU per rank";
+  UniqueId id = UniqueId::create();
+  runRanksOk(n, [&](int rank) {
+    Rank r(id, rank, n);
+    const std::size_t count = 1 << 20;
+    DeviceBuffer buf(r.device, count * 4);
+    const BufferRegistration reg = r.comm->registerBuffer(buf.ptr, buf.bytes);
+    if (rank != 0) r.comm->deregisterBuffer(reg);
+    const auto start = std::chrono::steady_clock::now();
+    r.comm->allReduce(buf.ptr, buf.ptr, count, DataType::Float32, ReduceOp::Sum, r.stream);
+    const cudaError_t err = cudaStreamSynchronize(r.stream);
+    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    EXPECT_NE(err, cudaSuccess);
+    EXPECT_LT(s, 25.0);  // FERRY_DEVICE_TIMEOUT is 10 s here
     r.boot->barrier();
     std::fflush(stdout);
     _exit(::testing::Test::HasFailure() ? 1 : 0);  // the trapped context cannot be torn down cleanly

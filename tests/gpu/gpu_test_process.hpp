@@ -43,6 +43,11 @@ inline std::string whyCannotRun(int ranks) {
   return "needs " + std::to_string(ranks) + " GPUs (or FERRY_TEST_SHARE_GPUS=1 and one), found " + std::to_string(gpus);
 }
 
+// True when `ranks` ranks would share GPUs here. Tests in which several ranks' kernels time out and
+// trap at once skip then: on a shared GPU a trapping context can stall the others' (seen on an
+// H100 with 4 ranks), which says nothing about ferry.
+inline bool ranksShareGpus(int ranks) { return gpuCountWithoutInit() < ranks; }
+
 // The GPU of a rank: its own, or one it shares (see shareGpus). @pre CUDA may be used here.
 inline int rankDevice(int rank) {
   int n = 1;

@@ -13,6 +13,7 @@
 #include <utility>
 #include <vector>
 
+#include "collectives/buffer_registry.hpp"
 #include "collectives/selector.hpp"
 #include "expect_contains.hpp"
 #include "ferry/errors.hpp"
@@ -121,6 +122,75 @@ INSTANTIATE_TEST_SUITE_P(
                       DefaultChoice{Collective::AllToAll, "alltoall_ll", "alltoall_push"},
                       DefaultChoice{Collective::Broadcast, "broadcast_ll", "broadcast_push"}),
     [](const auto& info) { return std::string(toString(info.param.collective)); });
+
+// Above the LL sizes, calls on registered buffers go zero-copy; below, LL still wins.
+TEST_P(DefaultSelection, RegisteredBuffersGoDirectAboveLL) {
+  const DefaultChoice& p = GetParam();
+  const Selector s(defaultTuning());
+  for (std::uint64_t bytes : {std::uint64_t{4} << 10, std::uint64_t{64} << 20}) {
+    CollectiveCall call = callOfBytes(p.collective, bytes);
+    call.sendId = 1;
+    call.recvId = 2;
+    EXPECT_EQ(selected(s, call), bytes < (1 << 20) ? std::string(p.small)
+                                                   : std::string(toString(p.collective)) + "_direct")
+        << bytes;
+    call.recvId = 0;  // one buffer unregistered: the scratch path
+    EXPECT_NE(selected(s, call), std::string(toString(p.collective)) + "_direct");
+  }
+}
+
+TEST(Selector, DirectBroadcastOffTheRootNeedsOnlyTheRecvRegistered) {
+  const Selector s(defaultTuning());
+  CollectiveCall call = callOfBytes(Collective::Broadcast, 64 << 20);
+  call.rank = 1;
+  call.root = 0;
+  call.send = nullptr;
+  call.recvId = 3;
+  EXPECT_EQ(selected(s, call), "broadcast_direct");
+}
+
+TEST(Selector, DirectAllToAllRefusesInPlace) {
+  Selector s(defaultTuning());
+  CollectiveCall call = callOfBytes(Collective::AllToAll, 64 << 20);
+  call.send = call.recv;
+  call.sendId = call.recvId = 1;
+  EXPECT_EQ(selected(s, call), "alltoall_push");
+  s.force(Collective::AllToAll, "alltoall_direct");
+  EXPECT_CONTAINS(invalidUsageOf([&] { s.select(call, kLimits); }), "in place");
+}
+
+// --- Registered ranges --------------------------------------------------------------------------
+
+TEST(RegistrationRanges, FindsTheRegistrationHoldingAWholeRange) {
+  RegistrationRanges r;
+  auto* base = reinterpret_cast<char*>(0x10000);
+  r.add(7, base, 1000, "rank 0: registerBuffer");
+  r.add(8, base + 4096, 100, "rank 0: registerBuffer");
+  EXPECT_EQ(r.find(base, 1000).id, 7u);
+  EXPECT_EQ(r.find(base + 10, 990).offset, 10u);
+  EXPECT_EQ(r.find(base + 10, 991).id, 0u);  // runs past the end
+  EXPECT_EQ(r.find(base - 1, 10).id, 0u);    // starts before
+  EXPECT_EQ(r.find(base + 4096 + 50, 50).id, 8u);
+  EXPECT_EQ(r.find(base + 2000, 1).id, 0u);  // between the two
+  EXPECT_EQ(r.find(nullptr, 1).id, 0u);
+  EXPECT_TRUE(r.remove(7));
+  EXPECT_FALSE(r.remove(7));
+  EXPECT_EQ(r.find(base, 10).id, 0u);
+  EXPECT_EQ(r.size(), 1u);
+}
+
+TEST(RegistrationRanges, OverlapIsInvalidUsageNamingBothRanges) {
+  RegistrationRanges r;
+  auto* base = reinterpret_cast<char*>(0x10000);
+  r.add(1, base, 100, "rank 2: registerBuffer");
+  for (auto [offset, bytes] : {std::pair{50, 100}, std::pair{-50, 100}, std::pair{10, 10}, std::pair{-10, 500}}) {
+    const std::string msg = invalidUsageOf([&] { r.add(2, base + offset, bytes, "rank 2: registerBuffer"); });
+    EXPECT_CONTAINS(msg, "rank 2: registerBuffer: [");
+    EXPECT_CONTAINS(msg, "overlaps the buffer [0x10000, 0x10064)");
+  }
+  r.add(3, base + 100, 10, "rank 2: registerBuffer");  // adjacent is fine
+  EXPECT_EQ(r.size(), 2u);
+}
 
 TEST(Selector, MaxBytesIsInclusive) {
   const Selector s(defaultTuning());

@@ -1,0 +1,180 @@
+// The direct (zero-copy) algorithms: on buffers registered with Comm::registerBuffer on every rank,
+// kernels read and write the peers' own send and recv buffers over NVLink; nothing is staged in
+// scratch, and each call synchronizes once at its start and once at its end (direct_call.cuh).
+//   allreduce_direct      rank r reduces chunk r of every rank's input (in rank order) and writes
+//                         the result into chunk r of every rank's output: reduce-scatter and
+//                         all-gather in one pass.
+//   reducescatter_direct  rank r reduces block r of every rank's input into its own output.
+//   allgather_direct      rank r writes its input into block r of every rank's output.
+//   alltoall_direct       rank r writes block p of its input into block r of rank p's output
+//                         (out of place only: in place, a peer's block would overwrite one not yet
+//                         sent).
+//   broadcast_direct      rank r reads chunk r of the root's input and writes it into chunk r of
+//                         every rank's output, so the root's links carry each byte once.
+#include "collectives/algorithm.hpp"
+#include "collectives/direct_call.cuh"
+#include "collectives/kernel_util.cuh"
+#include "collectives/launch.hpp"
+#include "ferry/device/copy.hpp"
+
+namespace ferry {
+namespace {
+
+// Elements [begin, end) of chunk j when `count` elements are cut into R chunks of `grain`
+// multiples, and this block's share of it.
+FERRY_DEVICE FERRY_INLINE Range blockShare(std::uint64_t count, int R, int j, std::uint64_t grain) {
+  std::uint64_t chunk = (count + R - 1) / R;
+  chunk = (chunk + grain - 1) / grain * grain;
+  const Range part = splitRange(chunk, gridDim.x, blockIdx.x, grain);
+  return {min(j * chunk + part.begin, count), min(j * chunk + part.end, count)};
+}
+
+template <class T, ReduceOp Op>
+__global__ void __launch_bounds__(kThreads)
+    allReduceDirect(CollectiveContext c, CallBuffers mine, const char* send, char* recv, std::uint64_t count) {
+  __shared__ DirectBuffers b;
+  constexpr std::uint64_t sz = sizeof(T);
+  const std::uint64_t m = beginDirect(c, mine, send, recv, b);
+  const int R = c.nranks;
+  const Range el = blockShare(count, R, c.rank, 16 / sz);
+  const char* src[kMaxRanks];
+  char* dst[kMaxRanks];
+  for (int q = 0; q < R; ++q) {
+    src[q] = b.send[q] + el.begin * sz;
+    dst[q] = b.recv[q] + el.begin * sz;
+  }
+  reduceSources<T, Op>(dst, R, src, R, R, el.size(), threadIdx.x, kThreads);
+  finishDirect(c, m);
+}
+
+template <class T, ReduceOp Op>
+__global__ void __launch_bounds__(kThreads)
+    reduceScatterDirect(CollectiveContext c, CallBuffers mine, const char* send, char* recv, std::uint64_t count) {
+  __shared__ DirectBuffers b;
+  constexpr std::uint64_t sz = sizeof(T);
+  const std::uint64_t m = beginDirect(c, mine, send, recv, b);
+  const int R = c.nranks, r = c.rank;
+  const Range el = blockShare(count, 1, 0, 16 / sz);
+  const char* src[kMaxRanks];
+  for (int q = 0; q < R; ++q) src[q] = b.send[q] + (r * count + el.begin) * sz;
+  char* dst[1] = {recv + el.begin * sz};
+  reduceSources<T, Op>(dst, 1, src, R, R, el.size(), threadIdx.x, kThreads);
+  finishDirect(c, m);
+}
+
+// AllGather, AllToAll and Broadcast: copies only.
+enum class Move { AllGather, AllToAll, Broadcast };
+
+template <Move Kind>
+__global__ void __launch_bounds__(kThreads)
+    moveDirect(CollectiveContext c, CallBuffers mine, const char* send, char* recv, std::uint64_t bytes, int root) {
+  __shared__ DirectBuffers b;
+  const std::uint64_t m = beginDirect(c, mine, send, recv, b);
+  const int R = c.nranks, r = c.rank;
+  char* dst[kMaxRanks];
+  int nd = 0;
+  if constexpr (Kind == Move::Broadcast) {
+    const Range part = blockShare(bytes, R, r, 16);
+    for (int i = 0; i < R; ++i) {
+      const int q = (r + i) % R;
+      if (b.recv[q] != b.send[root]) dst[nd++] = b.recv[q] + part.begin;  // not the root's own, in place
+    }
+    copyToMany(dst, nd, b.send[root] + part.begin, part.size(), threadIdx.x, kThreads);
+  } else if constexpr (Kind == Move::AllGather) {
+    const Range part = blockShare(bytes, 1, 0, 16);
+    for (int i = 0; i < R; ++i) {
+      const int q = (r + i) % R;  // start at a different peer on every rank
+      if (b.recv[q] + r * bytes != send) dst[nd++] = b.recv[q] + r * bytes + part.begin;  // not in place
+    }
+    copyToMany(dst, nd, send + part.begin, part.size(), threadIdx.x, kThreads);
+  } else {
+    const Range part = blockShare(bytes, 1, 0, 16);
+    for (int i = 0; i < R; ++i) {
+      const int q = (r + i) % R;
+      copy(b.recv[q] + r * bytes + part.begin, send + q * bytes + part.begin, part.size(), threadIdx.x, kThreads);
+    }
+  }
+  finishDirect(c, m);
+}
+
+CallBuffers published(const CollectiveCall& call) {
+  CallBuffers d;
+  d.sendId = call.usesSend() ? call.sendId : 0;
+  d.sendOffset = call.sendOffset;
+  d.recvId = call.recvId;
+  d.recvOffset = call.recvOffset;
+  return d;
+}
+
+std::string notRegistered(const CollectiveCall& call) {
+  if (call.registered()) return {};
+  return std::string(call.recvId == 0 ? "the recv" : "the send") +
+         " buffer is not registered (Comm::registerBuffer, on every rank)";
+}
+
+class DirectAlgorithm : public Algorithm {
+ public:
+  DirectAlgorithm(const char* name, Collective c) : name_(name), collective_(c) {}
+  const char* name() const override { return name_; }
+  Collective collective() const override { return collective_; }
+  std::string whyNot(const CollectiveCall& call, const CommLimits&) const override {
+    if (std::string why = notRegistered(call); !why.empty()) return why;
+    if (collective_ == Collective::AllToAll && call.inPlace())
+      return "in place, a peer's block would overwrite one not yet sent (use alltoall_push)";
+    return {};
+  }
+  void launch(const CollectiveCall& call, const CollectiveContext& context) const override {
+    const CollectiveContext c = forCall(context, call);
+    const auto* send = static_cast<const char*>(call.send);
+    auto* recv = static_cast<char*>(call.recv);
+    const std::uint64_t perRank = call.bytes() / (call.collective == Collective::AllReduce ||
+                                                          call.collective == Collective::Broadcast
+                                                      ? static_cast<std::uint64_t>(call.worldSize)
+                                                      : 1);
+    const unsigned grid = gridFor(perRank, 32 << 10, 1, 64);
+    switch (collective_) {
+      case Collective::AllReduce:
+        dispatchTypeOp(call.type, call.op, [&]<class T, ReduceOp Op>() {
+          allReduceDirect<T, Op><<<grid, kThreads, 0, call.stream>>>(c, published(call), send, recv, call.count);
+        });
+        break;
+      case Collective::ReduceScatter:
+        dispatchTypeOp(call.type, call.op, [&]<class T, ReduceOp Op>() {
+          reduceScatterDirect<T, Op><<<grid, kThreads, 0, call.stream>>>(c, published(call), send, recv, call.count);
+        });
+        break;
+      case Collective::AllGather:
+        moveDirect<Move::AllGather><<<grid, kThreads, 0, call.stream>>>(c, published(call), send, recv,
+                                                                        call.count * call.elementBytes(), 0);
+        break;
+      case Collective::AllToAll:
+        moveDirect<Move::AllToAll><<<grid, kThreads, 0, call.stream>>>(c, published(call), send, recv,
+                                                                       call.count * call.elementBytes(), 0);
+        break;
+      case Collective::Broadcast:
+        moveDirect<Move::Broadcast><<<grid, kThreads, 0, call.stream>>>(c, published(call), send, recv,
+                                                                        call.count * call.elementBytes(), call.root);
+        break;
+    }
+    checkLaunch(call, name_);
+  }
+
+ private:
+  const char* name_;
+  Collective collective_;
+};
+
+}  // namespace
+
+std::vector<const Algorithm*> directAlgorithms() {
+  static const DirectAlgorithm all[] = {{"allreduce_direct", Collective::AllReduce},
+                                        {"allgather_direct", Collective::AllGather},
+                                        {"reducescatter_direct", Collective::ReduceScatter},
+                                        {"alltoall_direct", Collective::AllToAll},
+                                        {"broadcast_direct", Collective::Broadcast}};
+  std::vector<const Algorithm*> v;
+  for (const auto& a : all) v.push_back(&a);
+  return v;
+}
+
+}  // namespace ferry
