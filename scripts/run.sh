@@ -29,12 +29,7 @@ if ! out=$(cmake --preset default 2>&1); then
   echo "run.sh: configuring the default preset failed" >&2
   exit 1
 fi
-targets=(ferry-info ferry_guard)
-# ferry-bench is built where the tree has it (it arrives with the collectives).
-if cmake --build "$build_dir" --target help 2>/dev/null | grep -q '^ferry-bench:'; then
-  targets+=(ferry-bench)
-fi
-cmake --build --preset default --parallel "$(nproc)" --target "${targets[@]}"
+cmake --build --preset default --parallel "$(nproc)" --target ferry-info ferry_guard ferry-bench
 
 info="$build_dir/tools/ferry-info/ferry-info"
 bench="$build_dir/tools/ferry-bench/ferry-bench"
@@ -54,16 +49,10 @@ fi
 
 echo "== $gpus GPU(s): $(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | sort | uniq -c |
   awk '{$1=$1; print}' | paste -sd, -)"
-if [[ -x "$bench" ]]; then
-  # Second guard against NVLink multicast (DESIGN.md rule 1): unless NVLS was asked for, any
-  # cuMulticast* call aborts the benchmark.
-  if [[ "${FERRY_ENABLE_NVLS:-0}" != 1 && -f "$guard" ]]; then
-    export LD_PRELOAD="$PWD/$guard${LD_PRELOAD:+:$LD_PRELOAD}"
-  fi
-  # With no GPU list, ferry-bench runs one rank per local GPU.
-  exec "$bench" "${bench_args[@]+"${bench_args[@]}"}"
+# Second guard against NVLink multicast (DESIGN.md rule 1): unless NVLS was asked for, any
+# cuMulticast* call aborts the benchmark.
+if [[ "${FERRY_ENABLE_NVLS:-0}" != 1 && -f "$guard" ]]; then
+  export LD_PRELOAD="$PWD/$guard${LD_PRELOAD:+:$LD_PRELOAD}"
 fi
-"$info"
-echo
-echo "The collective benchmark (ferry-bench) is not built yet: it arrives with the collectives;" \
-  "shown above: ferry-info."
+# With no GPU list, ferry-bench runs one rank per local GPU.
+exec "$bench" "${bench_args[@]+"${bench_args[@]}"}"

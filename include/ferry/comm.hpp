@@ -117,8 +117,9 @@ class FERRY_API Comm {
   // A forced algorithm that cannot run a call (too large for its buffers, say) makes that call
   // Error(InvalidUsage) naming why, instead of silently using another.
   void setAlgorithm(Collective c, std::string_view name);
-  // The algorithm a call of `bytes` (the larger of input and output) would use.
-  std::string algorithmFor(Collective c, std::size_t bytes, DataType type) const;
+  // The algorithm a call of `bytes` (the larger of input and output) would use, on registered
+  // buffers or not.
+  std::string algorithmFor(Collective c, std::size_t bytes, DataType type, bool registered = false) const;
   // Every algorithm of c, in the registry's order.
   static std::vector<std::string> algorithmNames(Collective c);
 

@@ -235,7 +235,7 @@ void Comm::deregisterBuffer(BufferRegistration registration) {
 
 void Comm::setAlgorithm(Collective c, std::string_view name) { impl_->selector.force(c, name); }
 
-std::string Comm::algorithmFor(Collective c, std::size_t bytes, DataType type) const {
+std::string Comm::algorithmFor(Collective c, std::size_t bytes, DataType type, bool registered) const {
   if (worldSize() == 1) return "local_copy";
   CollectiveCall call;
   call.collective = c;
@@ -246,6 +246,10 @@ std::string Comm::algorithmFor(Collective c, std::size_t bytes, DataType type) c
   // bytes is the larger buffer: per-rank counts are a worldSize-th of it.
   const bool perRank = c == Collective::AllGather || c == Collective::ReduceScatter || c == Collective::AllToAll;
   call.count = esize ? bytes / esize / (perRank ? static_cast<std::size_t>(worldSize()) : 1) : 0;
+  if (registered) call.sendId = call.recvId = 1;
+  // Distinct addresses, so that the call is not taken for an in-place one.
+  call.send = reinterpret_cast<const void*>(std::uintptr_t{1} << 40);
+  call.recv = reinterpret_cast<void*>(std::uintptr_t{2} << 40);
   return impl_->selector.select(call, impl_->resources->limits()).name();
 }
 

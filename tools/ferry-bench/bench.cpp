@@ -99,6 +99,14 @@ class Runner {
  private:
   struct Buffers {
     std::unique_ptr<DeviceMemory> send, recv;
+    // Registered with comm (-R); deregistered before the memory goes.
+    Comm* comm = nullptr;
+    std::vector<BufferRegistration> registrations;
+    Buffers() = default;
+    Buffers(Buffers&&) = default;
+    ~Buffers() {
+      for (const auto& reg : registrations) comm->deregisterBuffer(reg);
+    }
   };
   struct TuningChoice {
     Collective collective;
@@ -143,7 +151,13 @@ class Runner {
     const std::size_t es = sizeOf(t);
     Buffers b;
     b.send = std::make_unique<DeviceMemory>(s.sendCount() * es);
-    b.recv = std::make_unique<DeviceMemory>(std::max(s.sendCount(), s.recvCount()) * es);
+    const std::size_t recvBytes = std::max(s.sendCount(), s.recvCount()) * es;
+    b.recv = std::make_unique<DeviceMemory>(recvBytes);
+    if (o_.registered) {  // collective: every rank registers the same two buffers, in this order
+      b.comm = comm_.get();
+      b.registrations.push_back(comm_->registerBuffer(b.send->ptr, std::max<std::size_t>(s.sendCount() * es, 256)));
+      b.registrations.push_back(comm_->registerBuffer(b.recv->ptr, std::max<std::size_t>(recvBytes, 256)));
+    }
     return b;
   }
 
@@ -273,7 +287,7 @@ class Runner {
   BenchRow measure(CallShape s, const Buffers& b) {
     BenchRow row{s.collective, s.count * sizeOf(s.type) * (perRank(s.collective) ? r_.worldSize : 1), s.count,
                  s.type, s.op, s.root, "", {}, {}, {}};
-    row.algorithm = comm_->algorithmFor(s.collective, row.bytes, s.type);
+    row.algorithm = comm_->algorithmFor(s.collective, row.bytes, s.type, o_.registered);
     s.seed = ++seed_;
     row.outOfPlace = reduceOverRanks(measureFerry(s, b, false));
     if (o_.inPlace) {
@@ -331,6 +345,8 @@ class Runner {
     std::printf("# %s, %d calls per sample, median of %d samples, %d warm-up calls; checked: %s\n",
                 o_.graph ? "CUDA graphs" : "stream launches", o_.iters, o_.samples, o_.warmup,
                 o_.check ? "every size, random input, poisoned output" : "no");
+    std::printf("# ferry's buffers: %s\n", o_.registered ? "registered (Comm::registerBuffer; zero-copy above the LL sizes)"
+                                                        : "not registered (staged through scratch)");
     if (nccl_)
       std::printf("# NCCL %s in the same run on the same buffers (out of place); ratio = NCCL time / ferry time\n",
                   nccl_->versionString().c_str());
@@ -392,6 +408,7 @@ class Runner {
     doc["version"] = FERRY_VERSION_STRING;
     doc["world_size"] = r_.worldSize;
     doc["graph"] = o_.graph;
+    doc["registered"] = o_.registered;
     doc["iters"] = o_.iters;
     doc["samples"] = o_.samples;
     doc["nccl_version"] = nccl_ ? nccl_->versionString() : "";

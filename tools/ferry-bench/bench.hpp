@@ -27,6 +27,7 @@ struct BenchOptions {
   bool check = true;
   bool graph = true;
   bool inPlace = true;
+  bool registered = false;  // register ferry's buffers (Comm::registerBuffer): the zero-copy path
   std::string algorithm;  // forced for every collective that has it
   bool nccl = true;
   std::string ncclPath = "libnccl.so.2";

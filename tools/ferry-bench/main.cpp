@@ -75,6 +75,10 @@ int main(int argc, char** argv) {
   app.add_flag("--no-nccl", noNccl, "do not time NCCL");
   app.add_option("--nccl", o.ncclPath, "the NCCL library to compare with")->capture_default_str();
   app.add_flag("--no-in-place", noInPlace, "time out-of-place calls only");
+  int registered = 0;
+  app.add_option("-R,--registered", registered,
+                 "register ferry's buffers (1): calls above the LL sizes then run zero-copy; NCCL's stay unregistered")
+      ->capture_default_str();
   app.add_option("--json", o.jsonPath, "also write the results as JSON to this file");
   app.add_option("--tune", o.tunePath, "time every algorithm at every size and write a tuning table (JSON)");
   app.add_flag("--list", list, "list the algorithms of every collective and exit");
@@ -96,6 +100,7 @@ int main(int argc, char** argv) {
       throw CLI::ValidationError("sizes", "need 0 < minbytes <= maxbytes and a step factor > 1");
     if (o.iters < 1 || o.samples < 1 || o.warmup < 0) throw CLI::ValidationError("iters", "need iters, samples >= 1");
     o.check = check != 0;
+    o.registered = registered != 0;
     o.graph = graph != 0;
     o.nccl = !noNccl;
     o.inPlace = !noInPlace;
