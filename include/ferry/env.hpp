@@ -33,6 +33,7 @@ struct FERRY_API Env {
   std::string tuningFile;                          // FERRY_TUNING_FILE
   std::uint64_t scratchBytes;                      // FERRY_SCRATCH_BYTES
   std::uint64_t llBytes;                           // FERRY_LL_BYTES
+  std::string ncclFallback;                        // FERRY_NCCL_FALLBACK
   bool enableNvls;                                 // FERRY_ENABLE_NVLS
   std::string ncclNvlsEnable;                      // NCCL_NVLS_ENABLE
   bool torchSymmMemDisableMulticast;               // TORCH_SYMM_MEM_DISABLE_MULTICAST

@@ -77,6 +77,9 @@ const Var kVars[] = {
     {"FERRY_LL_BYTES", &Env::llBytes, "1M",
      "Data one peer's LL packet slot can carry per call; LL algorithms take calls up to this size. "
      "Each rank holds 2 * 2 * world size times this much packet memory."},
+    {"FERRY_NCCL_FALLBACK", &Env::ncclFallback, "libnccl.so.2",
+     "The real NCCL that libferry_nccl forwards the calls ferry does not run natively to (loaded with "
+     "dlopen, its symbols kept apart from ferry's); empty: forward nothing, such calls fail."},
     {"FERRY_ENABLE_NVLS", &Env::enableNvls, "0",
      "Allow NVLink multicast (SwitchChannel, NVLS algorithms). Never set it on shared machines."},
     {"NCCL_NVLS_ENABLE", &Env::ncclNvlsEnable, "",

@@ -1,0 +1,54 @@
+/* A plain C program that sees only nccl.h: it must compile as C, link against libferry_nccl, and
+ * get NCCL's answers for the calls that need no GPU: the version, error strings, and clear errors
+ * (with a message from ncclGetLastError) for bad arguments. Exit status 0 when all hold. */
+#include <nccl.h>
+#include <stdio.h>
+#include <string.h>
+
+static int failures = 0;
+
+static void expect(int ok, const char* what) {
+  if (!ok) {
+    fprintf(stderr, "FAILED: %s (last error: %s)\n", what, ncclGetLastError(NULL));
+    ++failures;
+  }
+}
+
+static void expectError(ncclResult_t got, ncclResult_t want, const char* phrase, const char* what) {
+  expect(got == want, what);
+  expect(strstr(ncclGetLastError(NULL), phrase) != NULL, phrase);
+}
+
+int main(void) {
+  int version = 0;
+  expect(ncclGetVersion(&version) == ncclSuccess, "ncclGetVersion succeeds");
+  expect(version == NCCL_VERSION_CODE, "ncclGetVersion reports NCCL_VERSION_CODE");
+  expect(version >= NCCL_VERSION(2, 19, 0), "the API version is 2.19 or later (ncclCommRegister exists)");
+  expectError(ncclGetVersion(NULL), ncclInvalidArgument, "version is NULL", "ncclGetVersion(NULL)");
+
+  for (int r = 0; r <= ncclNumResults; ++r) expect(ncclGetErrorString((ncclResult_t)r) != NULL, "error strings");
+  expect(strcmp(ncclGetErrorString(ncclSuccess), "no error") == 0, "ncclSuccess reads 'no error'");
+
+  int count = 0;
+  expectError(ncclCommCount(NULL, &count), ncclInvalidArgument, "comm is NULL", "ncclCommCount(NULL)");
+  expectError(ncclAllReduce(NULL, NULL, 1, ncclFloat, ncclSum, NULL, NULL), ncclInvalidArgument, "ncclAllReduce: comm is NULL",
+              "ncclAllReduce on a NULL comm");
+  expectError(ncclGroupEnd(), ncclInvalidUsage, "without a matching ncclGroupStart", "unmatched ncclGroupEnd");
+  expect(ncclGroupStart() == ncclSuccess && ncclGroupEnd() == ncclSuccess, "an empty group");
+  expect(ncclCommDestroy(NULL) == ncclSuccess, "ncclCommDestroy(NULL) is a no-op");
+  expectError(ncclGetUniqueId(NULL), ncclInvalidArgument, "uniqueId is NULL", "ncclGetUniqueId(NULL)");
+
+  ncclUniqueId id;
+  memset(&id, 0, sizeof(id));
+  ncclComm_t comm = NULL;
+  expectError(ncclCommInitRank(&comm, 0, id, 0), ncclInvalidArgument, "nranks 0 must be at least 1", "nranks 0");
+  expectError(ncclCommInitRank(&comm, 2, id, 2), ncclInvalidArgument, "rank 2 is out of range [0, 2)", "rank 2 of 2");
+  ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
+  config.blocking = 7;
+  expectError(ncclCommInitRankConfig(&comm, 2, id, 0, &config), ncclInvalidArgument, "config->blocking 7",
+              "blocking 7");
+  expectError(ncclMemFree((void*)&id), ncclInvalidArgument, "not returned by ncclMemAlloc", "ncclMemFree of a stack address");
+
+  if (failures == 0) printf("nccl.h C API check: all passed (API version %d)\n", version);
+  return failures == 0 ? 0 : 1;
+}

@@ -1,0 +1,265 @@
+/* The NCCL API from plain C, on GPUs: N ranks (forked processes, rank r on GPU r % GPUs) run every
+ * collective, every datatype and every op through nccl.h, plus grouped send/recv in a ring and a
+ * forwarded ncclReduce, each checked element by element (output poisoned first) against values
+ * computed here. Inputs are small integers, so every result is exact in every type.
+ *
+ *   nccl_c_collectives NRANKS     exit 0: all correct; 77: not enough GPUs (unless
+ *                                 FERRY_TEST_SHARE_GPUS=1 lets ranks share them)
+ */
+#include <cuda_runtime.h>
+#include <math.h>
+#include <nccl.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#define COUNT 1023 /* not a multiple of any vector width */
+
+static int failures = 0;
+
+#define CHECK(call)                                                                                   \
+  do {                                                                                                \
+    ncclResult_t r_ = (call);                                                                         \
+    if (r_ != ncclSuccess) {                                                                          \
+      fprintf(stderr, "rank %d: %s: %s (%s)\n", rank, #call, ncclGetErrorString(r_), ncclGetLastError(NULL)); \
+      exit(2);                                                                                        \
+    }                                                                                                 \
+  } while (0)
+
+static const size_t kBytes[ncclNumTypes] = {1, 1, 4, 4, 8, 8, 2, 4, 8, 2, 1, 1};
+static const char* const kTypeNames[ncclNumTypes] = {"int8",    "uint8",   "int32", "uint32", "int64", "uint64",
+                                                     "float16", "float32", "float64", "bfloat16", "e4m3", "e5m2"};
+static const char* const kOpNames[ncclNumOps] = {"sum", "prod", "max", "min", "avg"};
+
+static int isFloat(int t) { return t >= ncclFloat16; }
+static int isUnsigned(int t) { return t == ncclUint8 || t == ncclUint32 || t == ncclUint64; }
+
+/* Rank r's element i: a small integer, never negative for unsigned types. */
+static double value(int t, int r, size_t i) {
+  const int v = (int)((r * 7 + i * 3) % 5);
+  return isUnsigned(t) ? v : v - 2;
+}
+
+/* A float with few mantissa bits, from an exact value: expBits, mantBits, bias. */
+static uint32_t minifloat(double v, int expBits, int mantBits, int bias) {
+  const uint32_t sign = signbit(v) ? 1u : 0u;
+  if (v == 0) return sign << (expBits + mantBits);
+  int e = 0;
+  const double m = frexp(fabs(v), &e); /* v = m * 2^e, m in [0.5, 1) */
+  const uint32_t exponent = (uint32_t)(e - 1 + bias);
+  const uint32_t mantissa = (uint32_t)((m * 2 - 1) * (double)(1u << mantBits));
+  return sign << (expBits + mantBits) | exponent << mantBits | mantissa;
+}
+
+static void encode(int t, double v, void* out) {
+  switch (t) {
+    case ncclInt8: *(int8_t*)out = (int8_t)(int64_t)v; break;
+    case ncclUint8: *(uint8_t*)out = (uint8_t)(int64_t)v; break;
+    case ncclInt32: *(int32_t*)out = (int32_t)(int64_t)v; break;
+    case ncclUint32: *(uint32_t*)out = (uint32_t)(int64_t)v; break;
+    case ncclInt64: *(int64_t*)out = (int64_t)v; break;
+    case ncclUint64: *(uint64_t*)out = (uint64_t)(int64_t)v; break;
+    case ncclFloat16: *(uint16_t*)out = (uint16_t)minifloat(v, 5, 10, 15); break;
+    case ncclFloat32: *(float*)out = (float)v; break;
+    case ncclFloat64: *(double*)out = v; break;
+    case ncclBfloat16: *(uint16_t*)out = (uint16_t)minifloat(v, 8, 7, 127); break;
+    case ncclFloat8e4m3: *(uint8_t*)out = (uint8_t)minifloat(v, 4, 3, 7); break;
+    case ncclFloat8e5m2: *(uint8_t*)out = (uint8_t)minifloat(v, 5, 2, 15); break;
+  }
+}
+
+/* op over ranks of their element i, as the type computes it (integers wrap like the type). */
+static double reduceAt(int t, int op, int nranks, size_t i) {
+  double acc = value(t, 0, i);
+  for (int q = 1; q < nranks; ++q) {
+    const double v = value(t, q, i);
+    switch (op) {
+      case ncclSum:
+      case ncclAvg: acc += v; break;
+      case ncclProd: acc *= v; break;
+      case ncclMax: acc = v > acc ? v : acc; break;
+      case ncclMin: acc = v < acc ? v : acc; break;
+    }
+  }
+  if (op == ncclAvg) acc = isFloat(t) ? acc / nranks : (double)((int64_t)acc / nranks);
+  return acc;
+}
+
+struct Bufs {
+  void* send;
+  void* recv;
+  char* host;
+  char* want;
+  size_t sendBytes, recvBytes;
+};
+
+static void prepare(struct Bufs* b, int t, size_t sendCount, size_t recvCount, int rank, int sendRank) {
+  const size_t es = kBytes[t];
+  b->sendBytes = sendCount * es;
+  b->recvBytes = recvCount * es;
+  b->host = malloc(b->sendBytes > b->recvBytes ? b->sendBytes : b->recvBytes);
+  b->want = malloc(b->recvBytes);
+  cudaMalloc(&b->send, b->sendBytes);
+  cudaMalloc(&b->recv, b->recvBytes);
+  for (size_t i = 0; i < sendCount; ++i) encode(t, value(t, sendRank, i), b->host + i * es);
+  cudaMemcpy(b->send, b->host, b->sendBytes, cudaMemcpyHostToDevice);
+  cudaMemset(b->recv, 0xFF, b->recvBytes);
+  (void)rank;
+}
+
+static void finish(struct Bufs* b, cudaStream_t stream, int rank, const char* what) {
+  cudaError_t err = cudaStreamSynchronize(stream);
+  if (err != cudaSuccess) {
+    fprintf(stderr, "rank %d: %s: %s\n", rank, what, cudaGetErrorString(err));
+    exit(3);
+  }
+  cudaMemcpy(b->host, b->recv, b->recvBytes, cudaMemcpyDeviceToHost);
+  if (memcmp(b->host, b->want, b->recvBytes) != 0) {
+    size_t first = 0;
+    while (b->host[first] == b->want[first]) ++first;
+    fprintf(stderr, "rank %d: %s: wrong result (first differing byte %zu of %zu)\n", rank, what, first, b->recvBytes);
+    ++failures;
+  }
+  cudaFree(b->send);
+  cudaFree(b->recv);
+  free(b->host);
+  free(b->want);
+}
+
+static int runRank(int rank, int nranks, ncclUniqueId id, int sharing) {
+  int ngpus = 0;
+  cudaGetDeviceCount(&ngpus);
+  cudaSetDevice(rank % ngpus);
+  ncclComm_t comm;
+  CHECK(ncclCommInitRank(&comm, nranks, id, rank));
+  int n = 0, dev = -1, me = -1;
+  CHECK(ncclCommCount(comm, &n));
+  CHECK(ncclCommCuDevice(comm, &dev));
+  CHECK(ncclCommUserRank(comm, &me));
+  if (n != nranks || dev != rank % ngpus || me != rank) {
+    fprintf(stderr, "rank %d: count %d, device %d, rank %d are wrong\n", rank, n, dev, me);
+    return 1;
+  }
+  cudaStream_t stream;
+  cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking);
+  char what[128];
+  int calls = 0;
+  for (int t = 0; t < ncclNumTypes; ++t) {
+    const size_t es = kBytes[t];
+    struct Bufs b;
+    for (int op = 0; op < ncclNumOps; ++op) {
+      snprintf(what, sizeof(what), "ncclAllReduce %s %s", kTypeNames[t], kOpNames[op]);
+      prepare(&b, t, COUNT, COUNT, rank, rank);
+      for (size_t i = 0; i < COUNT; ++i) encode(t, reduceAt(t, op, nranks, i), b.want + i * es);
+      CHECK(ncclAllReduce(b.send, b.recv, COUNT, (ncclDataType_t)t, (ncclRedOp_t)op, comm, stream));
+      finish(&b, stream, rank, what);
+
+      snprintf(what, sizeof(what), "ncclReduceScatter %s %s", kTypeNames[t], kOpNames[op]);
+      prepare(&b, t, COUNT * nranks, COUNT, rank, rank);
+      for (size_t i = 0; i < COUNT; ++i) encode(t, reduceAt(t, op, nranks, rank * COUNT + i), b.want + i * es);
+      CHECK(ncclReduceScatter(b.send, b.recv, COUNT, (ncclDataType_t)t, (ncclRedOp_t)op, comm, stream));
+      finish(&b, stream, rank, what);
+      calls += 2;
+    }
+    snprintf(what, sizeof(what), "ncclAllGather %s", kTypeNames[t]);
+    prepare(&b, t, COUNT, COUNT * nranks, rank, rank);
+    for (int q = 0; q < nranks; ++q)
+      for (size_t i = 0; i < COUNT; ++i) encode(t, value(t, q, i), b.want + (q * COUNT + i) * es);
+    CHECK(ncclAllGather(b.send, b.recv, COUNT, (ncclDataType_t)t, comm, stream));
+    finish(&b, stream, rank, what);
+
+    snprintf(what, sizeof(what), "ncclAlltoAll %s", kTypeNames[t]);
+    prepare(&b, t, COUNT * nranks, COUNT * nranks, rank, rank);
+    for (int q = 0; q < nranks; ++q)
+      for (size_t i = 0; i < COUNT; ++i) encode(t, value(t, q, rank * COUNT + i), b.want + (q * COUNT + i) * es);
+    CHECK(ncclAlltoAll(b.send, b.recv, COUNT, (ncclDataType_t)t, comm, stream));
+    finish(&b, stream, rank, what);
+
+    const int root = 1 % nranks;
+    snprintf(what, sizeof(what), "ncclBroadcast %s root %d", kTypeNames[t], root);
+    prepare(&b, t, COUNT, COUNT, rank, rank);
+    for (size_t i = 0; i < COUNT; ++i) encode(t, value(t, root, i), b.want + i * es);
+    CHECK(ncclBroadcast(b.send, b.recv, COUNT, (ncclDataType_t)t, root, comm, stream));
+    finish(&b, stream, rank, what);
+
+    const int next = (rank + 1) % nranks, prev = (rank + nranks - 1) % nranks;
+    snprintf(what, sizeof(what), "ncclSend/ncclRecv ring %s", kTypeNames[t]);
+    prepare(&b, t, COUNT, COUNT, rank, rank);
+    for (size_t i = 0; i < COUNT; ++i) encode(t, value(t, prev, i), b.want + i * es);
+    CHECK(ncclGroupStart());
+    CHECK(ncclSend(b.send, COUNT, (ncclDataType_t)t, next, comm, stream));
+    CHECK(ncclRecv(b.recv, COUNT, (ncclDataType_t)t, prev, comm, stream));
+    CHECK(ncclGroupEnd());
+    finish(&b, stream, rank, what);
+    calls += 4;
+  }
+  /* ncclReduce is forwarded to the real NCCL: right, or (ranks sharing a GPU, which NCCL refuses,
+   * or no real NCCL) a clean error. */
+  struct Bufs b;
+  prepare(&b, ncclFloat32, COUNT, COUNT, rank, rank);
+  for (size_t i = 0; i < COUNT; ++i) encode(ncclFloat32, rank == 0 ? reduceAt(ncclFloat32, ncclSum, nranks, i) : NAN, b.want + i * 4);
+  if (rank != 0) memset(b.want, 0xFF, b.recvBytes);
+  const ncclResult_t r = ncclReduce(b.send, b.recv, COUNT, ncclFloat32, ncclSum, 0, comm, stream);
+  if (r == ncclSuccess) {
+    finish(&b, stream, rank, "ncclReduce (forwarded)");
+    ++calls;
+  } else {
+    printf("rank %d: ncclReduce not run (%s)%s\n", rank, ncclGetLastError(NULL),
+           sharing ? "; expected: ranks share a GPU" : "");
+    if (!sharing && strstr(ncclGetLastError(NULL), "no real NCCL") == NULL) ++failures;
+    cudaFree(b.send);
+    cudaFree(b.recv);
+    free(b.host);
+    free(b.want);
+  }
+  CHECK(ncclCommFinalize(comm));
+  CHECK(ncclCommDestroy(comm));
+  cudaStreamDestroy(stream);
+  if (rank == 0) printf("nccl C API on %d ranks: %d calls checked, %d wrong\n", nranks, calls, failures);
+  return failures == 0 ? 0 : 1;
+}
+
+int main(int argc, char** argv) {
+  const int nranks = argc > 1 ? atoi(argv[1]) : 2;
+  const char* share = getenv("FERRY_TEST_SHARE_GPUS");
+  const int sharing = share != NULL && share[0] == '1';
+  /* Count GPUs in a child: CUDA must not be initialized before fork. */
+  pid_t probe = fork();
+  if (probe == 0) {
+    int n = 0;
+    if (cudaGetDeviceCount(&n) != cudaSuccess) n = 0;
+    _exit(n > 100 ? 100 : n);
+  }
+  int status = 0;
+  waitpid(probe, &status, 0);
+  const int gpus = WIFEXITED(status) ? WEXITSTATUS(status) : 0;
+  if (gpus == 0 || (gpus < nranks && !sharing)) {
+    printf("skipped: %d ranks need %d GPUs (or FERRY_TEST_SHARE_GPUS=1), found %d\n", nranks, nranks, gpus);
+    return 77;
+  }
+  ncclUniqueId id;
+  if (ncclGetUniqueId(&id) != ncclSuccess) {
+    fprintf(stderr, "ncclGetUniqueId: %s\n", ncclGetLastError(NULL));
+    return 1;
+  }
+  pid_t pids[64];
+  for (int rank = 0; rank < nranks; ++rank) {
+    pids[rank] = fork();
+    if (pids[rank] == 0) {
+      fflush(stdout);
+      _exit(runRank(rank, nranks, id, gpus < nranks));
+    }
+  }
+  int bad = 0;
+  for (int rank = 0; rank < nranks; ++rank) {
+    waitpid(pids[rank], &status, 0);
+    if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
+      fprintf(stderr, "rank %d failed (status %d)\n", rank, status);
+      bad = 1;
+    }
+  }
+  return bad;
+}

@@ -1,0 +1,100 @@
+// The NCCL API's argument checks (tools/nccl/checks.hpp), without a GPU: each names the argument
+// and the rule it broke, with NCCL's result code.
+#include <gtest/gtest.h>
+
+#include <limits>
+#include <stdexcept>
+#include <string>
+
+#include "checks.hpp"
+#include "expect_contains.hpp"
+#include "ferry/errors.hpp"
+
+namespace ferry::nccl {
+namespace {
+
+template <class F>
+ApiError errorOf(F&& f) {
+  try {
+    f();
+  } catch (const ApiError& e) {
+    return e;
+  }
+  ADD_FAILURE() << "no ApiError";
+  return {ncclSuccess, ""};
+}
+
+TEST(NcclChecks, AcceptValidArguments) {
+  EXPECT_NO_THROW(checkNotNull(this, "comm"));
+  EXPECT_NO_THROW(checkDataType(ncclBfloat16));
+  EXPECT_NO_THROW(checkDataType(ncclFloat8e5m2));
+  EXPECT_NO_THROW(checkRankCount(1));
+  EXPECT_NO_THROW(checkRankIn(3, 4, "root"));
+  EXPECT_NO_THROW(checkCount(1 << 20, ncclFloat64, 8));
+  EXPECT_NO_THROW(checkBuffer(nullptr, 0, "sendbuff"));
+  EXPECT_NO_THROW(checkConfig(nullptr));
+  ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
+  EXPECT_NO_THROW(checkConfig(&config));
+  config.blocking = 0;
+  EXPECT_NO_THROW(checkConfig(&config));
+}
+
+TEST(NcclChecks, NameTheArgumentAndTheRule) {
+  ApiError e = errorOf([] { checkNotNull(nullptr, "comm"); });
+  EXPECT_EQ(e.result, ncclInvalidArgument);
+  EXPECT_EQ(e.message, "comm is NULL");
+  e = errorOf([] { checkDataType(static_cast<ncclDataType_t>(12)); });
+  EXPECT_EQ(e.result, ncclInvalidArgument);
+  EXPECT_EQ(e.message, "datatype 12 is not an ncclDataType_t (0..11)");
+  EXPECT_EQ(errorOf([] { checkDataType(static_cast<ncclDataType_t>(-1)); }).result, ncclInvalidArgument);
+  EXPECT_EQ(errorOf([] { checkRankCount(0); }).message, "nranks 0 must be at least 1");
+  EXPECT_EQ(errorOf([] { checkRankIn(4, 4, "peer"); }).message, "peer 4 is out of range [0, 4)");
+  EXPECT_EQ(errorOf([] { checkRankIn(-1, 4, "root"); }).message, "root -1 is out of range [0, 4)");
+  EXPECT_CONTAINS(errorOf([] { checkCount(std::numeric_limits<std::size_t>::max() / 4, ncclFloat32, 2); }).message,
+                  "of ncclFloat32 overflows the byte size");
+  EXPECT_EQ(errorOf([] { checkBuffer(nullptr, 5, "recvbuff"); }).message, "recvbuff is NULL with count 5");
+}
+
+TEST(NcclChecks, ConfigMustComeFromTheInitializer) {
+  ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
+  config.magic = 1;
+  EXPECT_CONTAINS(errorOf([&] { checkConfig(&config); }).message, "NCCL_CONFIG_INITIALIZER");
+  config = NCCL_CONFIG_INITIALIZER;
+  config.size = 4;
+  EXPECT_CONTAINS(errorOf([&] { checkConfig(&config); }).message, "config->size 4 is too small");
+  config = NCCL_CONFIG_INITIALIZER;
+  config.blocking = 2;
+  EXPECT_EQ(errorOf([&] { checkConfig(&config); }).message, "config->blocking 2 must be 0 or 1");
+}
+
+TEST(NcclChecks, ElementSizesAndNamesFollowNcclNumbering) {
+  EXPECT_EQ(elementBytes(ncclInt8), 1u);
+  EXPECT_EQ(elementBytes(ncclHalf), 2u);
+  EXPECT_EQ(elementBytes(ncclBfloat16), 2u);
+  EXPECT_EQ(elementBytes(ncclFloat), 4u);
+  EXPECT_EQ(elementBytes(ncclUint64), 8u);
+  EXPECT_EQ(elementBytes(ncclFloat8e4m3), 1u);
+  EXPECT_EQ(elementBytes(ncclNumTypes), 0u);
+  EXPECT_STREQ(dataTypeName(ncclFloat16), "ncclFloat16");
+  EXPECT_STREQ(dataTypeName(static_cast<ncclDataType_t>(40)), "(not a datatype)");
+}
+
+TEST(NcclResults, EveryResultHasAString) {
+  for (int r = 0; r < ncclNumResults; ++r) EXPECT_STRNE(resultString(static_cast<ncclResult_t>(r)), "unknown result code");
+  EXPECT_STREQ(resultString(static_cast<ncclResult_t>(99)), "unknown result code");
+}
+
+TEST(NcclResults, GuardedMapsExceptionsToResultsAndKeepsTheMessage) {
+  EXPECT_EQ(guarded("ncclX", [] { return ncclSuccess; }), ncclSuccess);
+  EXPECT_EQ(guarded("ncclX", []() -> ncclResult_t { throw ApiError{ncclInvalidArgument, "count is bad"}; }),
+            ncclInvalidArgument);
+  EXPECT_STREQ(lastError(), "ncclX: count is bad");
+  EXPECT_EQ(guarded("ncclY", []() -> ncclResult_t { throw Error(ErrorCode::Timeout, "rank 3 never came"); }),
+            ncclRemoteError);
+  EXPECT_CONTAINS(std::string(lastError()), "rank 3 never came");
+  EXPECT_EQ(guarded("ncclZ", []() -> ncclResult_t { throw std::runtime_error("boom"); }), ncclInternalError);
+  EXPECT_EQ(guarded("ncclZ", []() -> ncclResult_t { throw 42; }), ncclInternalError);
+}
+
+}  // namespace
+}  // namespace ferry::nccl

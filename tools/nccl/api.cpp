@@ -1,0 +1,577 @@
+// The exported NCCL C API. Each function checks its arguments (checks.hpp), then runs natively on
+// ferry::Comm or forwards to the real NCCL (fallback.hpp); every body runs inside guarded(), so
+// errors come back as ncclResult_t with a message in ncclGetLastError, never as exceptions.
+#include <cuda_runtime_api.h>
+
+#include <algorithm>
+#include <cstring>
+#include <map>
+#include <mutex>
+#include <vector>
+
+#include "checks.hpp"
+#include "ferry/memory.hpp"
+#include "nccl_comm.hpp"
+#include "results.hpp"
+
+#define NCCL_API extern "C" __attribute__((visibility("default")))
+
+namespace ferry::nccl {
+namespace {
+
+// What a thread's ncclGroupStart / ncclGroupEnd have collected.
+struct GroupState {
+  int depth = 0;
+  std::vector<ncclComm*> p2pComms;         // comms with a ferry group open
+  std::vector<std::function<void()>> inits;  // ncclCommInitRank calls deferred to ncclGroupEnd
+  const RealNccl* realGroup = nullptr;     // the fallback NCCL's group, if a forwarded call opened one
+};
+thread_local GroupState group;
+
+ReduceOp nativeOp(ncclRedOp_t op) { return static_cast<ReduceOp>(op); }
+DataType nativeType(ncclDataType_t t) { return static_cast<DataType>(t); }
+
+// Inside a group, a forwarded call joins a group of the fallback NCCL that closes with ours.
+void enterRealGroup(const RealNccl* real) {
+  if (group.depth > 0 && group.realGroup == nullptr) {
+    real->groupStart();
+    group.realGroup = real;
+  }
+}
+
+// The real op for one of this comm's PreMulSum ops, made on first use.
+ncclRedOp_t realOp(ncclComm& c, ncclRedOp_t op, const RealNccl* real, ncclComm_t realComm) {
+  std::lock_guard lock(c.mu);
+  auto it = c.ops.find(static_cast<int>(op));
+  if (it == c.ops.end()) throw ApiError{ncclInvalidArgument, "op " + std::to_string(op) + " is not an op of this comm"};
+  PreMulSum& p = it->second;
+  if (!p.realMade) {
+    void* scalar = p.residence == ncclScalarDevice ? p.deviceScalar : static_cast<void*>(&p.hostScalar);
+    const ncclResult_t r = real->redOpCreatePreMulSum(&p.real, scalar, p.type, p.residence, realComm);
+    if (r != ncclSuccess) throw ApiError{r, "the fallback NCCL could not make the PreMulSum op"};
+    p.realMade = true;
+  }
+  return p.real;
+}
+
+void checkOp(ncclComm& c, ncclRedOp_t op) {
+  if (static_cast<int>(op) >= 0 && op < ncclNumOps) return;
+  std::lock_guard lock(c.mu);
+  if (!c.ops.count(static_cast<int>(op)))
+    throw ApiError{ncclInvalidArgument, "op " + std::to_string(static_cast<int>(op)) +
+                                            " is neither a built-in ncclRedOp_t nor made by ncclRedOpCreatePreMulSum "
+                                            "on this comm"};
+}
+
+void checkReady(ncclResult_t r) {
+  if (r != ncclSuccess && r != ncclInProgress) throw ApiError{r, lastError()};
+}
+
+std::mutex memMu;
+std::map<void*, std::shared_ptr<void>>& memAllocations() {
+  static std::map<void*, std::shared_ptr<void>> m;
+  return m;
+}
+
+ncclResult_t initRank(ncclComm_t* out, int nranks, const ncclUniqueId& commId, int rank, const ncclConfig_t* config,
+                      const char* api) {
+  return guarded(api, [&] {
+    checkNotNull(out, "comm");
+    checkRankCount(nranks);
+    checkRankIn(rank, nranks, "rank");
+    checkConfig(config);
+    auto* c = new ncclComm;
+    c->rank = rank;
+    c->nranks = nranks;
+    c->blocking = config == nullptr || config->blocking != 0;
+    if (cudaGetDevice(&c->device) != cudaSuccess) {
+      delete c;
+      throw ApiError{ncclUnhandledCudaError, "no current CUDA device"};
+    }
+    UniqueId id;
+    std::memcpy(id.bytes.data(), commId.internal, UniqueId::kBytes);
+    auto create = [id, rank, nranks] { return TcpBootstrap::create(id, rank, nranks); };
+    *out = c;
+    if (group.depth > 0) {  // the ranks of one thread meet at ncclGroupEnd
+      c->deferred = true;
+      group.inits.push_back([c, create] {
+        c->deferred = false;
+        (void)startInit(c, create);
+      });
+      return ncclSuccess;
+    }
+    const ncclResult_t r = startInit(c, create);
+    checkReady(r);  // *out stays set: the comm holds the error, and ncclCommDestroy frees it
+    return r;
+  });
+}
+
+}  // namespace
+}  // namespace ferry::nccl
+
+using namespace ferry;
+using namespace ferry::nccl;
+
+NCCL_API ncclResult_t ncclGetVersion(int* version) {
+  return guarded("ncclGetVersion", [&] {
+    checkNotNull(version, "version");
+    *version = NCCL_VERSION_CODE;
+    return ncclSuccess;
+  });
+}
+
+NCCL_API const char* ncclGetErrorString(ncclResult_t result) { return resultString(result); }
+
+NCCL_API const char* ncclGetLastError(ncclComm_t) { return lastError(); }
+
+NCCL_API ncclResult_t ncclGetUniqueId(ncclUniqueId* uniqueId) {
+  return guarded("ncclGetUniqueId", [&] {
+    checkNotNull(uniqueId, "uniqueId");
+    const UniqueId id = UniqueId::create();
+    static_assert(UniqueId::kBytes == NCCL_UNIQUE_ID_BYTES);
+    std::memcpy(uniqueId->internal, id.bytes.data(), NCCL_UNIQUE_ID_BYTES);
+    return ncclSuccess;
+  });
+}
+
+NCCL_API ncclResult_t ncclCommInitRank(ncclComm_t* comm, int nranks, ncclUniqueId commId, int rank) {
+  return initRank(comm, nranks, commId, rank, nullptr, "ncclCommInitRank");
+}
+
+NCCL_API ncclResult_t ncclCommInitRankConfig(ncclComm_t* comm, int nranks, ncclUniqueId commId, int rank,
+                                             ncclConfig_t* config) {
+  return initRank(comm, nranks, commId, rank, config, "ncclCommInitRankConfig");
+}
+
+NCCL_API ncclResult_t ncclCommInitAll(ncclComm_t* comms, int ndev, const int* devlist) {
+  return guarded("ncclCommInitAll", [&] {
+    checkNotNull(comms, "comms");
+    checkRankCount(ndev);
+    std::vector<int> devices(static_cast<std::size_t>(ndev));
+    int count = 0;
+    if (cudaGetDeviceCount(&count) != cudaSuccess) count = 0;
+    for (int i = 0; i < ndev; ++i) {
+      devices[i] = devlist ? devlist[i] : i;
+      checkRankIn(devices[i], count, devlist ? "devlist entry" : "device (ndev exceeds the GPUs)");
+    }
+    // Ranks of one process reach each other's cudaMalloc'd buffers only with peer access on.
+    for (int a : devices)
+      for (int b : devices) {
+        int can = 0;
+        if (a == b || cudaDeviceCanAccessPeer(&can, a, b) != cudaSuccess || !can) continue;
+        cudaSetDevice(a);
+        if (cudaDeviceEnablePeerAccess(b, 0) != cudaSuccess) (void)cudaGetLastError();  // already on
+      }
+    const UniqueId id = UniqueId::create();
+    std::vector<ncclComm*> made(static_cast<std::size_t>(ndev));
+    std::vector<std::thread> threads;
+    for (int i = 0; i < ndev; ++i) {
+      made[i] = new ncclComm;
+      made[i]->rank = i;
+      made[i]->nranks = ndev;
+      made[i]->device = devices[i];
+      threads.emplace_back([&, i] { (void)startInit(made[i], [&, i] { return TcpBootstrap::create(id, i, ndev); }); });
+    }
+    for (auto& t : threads) t.join();
+    ncclResult_t result = ncclSuccess;
+    std::string why;
+    for (int i = 0; i < ndev; ++i) {
+      comms[i] = made[i];
+      if (made[i]->initResult != ncclSuccess && result == ncclSuccess) {
+        result = made[i]->initResult;
+        why = "rank " + std::to_string(i) + ": " + made[i]->initError;
+      }
+    }
+    if (result != ncclSuccess) throw ApiError{result, why};
+    return ncclSuccess;
+  });
+}
+
+NCCL_API ncclResult_t ncclCommSplit(ncclComm_t comm, int color, int key, ncclComm_t* newcomm, ncclConfig_t* config) {
+  return guarded("ncclCommSplit", [&] {
+    ncclComm& c = usable(comm);
+    checkNotNull(newcomm, "newcomm");
+    checkConfig(config);
+    if (color < 0 && color != NCCL_SPLIT_NOCOLOR)
+      throw ApiError{ncclInvalidArgument, "color " + std::to_string(color) + " must be >= 0 or NCCL_SPLIT_NOCOLOR"};
+    auto sub = c.bootstrap->split(color, key);  // collective over comm's ranks
+    *newcomm = nullptr;
+    if (!sub) return ncclSuccess;
+    auto* n = new ncclComm;
+    n->rank = sub->rank();
+    n->nranks = sub->size();
+    n->device = c.device;
+    n->blocking = config == nullptr || config->blocking != 0;
+    *newcomm = n;
+    const ncclResult_t r = startInit(n, [sub] { return sub; });
+    checkReady(r);
+    return r;
+  });
+}
+
+NCCL_API ncclResult_t ncclCommFinalize(ncclComm_t comm) {
+  return guarded("ncclCommFinalize", [&] {
+    ncclComm& c = usable(comm);
+    int previous = 0;
+    cudaGetDevice(&previous);
+    cudaSetDevice(c.device);
+    const cudaError_t err = cudaDeviceSynchronize();  // every call queued on the comm has ended
+    cudaSetDevice(previous);
+    if (err != cudaSuccess)
+      throw ApiError{ncclUnhandledCudaError, std::string("a queued call failed: ") + cudaGetErrorString(err)};
+    return ncclSuccess;
+  });
+}
+
+namespace {
+
+// Frees the comm; `abort`: without waiting for its queued kernels (see ncclCommAbort).
+ncclResult_t release(ncclComm_t comm, bool abort, const char* api) {
+  return guarded(api, [&] {
+    if (comm == nullptr) return ncclSuccess;
+    if (comm->magic != ncclComm::kAlive)
+      throw ApiError{ncclInvalidArgument, "comm is not a live communicator (destroyed twice?)"};
+    if (comm->initThread.joinable()) comm->initThread.join();
+    comm->magic = 0;
+    if (comm->real != nullptr) {
+      std::string why;
+      if (const RealNccl* real = realNccl(why)) (abort ? real->commAbort : real->commDestroy)(comm->real);
+    }
+    if (abort) {
+      comm->state = ncclComm::State::Aborted;
+      // Kernels of this comm may still wait for peers; they stop at FERRY_DEVICE_TIMEOUT. Their
+      // buffers must outlive them, so the Comm is left allocated rather than waited for.
+      (void)comm->comm.release();
+    }
+    delete comm;
+    return ncclSuccess;
+  });
+}
+
+}  // namespace
+
+NCCL_API ncclResult_t ncclCommDestroy(ncclComm_t comm) { return release(comm, false, "ncclCommDestroy"); }
+NCCL_API ncclResult_t ncclCommAbort(ncclComm_t comm) { return release(comm, true, "ncclCommAbort"); }
+
+NCCL_API ncclResult_t ncclCommGetAsyncError(ncclComm_t comm, ncclResult_t* asyncError) {
+  return guarded("ncclCommGetAsyncError", [&] {
+    checkNotNull(comm, "comm");
+    checkNotNull(asyncError, "asyncError");
+    if (comm->magic != ncclComm::kAlive) throw ApiError{ncclInvalidArgument, "comm is not a live communicator"};
+    switch (comm->state.load()) {
+      case ncclComm::State::Running: *asyncError = ncclInProgress; break;
+      case ncclComm::State::Failed: *asyncError = comm->initResult; break;
+      default: *asyncError = ncclSuccess; break;
+    }
+    return ncclSuccess;
+  });
+}
+
+NCCL_API ncclResult_t ncclCommCount(const ncclComm_t comm, int* count) {
+  return guarded("ncclCommCount", [&] {
+    checkNotNull(count, "count");
+    *count = usable(comm).nranks;
+    return ncclSuccess;
+  });
+}
+
+NCCL_API ncclResult_t ncclCommCuDevice(const ncclComm_t comm, int* device) {
+  return guarded("ncclCommCuDevice", [&] {
+    checkNotNull(device, "device");
+    *device = usable(comm).device;
+    return ncclSuccess;
+  });
+}
+
+NCCL_API ncclResult_t ncclCommUserRank(const ncclComm_t comm, int* rank) {
+  return guarded("ncclCommUserRank", [&] {
+    checkNotNull(rank, "rank");
+    *rank = usable(comm).rank;
+    return ncclSuccess;
+  });
+}
+
+NCCL_API ncclResult_t ncclCommRegister(const ncclComm_t comm, void* buff, size_t size, void** handle) {
+  return guarded("ncclCommRegister", [&] {
+    ncclComm& c = usable(comm);
+    checkNotNull(buff, "buff");
+    checkNotNull(handle, "handle");
+    if (size == 0) throw ApiError{ncclInvalidArgument, "size is 0"};
+    const BufferRegistration reg = c.comm->registerBuffer(buff, size);  // collective
+    std::lock_guard lock(c.mu);
+    c.registrations[reg.id] = reg;
+    *handle = reinterpret_cast<void*>(static_cast<std::uintptr_t>(reg.id));
+    return ncclSuccess;
+  });
+}
+
+NCCL_API ncclResult_t ncclCommDeregister(const ncclComm_t comm, void* handle) {
+  return guarded("ncclCommDeregister", [&] {
+    ncclComm& c = usable(comm);
+    BufferRegistration reg;
+    {
+      std::lock_guard lock(c.mu);
+      auto it = c.registrations.find(reinterpret_cast<std::uintptr_t>(handle));
+      if (it == c.registrations.end())
+        throw ApiError{ncclInvalidArgument, "handle was not returned by ncclCommRegister on this comm"};
+      reg = it->second;
+      c.registrations.erase(it);
+    }
+    c.comm->deregisterBuffer(reg);
+    return ncclSuccess;
+  });
+}
+
+NCCL_API ncclResult_t ncclMemAlloc(void** ptr, size_t size) {
+  return guarded("ncclMemAlloc", [&] {
+    checkNotNull(ptr, "ptr");
+    if (size == 0) throw ApiError{ncclInvalidArgument, "size is 0"};
+    std::shared_ptr<void> mem = gpuAlloc(size);  // cuMem: exportable to peers without legacy IPC
+    std::lock_guard lock(memMu);
+    *ptr = mem.get();
+    memAllocations().emplace(mem.get(), std::move(mem));
+    return ncclSuccess;
+  });
+}
+
+NCCL_API ncclResult_t ncclMemFree(void* ptr) {
+  return guarded("ncclMemFree", [&] {
+    if (ptr == nullptr) return ncclSuccess;
+    std::lock_guard lock(memMu);
+    if (memAllocations().erase(ptr) == 0)
+      throw ApiError{ncclInvalidArgument, "ptr was not returned by ncclMemAlloc (or was freed already)"};
+    return ncclSuccess;
+  });
+}
+
+NCCL_API ncclResult_t ncclRedOpCreatePreMulSum(ncclRedOp_t* op, void* scalar, ncclDataType_t datatype,
+                                               ncclScalarResidence_t residence, ncclComm_t comm) {
+  return guarded("ncclRedOpCreatePreMulSum", [&] {
+    ncclComm& c = usable(comm);
+    checkNotNull(op, "op");
+    checkNotNull(scalar, "scalar");
+    checkDataType(datatype);
+    if (residence != ncclScalarDevice && residence != ncclScalarHostImmediate)
+      throw ApiError{ncclInvalidArgument, "residence " + std::to_string(residence) + " is not an ncclScalarResidence_t"};
+    PreMulSum p{datatype, residence};
+    if (residence == ncclScalarHostImmediate)
+      std::memcpy(&p.hostScalar, scalar, elementBytes(datatype));
+    else
+      p.deviceScalar = scalar;
+    std::lock_guard lock(c.mu);
+    const int id = c.nextOp++;
+    c.ops.emplace(id, p);
+    *op = static_cast<ncclRedOp_t>(id);
+    return ncclSuccess;
+  });
+}
+
+NCCL_API ncclResult_t ncclRedOpDestroy(ncclRedOp_t op, ncclComm_t comm) {
+  return guarded("ncclRedOpDestroy", [&] {
+    ncclComm& c = usable(comm);
+    if (static_cast<int>(op) >= 0 && op < ncclNumOps)
+      throw ApiError{ncclInvalidArgument, "op " + std::to_string(op) + " is built in; only ops of "
+                                                                         "ncclRedOpCreatePreMulSum are destroyed"};
+    std::lock_guard lock(c.mu);
+    auto it = c.ops.find(static_cast<int>(op));
+    if (it == c.ops.end()) throw ApiError{ncclInvalidArgument, "op " + std::to_string(op) + " is not an op of this comm"};
+    if (it->second.realMade) {
+      std::string why;
+      if (const RealNccl* real = realNccl(why)) real->redOpDestroy(it->second.real, c.real);
+    }
+    c.ops.erase(it);
+    return ncclSuccess;
+  });
+}
+
+NCCL_API ncclResult_t ncclReduce(const void* sendbuff, void* recvbuff, size_t count, ncclDataType_t datatype,
+                                 ncclRedOp_t op, int root, ncclComm_t comm, cudaStream_t stream) {
+  return guarded("ncclReduce", [&] {
+    ncclComm& c = usable(comm);
+    checkDataType(datatype);
+    checkOp(c, op);
+    checkRankIn(root, c.nranks, "root");
+    checkCount(count, datatype);
+    checkBuffer(sendbuff, count, "sendbuff");
+    if (c.rank == root) checkBuffer(recvbuff, count, "recvbuff");
+    const RealNccl* real = nullptr;
+    ncclComm_t rc = realComm(c, "ncclReduce", real);
+    const ncclRedOp_t rop = op < ncclNumOps ? op : realOp(c, op, real, rc);
+    enterRealGroup(real);
+    return real->reduce(sendbuff, recvbuff, count, datatype, rop, root, rc, stream);
+  });
+}
+
+NCCL_API ncclResult_t ncclBroadcast(const void* sendbuff, void* recvbuff, size_t count, ncclDataType_t datatype,
+                                    int root, ncclComm_t comm, cudaStream_t stream) {
+  return guarded("ncclBroadcast", [&] {
+    ncclComm& c = usable(comm);
+    checkDataType(datatype);
+    checkRankIn(root, c.nranks, "root");
+    checkCount(count, datatype);
+    if (c.rank == root) checkBuffer(sendbuff, count, "sendbuff");
+    checkBuffer(recvbuff, count, "recvbuff");
+    c.comm->broadcast(c.rank == root ? sendbuff : nullptr, recvbuff, count, nativeType(datatype), root, stream);
+    return ncclSuccess;
+  });
+}
+
+NCCL_API ncclResult_t ncclBcast(void* buff, size_t count, ncclDataType_t datatype, int root, ncclComm_t comm,
+                                cudaStream_t stream) {
+  return ncclBroadcast(buff, buff, count, datatype, root, comm, stream);
+}
+
+namespace {
+
+// allReduce and reduceScatter: native for built-in ops, forwarded for PreMulSum ops.
+template <class Native, class Forward>
+ncclResult_t reducing(ncclComm& c, ncclRedOp_t op, const char* api, Native&& native, Forward&& forward) {
+  if (op < ncclNumOps) {
+    native(nativeOp(op));
+    return ncclSuccess;
+  }
+  const RealNccl* real = nullptr;
+  ncclComm_t rc = realComm(c, api, real);
+  const ncclRedOp_t rop = realOp(c, op, real, rc);
+  enterRealGroup(real);
+  return forward(real, rc, rop);
+}
+
+}  // namespace
+
+NCCL_API ncclResult_t ncclAllReduce(const void* sendbuff, void* recvbuff, size_t count, ncclDataType_t datatype,
+                                    ncclRedOp_t op, ncclComm_t comm, cudaStream_t stream) {
+  return guarded("ncclAllReduce", [&] {
+    ncclComm& c = usable(comm);
+    checkDataType(datatype);
+    checkOp(c, op);
+    checkCount(count, datatype);
+    checkBuffer(sendbuff, count, "sendbuff");
+    checkBuffer(recvbuff, count, "recvbuff");
+    return reducing(
+        c, op, "ncclAllReduce",
+        [&](ReduceOp o) { c.comm->allReduce(sendbuff, recvbuff, count, nativeType(datatype), o, stream); },
+        [&](const RealNccl* real, ncclComm_t rc, ncclRedOp_t rop) {
+          return real->allReduce(sendbuff, recvbuff, count, datatype, rop, rc, stream);
+        });
+  });
+}
+
+NCCL_API ncclResult_t ncclReduceScatter(const void* sendbuff, void* recvbuff, size_t recvcount,
+                                        ncclDataType_t datatype, ncclRedOp_t op, ncclComm_t comm,
+                                        cudaStream_t stream) {
+  return guarded("ncclReduceScatter", [&] {
+    ncclComm& c = usable(comm);
+    checkDataType(datatype);
+    checkOp(c, op);
+    checkCount(recvcount, datatype, static_cast<std::size_t>(c.nranks));
+    checkBuffer(sendbuff, recvcount, "sendbuff");
+    checkBuffer(recvbuff, recvcount, "recvbuff");
+    return reducing(
+        c, op, "ncclReduceScatter",
+        [&](ReduceOp o) { c.comm->reduceScatter(sendbuff, recvbuff, recvcount, nativeType(datatype), o, stream); },
+        [&](const RealNccl* real, ncclComm_t rc, ncclRedOp_t rop) {
+          return real->reduceScatter(sendbuff, recvbuff, recvcount, datatype, rop, rc, stream);
+        });
+  });
+}
+
+NCCL_API ncclResult_t ncclAllGather(const void* sendbuff, void* recvbuff, size_t sendcount, ncclDataType_t datatype,
+                                    ncclComm_t comm, cudaStream_t stream) {
+  return guarded("ncclAllGather", [&] {
+    ncclComm& c = usable(comm);
+    checkDataType(datatype);
+    checkCount(sendcount, datatype, static_cast<std::size_t>(c.nranks));
+    checkBuffer(sendbuff, sendcount, "sendbuff");
+    checkBuffer(recvbuff, sendcount, "recvbuff");
+    c.comm->allGather(sendbuff, recvbuff, sendcount, nativeType(datatype), stream);
+    return ncclSuccess;
+  });
+}
+
+NCCL_API ncclResult_t ncclAlltoAll(const void* sendbuff, void* recvbuff, size_t count, ncclDataType_t datatype,
+                                   ncclComm_t comm, cudaStream_t stream) {
+  return guarded("ncclAlltoAll", [&] {
+    ncclComm& c = usable(comm);
+    checkDataType(datatype);
+    checkCount(count, datatype, static_cast<std::size_t>(c.nranks));
+    checkBuffer(sendbuff, count, "sendbuff");
+    checkBuffer(recvbuff, count, "recvbuff");
+    c.comm->allToAll(sendbuff, recvbuff, count, nativeType(datatype), stream);
+    return ncclSuccess;
+  });
+}
+
+namespace {
+
+ncclResult_t peerOp(bool isSend, const void* buff, size_t count, ncclDataType_t datatype, int peer, ncclComm_t comm,
+                    cudaStream_t stream) {
+  return guarded(isSend ? "ncclSend" : "ncclRecv", [&] {
+    ncclComm& c = usable(comm);
+    checkDataType(datatype);
+    checkRankIn(peer, c.nranks, "peer");
+    checkCount(count, datatype);
+    checkBuffer(buff, count, isSend ? "sendbuff" : "recvbuff");
+    if (group.depth > 0 && std::find(group.p2pComms.begin(), group.p2pComms.end(), &c) == group.p2pComms.end()) {
+      c.comm->groupStart();
+      group.p2pComms.push_back(&c);
+    }
+    if (isSend)
+      c.comm->send(buff, count, nativeType(datatype), peer, stream);
+    else
+      c.comm->recv(const_cast<void*>(buff), count, nativeType(datatype), peer, stream);
+    return ncclSuccess;
+  });
+}
+
+}  // namespace
+
+NCCL_API ncclResult_t ncclSend(const void* sendbuff, size_t count, ncclDataType_t datatype, int peer,
+                               ncclComm_t comm, cudaStream_t stream) {
+  return peerOp(true, sendbuff, count, datatype, peer, comm, stream);
+}
+
+NCCL_API ncclResult_t ncclRecv(void* recvbuff, size_t count, ncclDataType_t datatype, int peer, ncclComm_t comm,
+                               cudaStream_t stream) {
+  return peerOp(false, recvbuff, count, datatype, peer, comm, stream);
+}
+
+NCCL_API ncclResult_t ncclGroupStart(void) {
+  ++group.depth;
+  return ncclSuccess;
+}
+
+NCCL_API ncclResult_t ncclGroupEnd(void) {
+  return guarded("ncclGroupEnd", [&] {
+    if (group.depth == 0) throw ApiError{ncclInvalidUsage, "ncclGroupEnd without a matching ncclGroupStart"};
+    if (--group.depth > 0) return ncclSuccess;
+    GroupState done = std::move(group);
+    group = GroupState{};
+    // Deferred inits first (the ranks of one thread meet here), all at once.
+    std::vector<std::thread> threads;
+    for (auto& init : done.inits) threads.emplace_back(init);
+    for (auto& t : threads) t.join();
+    // Then every comm's grouped sends and recvs, each as one kernel.
+    ncclResult_t result = ncclSuccess;
+    std::string why;
+    for (ncclComm* c : done.p2pComms) {
+      const ncclResult_t r = guarded("ncclGroupEnd", [&] {
+        c->comm->groupEnd();
+        return ncclSuccess;
+      });
+      if (r != ncclSuccess && result == ncclSuccess) {
+        result = r;
+        why = lastError();
+      }
+    }
+    if (done.realGroup != nullptr) {
+      const ncclResult_t r = done.realGroup->groupEnd();
+      if (r != ncclSuccess && result == ncclSuccess) {
+        result = r;
+        why = std::string("the fallback NCCL's ncclGroupEnd: ") + done.realGroup->getLastError(nullptr);
+      }
+    }
+    if (result != ncclSuccess) throw ApiError{result, why};
+    return ncclSuccess;
+  });
+}

@@ -1,0 +1,68 @@
+#pragma once
+// ncclComm: what an ncclComm_t points to. It owns a ferry::Comm (native collectives) and, made
+// only when a call needs it, a communicator of the real NCCL for what ferry forwards. A non-blocking
+// init (config->blocking = 0) runs on a thread of its own; calls on the comm wait for it to end.
+#include <atomic>
+#include <functional>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+
+#include "fallback.hpp"
+#include "ferry/bootstrap.hpp"
+#include "ferry/comm.hpp"
+#include "nccl.h"
+
+namespace ferry::nccl {
+
+// A reduce op made by ncclRedOpCreatePreMulSum (ferry forwards calls that use one).
+struct PreMulSum {
+  ncclDataType_t type;
+  ncclScalarResidence_t residence;
+  std::uint64_t hostScalar = 0;  // the scalar's bytes, when it lives on the host
+  void* deviceScalar = nullptr;  // when it lives on the device
+  ncclRedOp_t real = ncclSum;    // the real NCCL's op, once made
+  bool realMade = false;
+};
+
+}  // namespace ferry::nccl
+
+struct ncclComm {
+  static constexpr std::uint64_t kAlive = 0x6665727279434f4dull;  // "ferryCOM"
+  std::uint64_t magic = kAlive;
+
+  int rank = 0, nranks = 1, device = 0;
+  bool blocking = true;
+  std::shared_ptr<ferry::TcpBootstrap> bootstrap;
+  std::unique_ptr<ferry::Comm> comm;
+
+  // Init: Running until the thread (or the blocking call) finishes, then Ready or Failed.
+  enum class State { Running, Ready, Failed, Aborted };
+  std::atomic<State> state{State::Running};
+  std::atomic<bool> deferred{false};  // its init waits for the outermost ncclGroupEnd
+  ncclResult_t initResult = ncclSuccess;
+  std::string initError;
+  std::thread initThread;
+
+  std::mutex mu;  // guards what follows
+  std::map<std::uint64_t, ferry::BufferRegistration> registrations;  // by handle value
+  std::map<int, ferry::nccl::PreMulSum> ops;                        // by op value
+  int nextOp = ncclNumOps;
+  ncclComm_t real = nullptr;  // the fallback NCCL's communicator, made on first use
+};
+
+namespace ferry::nccl {
+
+// The comm behind a handle, after its init has ended: ApiError for NULL, a destroyed or foreign
+// pointer, a failed init (with its message) or an aborted comm.
+ncclComm& usable(ncclComm_t comm);
+// Runs (or, non-blocking, starts) the init of `c` through `create`, which makes the bootstrap on
+// the current device. Returns what the caller returns: ncclInProgress while a non-blocking init runs.
+ncclResult_t startInit(ncclComm* c, std::function<std::shared_ptr<TcpBootstrap>()> create);
+// The real NCCL's communicator for `c`, made (collectively) on first use; ApiError without one.
+ncclComm_t realComm(ncclComm& c, const char* api, const RealNccl*& real);
+
+}  // namespace ferry::nccl
