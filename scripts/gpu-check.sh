@@ -57,10 +57,10 @@ step_ferry_info() {
 step_gpu_tests() {
   # The full output of every test (ctest -V) goes to gpu_tests_output.log; the benchmark lines are
   # collected in bench.txt and shown in the summary. With one GPU, the multi-rank tests run their
-  # ranks on it together (FERRY_TEST_SHARE_GPUS): protocols are checked, speed is not.
+  # ranks on it together (GPU_TESTS_SHARE_GPUS): protocols are checked, speed is not.
   if [[ $(nvidia-smi -L 2>/dev/null | grep -c '^GPU') -eq 1 ]]; then
-    echo "one GPU: multi-rank tests share it (FERRY_TEST_SHARE_GPUS=1)"
-    export FERRY_TEST_SHARE_GPUS=1
+    echo "one GPU: multi-rank tests share it (GPU_TESTS_SHARE_GPUS=1)"
+    export GPU_TESTS_SHARE_GPUS=1
   fi
   guarded ctest --test-dir "$build" -L gpu -E "^gpu_guard_driver\$${GPU_TESTS_EXCLUDE:+|$GPU_TESTS_EXCLUDE}" -V \
     --no-tests=ignore --output-junit "$out/ctest-gpu.xml" >"$out/gpu_tests_output.log" 2>&1

@@ -1,4 +1,4 @@
-// The collectives across processes, one per GPU (or sharing one: FERRY_TEST_SHARE_GPUS), on 2 and 4
+// The collectives across processes, one per GPU (or sharing one: GPU_TESTS_SHARE_GPUS), on 2 and 4
 // GPUs: every algorithm x data type x reduce op x in-place and out-of-place, at counts that hit
 // vector tails and several scratch rounds, checked element by element against the host reference
 // (tools/common/collective_data.hpp) with the output poisoned first. Then: 1,000 back-to-back calls of changing size, CUDA graph capture and

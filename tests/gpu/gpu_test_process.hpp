@@ -28,11 +28,11 @@ inline int gpuCountWithoutInit() {
   return WIFEXITED(status) ? WEXITSTATUS(status) : 0;
 }
 
-// FERRY_TEST_SHARE_GPUS=1 lets a multi-rank GPU test run more ranks than there are GPUs, rank r
+// GPU_TESTS_SHARE_GPUS=1 lets a multi-rank GPU test run more ranks than there are GPUs, rank r
 // on GPU r % count: it checks protocols on a one-GPU machine (slowly: the ranks' kernels take turns
 // on the GPU), never speed.
 inline bool shareGpus() {
-  const char* v = std::getenv("FERRY_TEST_SHARE_GPUS");
+  const char* v = std::getenv("GPU_TESTS_SHARE_GPUS");
   return v != nullptr && v[0] == '1';
 }
 
@@ -40,7 +40,7 @@ inline bool shareGpus() {
 inline std::string whyCannotRun(int ranks) {
   const int gpus = gpuCountWithoutInit();
   if (gpus >= ranks || (gpus >= 1 && shareGpus())) return {};
-  return "needs " + std::to_string(ranks) + " GPUs (or FERRY_TEST_SHARE_GPUS=1 and one), found " + std::to_string(gpus);
+  return "needs " + std::to_string(ranks) + " GPUs (or GPU_TESTS_SHARE_GPUS=1 and one), found " + std::to_string(gpus);
 }
 
 // True when `ranks` ranks would share GPUs here. Tests in which several ranks' kernels time out and

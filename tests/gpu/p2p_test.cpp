@@ -1,4 +1,4 @@
-// Point-to-point send and recv across processes, one per GPU (or sharing one: FERRY_TEST_SHARE_GPUS),
+// Point-to-point send and recv across processes, one per GPU (or sharing one: GPU_TESTS_SHARE_GPUS),
 // on 2 and 4 ranks, every byte checked against what the sender wrote, receive buffers poisoned
 // first: a group where every rank sends to and receives from every rank (itself included) with a
 // different size per pair; long ungrouped streams between two ranks that overrun the inbox; odd

@@ -4,7 +4,7 @@
  * computed here. Inputs are small integers, so every result is exact in every type.
  *
  *   nccl_c_collectives NRANKS     exit 0: all correct; 77: not enough GPUs (unless
- *                                 FERRY_TEST_SHARE_GPUS=1 lets ranks share them)
+ *                                 GPU_TESTS_SHARE_GPUS=1 lets ranks share them)
  */
 #include <cuda_runtime.h>
 #include <math.h>
@@ -96,7 +96,7 @@ struct Bufs {
   size_t sendBytes, recvBytes;
 };
 
-static void prepare(struct Bufs* b, int t, size_t sendCount, size_t recvCount, int rank, int sendRank) {
+static void prepare(struct Bufs* b, int t, size_t sendCount, size_t recvCount, int sendRank) {
   const size_t es = kBytes[t];
   b->sendBytes = sendCount * es;
   b->recvBytes = recvCount * es;
@@ -107,7 +107,7 @@ static void prepare(struct Bufs* b, int t, size_t sendCount, size_t recvCount, i
   for (size_t i = 0; i < sendCount; ++i) encode(t, value(t, sendRank, i), b->host + i * es);
   cudaMemcpy(b->send, b->host, b->sendBytes, cudaMemcpyHostToDevice);
   cudaMemset(b->recv, 0xFF, b->recvBytes);
-  (void)rank;
+  cudaDeviceSynchronize(); /* the memset runs on the legacy stream, the calls on a non-blocking one */
 }
 
 static void finish(struct Bufs* b, cudaStream_t stream, int rank, const char* what) {
@@ -120,7 +120,11 @@ static void finish(struct Bufs* b, cudaStream_t stream, int rank, const char* wh
   if (memcmp(b->host, b->want, b->recvBytes) != 0) {
     size_t first = 0;
     while (b->host[first] == b->want[first]) ++first;
-    fprintf(stderr, "rank %d: %s: wrong result (first differing byte %zu of %zu)\n", rank, what, first, b->recvBytes);
+    fprintf(stderr, "rank %d: %s: wrong result (first differing byte %zu of %zu; got", rank, what, first, b->recvBytes);
+    for (size_t k = first; k < first + 8 && k < b->recvBytes; ++k) fprintf(stderr, " %02x", (unsigned char)b->host[k]);
+    fprintf(stderr, ", want");
+    for (size_t k = first; k < first + 8 && k < b->recvBytes; ++k) fprintf(stderr, " %02x", (unsigned char)b->want[k]);
+    fprintf(stderr, ")\n");
     ++failures;
   }
   cudaFree(b->send);
@@ -152,27 +156,27 @@ static int runRank(int rank, int nranks, ncclUniqueId id, int sharing) {
     struct Bufs b;
     for (int op = 0; op < ncclNumOps; ++op) {
       snprintf(what, sizeof(what), "ncclAllReduce %s %s", kTypeNames[t], kOpNames[op]);
-      prepare(&b, t, COUNT, COUNT, rank, rank);
+      prepare(&b, t, COUNT, COUNT, rank);
       for (size_t i = 0; i < COUNT; ++i) encode(t, reduceAt(t, op, nranks, i), b.want + i * es);
       CHECK(ncclAllReduce(b.send, b.recv, COUNT, (ncclDataType_t)t, (ncclRedOp_t)op, comm, stream));
       finish(&b, stream, rank, what);
 
       snprintf(what, sizeof(what), "ncclReduceScatter %s %s", kTypeNames[t], kOpNames[op]);
-      prepare(&b, t, COUNT * nranks, COUNT, rank, rank);
+      prepare(&b, t, COUNT * nranks, COUNT, rank);
       for (size_t i = 0; i < COUNT; ++i) encode(t, reduceAt(t, op, nranks, rank * COUNT + i), b.want + i * es);
       CHECK(ncclReduceScatter(b.send, b.recv, COUNT, (ncclDataType_t)t, (ncclRedOp_t)op, comm, stream));
       finish(&b, stream, rank, what);
       calls += 2;
     }
     snprintf(what, sizeof(what), "ncclAllGather %s", kTypeNames[t]);
-    prepare(&b, t, COUNT, COUNT * nranks, rank, rank);
+    prepare(&b, t, COUNT, COUNT * nranks, rank);
     for (int q = 0; q < nranks; ++q)
       for (size_t i = 0; i < COUNT; ++i) encode(t, value(t, q, i), b.want + (q * COUNT + i) * es);
     CHECK(ncclAllGather(b.send, b.recv, COUNT, (ncclDataType_t)t, comm, stream));
     finish(&b, stream, rank, what);
 
     snprintf(what, sizeof(what), "ncclAlltoAll %s", kTypeNames[t]);
-    prepare(&b, t, COUNT * nranks, COUNT * nranks, rank, rank);
+    prepare(&b, t, COUNT * nranks, COUNT * nranks, rank);
     for (int q = 0; q < nranks; ++q)
       for (size_t i = 0; i < COUNT; ++i) encode(t, value(t, q, rank * COUNT + i), b.want + (q * COUNT + i) * es);
     CHECK(ncclAlltoAll(b.send, b.recv, COUNT, (ncclDataType_t)t, comm, stream));
@@ -180,14 +184,14 @@ static int runRank(int rank, int nranks, ncclUniqueId id, int sharing) {
 
     const int root = 1 % nranks;
     snprintf(what, sizeof(what), "ncclBroadcast %s root %d", kTypeNames[t], root);
-    prepare(&b, t, COUNT, COUNT, rank, rank);
+    prepare(&b, t, COUNT, COUNT, rank);
     for (size_t i = 0; i < COUNT; ++i) encode(t, value(t, root, i), b.want + i * es);
     CHECK(ncclBroadcast(b.send, b.recv, COUNT, (ncclDataType_t)t, root, comm, stream));
     finish(&b, stream, rank, what);
 
     const int next = (rank + 1) % nranks, prev = (rank + nranks - 1) % nranks;
     snprintf(what, sizeof(what), "ncclSend/ncclRecv ring %s", kTypeNames[t]);
-    prepare(&b, t, COUNT, COUNT, rank, rank);
+    prepare(&b, t, COUNT, COUNT, rank);
     for (size_t i = 0; i < COUNT; ++i) encode(t, value(t, prev, i), b.want + i * es);
     CHECK(ncclGroupStart());
     CHECK(ncclSend(b.send, COUNT, (ncclDataType_t)t, next, comm, stream));
@@ -199,7 +203,7 @@ static int runRank(int rank, int nranks, ncclUniqueId id, int sharing) {
   /* ncclReduce is forwarded to the real NCCL: right, or (ranks sharing a GPU, which NCCL refuses,
    * or no real NCCL) a clean error. */
   struct Bufs b;
-  prepare(&b, ncclFloat32, COUNT, COUNT, rank, rank);
+  prepare(&b, ncclFloat32, COUNT, COUNT, rank);
   for (size_t i = 0; i < COUNT; ++i) encode(ncclFloat32, rank == 0 ? reduceAt(ncclFloat32, ncclSum, nranks, i) : NAN, b.want + i * 4);
   if (rank != 0) memset(b.want, 0xFF, b.recvBytes);
   const ncclResult_t r = ncclReduce(b.send, b.recv, COUNT, ncclFloat32, ncclSum, 0, comm, stream);
@@ -224,7 +228,7 @@ static int runRank(int rank, int nranks, ncclUniqueId id, int sharing) {
 
 int main(int argc, char** argv) {
   const int nranks = argc > 1 ? atoi(argv[1]) : 2;
-  const char* share = getenv("FERRY_TEST_SHARE_GPUS");
+  const char* share = getenv("GPU_TESTS_SHARE_GPUS");
   const int sharing = share != NULL && share[0] == '1';
   /* Count GPUs in a child: CUDA must not be initialized before fork. */
   pid_t probe = fork();
@@ -237,7 +241,7 @@ int main(int argc, char** argv) {
   waitpid(probe, &status, 0);
   const int gpus = WIFEXITED(status) ? WEXITSTATUS(status) : 0;
   if (gpus == 0 || (gpus < nranks && !sharing)) {
-    printf("skipped: %d ranks need %d GPUs (or FERRY_TEST_SHARE_GPUS=1), found %d\n", nranks, nranks, gpus);
+    printf("skipped: %d ranks need %d GPUs (or GPU_TESTS_SHARE_GPUS=1), found %d\n", nranks, nranks, gpus);
     return 77;
   }
   ncclUniqueId id;
