@@ -22,9 +22,9 @@ cd "$(dirname "$0")/.." || exit 2
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1
 unset FERRY_ENABLE_NVLS
 
-STEPS=(configure build guard_selftest ferry_info gpu_tests sanitizer bench)
+STEPS=(configure build guard_selftest ferry_info gpu_tests sanitizer nccl_torch bench)
 REQUIRED=(configure build guard_selftest)  # nothing touches a GPU unless the guard is proven to work
-SHOW=(ferry_info gpu_tests sanitizer)               # steps whose whole log is printed, not only on failure
+SHOW=(ferry_info gpu_tests sanitizer nccl_torch)    # steps whose whole log is printed, not only on failure
 
 build="build-gpu"
 out=${OUT:-$build/out}
@@ -81,6 +81,19 @@ step_sanitizer() {
     guarded compute-sanitizer --tool "$tool" --error-exitcode 99 "$test" "$filter" 2>&1 | tail -n 15
     ((PIPESTATUS[0] == 0)) || rc=1
   done
+  return $rc
+}
+
+# torch.distributed (NCCL backend) with libferry_nccl.so preloaded against the real NCCL, on every
+# local GPU; skipped (not failed) with fewer than 2 GPUs or without PyTorch.
+step_nccl_torch() {
+  if ! python3 -c 'import torch' 2>/dev/null; then
+    echo "skipped: no PyTorch"
+    return 0
+  fi
+  guarded python3 tests/nccl/torch_preload_test.py --lib "$PWD/$build/tools/nccl/libferry_nccl.so"
+  local rc=$?
+  ((rc == 77)) && return 0
   return $rc
 }
 
