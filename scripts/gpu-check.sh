@@ -10,6 +10,9 @@
 #   GPU_CHECK_CMAKE_ARGS="-DFERRY_CUDA_ARCHITECTURES=90a" scripts/gpu-check.sh   # extra configure options
 #   GPU_TESTS_EXCLUDE='^gpu_memory_leak$' scripts/gpu-check.sh                    # skip slow tests (regex)
 #   GPU_CHECK_BENCH_ARGS="allreduce -b 1K -e 64M" scripts/gpu-check.sh           # what the bench step runs
+#   GPU_CHECK_STEPS="configure build guard_selftest gpu_tests" \
+#     GPU_CHECK_TARGETS="ferry_guard gpu_p2p" GPU_TESTS_ONLY='^gpu_p2p$' scripts/gpu-check.sh
+#       # a focused run: some steps, some build targets (besides what the guard steps need), some tests
 #
 # Adding a step: write step_<name> (a function; its exit status is the verdict), add <name> to
 # STEPS, and to REQUIRED if later steps cannot run without it. Steps that run ctest count toward the
@@ -23,6 +26,7 @@ export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1
 unset FERRY_ENABLE_NVLS
 
 STEPS=(configure build guard_selftest ferry_info gpu_tests sanitizer nccl_torch bench)
+if [[ -n ${GPU_CHECK_STEPS:-} ]]; then read -ra STEPS <<<"$GPU_CHECK_STEPS"; fi
 REQUIRED=(configure build guard_selftest)  # nothing touches a GPU unless the guard is proven to work
 SHOW=(ferry_info gpu_tests sanitizer nccl_torch)    # steps whose whole log is printed, not only on failure
 
@@ -41,7 +45,15 @@ step_configure() {
     -DFERRY_THIRD_PARTY_DIR="$PWD/.deps" "${extra_cmake_args[@]}"
 }
 
-step_build() { cmake --build "$build" --parallel "$(nproc)"; }
+step_build() {
+  local targets=()
+  if [[ -n ${GPU_CHECK_TARGETS:-} ]]; then
+    read -ra targets <<<"$GPU_CHECK_TARGETS"
+    # What guard_selftest runs.
+    targets=(--target "${targets[@]}" ferry_guard fakecuda guard_probe guard_probe_linked gpu_guard_driver ferry-info)
+  fi
+  cmake --build "$build" --parallel "$(nproc)" "${targets[@]}"
+}
 
 # The guard's own tests (fake driver), then its check against the real driver's lookup paths.
 step_guard_selftest() {
@@ -62,7 +74,7 @@ step_gpu_tests() {
     echo "one GPU: multi-rank tests share it (GPU_TESTS_SHARE_GPUS=1)"
     export GPU_TESTS_SHARE_GPUS=1
   fi
-  guarded ctest --test-dir "$build" -L gpu -E "^gpu_guard_driver\$${GPU_TESTS_EXCLUDE:+|$GPU_TESTS_EXCLUDE}" -V \
+  guarded ctest --test-dir "$build" -L gpu ${GPU_TESTS_ONLY:+-R "$GPU_TESTS_ONLY"} -E "^gpu_guard_driver\$${GPU_TESTS_EXCLUDE:+|$GPU_TESTS_EXCLUDE}" -V \
     --no-tests=ignore --output-junit "$out/ctest-gpu.xml" >"$out/gpu_tests_output.log" 2>&1
   local rc=$?
   grep -E '(Passed|Failed|\*\*\*|tests passed|out of)' "$out/gpu_tests_output.log"

@@ -31,6 +31,7 @@ struct FERRY_API Env {
   std::chrono::duration<double> connectionTimeout; // FERRY_CONNECTION_TIMEOUT
   std::string algo;                                // FERRY_ALGO
   std::string tuningFile;                          // FERRY_TUNING_FILE
+  std::string planDir;                             // FERRY_PLAN_DIR
   std::uint64_t scratchBytes;                      // FERRY_SCRATCH_BYTES
   std::uint64_t llBytes;                           // FERRY_LL_BYTES
   std::string ncclFallback;                        // FERRY_NCCL_FALLBACK

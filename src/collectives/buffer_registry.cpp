@@ -69,15 +69,36 @@ std::uint64_t BufferRegistry::add(void* ptr, std::uint64_t bytes) {
   const auto& boot = comm_.bootstrap();
   const int rank = boot->rank(), size = boot->size();
   const std::string who = "rank " + std::to_string(rank) + ": registerBuffer";
-  if (ptr == nullptr || bytes == 0) throw Error(ErrorCode::InvalidUsage, who + ": the buffer is null or empty");
-  const std::uint64_t id = ++nextId_;  // the same on every rank: registration is collective
+  // Every rank checks its own side first, then all agree, so that a refusal on one rank never
+  // leaves the others waiting in the exchange or pairs this rank's next buffer with their current.
+  const std::uint64_t id = nextId_ + 1;  // the same on every rank: registration is collective
   const int slot = static_cast<int>(id % kRegSlots);
+  std::string refusal;
+  if (ptr == nullptr || bytes == 0) refusal = "the buffer is null or empty";
   for (const auto& [liveId, unused] : live_)
-    if (liveId % kRegSlots == static_cast<std::uint64_t>(slot))
-      throw Error(ErrorCode::NotSupported, who + ": registration " + std::to_string(id) + " would share a slot with " +
-                                               "registration " + std::to_string(liveId) + " that is still live (at most " +
-                                               std::to_string(kRegSlots) + " at once); deregister older buffers");
-  ranges_.add(id, ptr, bytes, who);
+    if (refusal.empty() && liveId % kRegSlots == static_cast<std::uint64_t>(slot))
+      refusal = "registration " + std::to_string(id) + " would share a slot with registration " +
+                std::to_string(liveId) + " that is still live (at most " + std::to_string(kRegSlots) +
+                " at once); deregister older buffers";
+  if (refusal.empty()) {
+    try {
+      ranges_.add(id, ptr, bytes, who);
+    } catch (const Error& e) {
+      refusal = e.what();
+    }
+  }
+  std::vector<std::uint8_t> ok(static_cast<std::size_t>(size));
+  ok[rank] = refusal.empty() ? 1 : 0;
+  boot->allGather(ok.data(), 1);
+  std::string refusedBy;
+  for (int p = 0; p < size; ++p)
+    if (!ok[p]) refusedBy += (refusedBy.empty() ? "" : ", ") + std::to_string(p);
+  if (!refusedBy.empty()) {
+    if (refusal.empty()) ranges_.remove(id);
+    throw Error(ErrorCode::InvalidUsage, who + ": refused by rank(s) " + refusedBy + " (nothing was registered)" +
+                                             (refusal.empty() ? "" : "; here: " + refusal));
+  }
+  nextId_ = id;
   try {
     std::vector<RegisteredMemory> all(static_cast<std::size_t>(size));
     all[rank] = comm_.registerMemory(ptr, bytes, Transport::CudaIpc);

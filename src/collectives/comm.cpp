@@ -7,6 +7,7 @@
 #include "collectives/comm_resources.hpp"
 #include "collectives/p2p.hpp"
 #include "collectives/selector.hpp"
+#include "executor/device_plans.hpp"
 #include "core/cuda_check.hpp"
 #include "core/logger.hpp"
 #include "ferry/communicator.hpp"
@@ -57,7 +58,9 @@ struct Comm::Impl {
   Selector selector;
   std::unique_ptr<CommResources> resources;
   std::unique_ptr<P2PResources> p2p;
+  int p2pResidentBlocks = 0;  // blocks of the send/recv kernel that fit on the GPU at once
   std::unique_ptr<BufferRegistry> registry;
+  std::unique_ptr<executor::DevicePlans> plans;
   int groupDepth = 0;
   std::uint64_t soloRegistrations = 0;
   std::vector<PeerCall> pending;  // the open group's sends and recvs
@@ -68,8 +71,11 @@ struct Comm::Impl {
     if (bootstrap->size() > 1) {
       resources = std::make_unique<CommResources>(communicator, env().llBytes, env().scratchBytes);
       p2p = std::make_unique<P2PResources>(communicator);
+      p2pResidentBlocks = ferry::p2pResidentBlocks();
       registry = std::make_unique<BufferRegistry>(communicator);
       resources->setRegistrationTable(registry->table());
+      plans = std::make_unique<executor::DevicePlans>(bootstrap->rank(), bootstrap->size());
+      resources->setPlans(plans.get());
     }
     bootstrap->barrier();  // every rank has mapped every peer before anyone writes
     FERRY_LOG(Info, Collectives) << "Comm ready: rank " << bootstrap->rank() << " of " << bootstrap->size()
@@ -125,7 +131,9 @@ struct Comm::Impl {
       return Error(ErrorCode::InvalidUsage, describe(c) + ": " + what);
     };
     std::vector<const PeerCall*> selfSends, selfRecvs;
-    P2PBatch batch;
+    // One stream of messages per (peer, direction), in issue order (p2p.hpp).
+    std::vector<std::vector<const PeerCall*>> streams(2 * static_cast<std::size_t>(bootstrap->size()));
+    int toOthers = 0;
     for (const PeerCall& c : calls) {
       if (c.stream != calls.front().stream)
         throw bad(c, "is on another stream than the group's first send/recv; one group uses one stream");
@@ -133,21 +141,29 @@ struct Comm::Impl {
         (c.isSend ? selfSends : selfRecvs).push_back(&c);
         continue;
       }
-      if (batch.count == kP2PMaxOps)
+      if (++toOthers > kP2PMaxOps)
         throw bad(c, "a group holds at most " + std::to_string(kP2PMaxOps) + " sends and recvs to other ranks");
-      const int lanes = p2pLanes(c.bytes());
-      if (batch.blocks + lanes > kP2PMaxBlocks)
-        throw bad(c, "the group's sends and recvs need more than " + std::to_string(kP2PMaxBlocks) +
-                         " thread blocks at once; split it into smaller groups");
-      P2PWork& w = batch.work[batch.count++];
-      w.src = c.isSend ? static_cast<const char*>(c.buffer) : nullptr;
-      w.dst = c.isSend ? nullptr : static_cast<char*>(const_cast<void*>(c.buffer));
-      w.bytes = c.bytes();
-      w.peer = c.peer;
-      w.isSend = c.isSend;
-      w.firstBlock = batch.blocks;
-      batch.blocks += lanes;
+      streams[2 * static_cast<std::size_t>(c.peer) + (c.isSend ? 1 : 0)].push_back(&c);
     }
+    P2PBatch batch;
+    for (const auto& list : streams) {
+      if (list.empty()) continue;
+      P2PStream& st = batch.stream[batch.streams++];
+      st.peer = list.front()->peer;
+      st.isSend = list.front()->isSend;
+      st.firstMessage = batch.messages;
+      st.firstBlock = batch.blocks;
+      for (const PeerCall* c : list) {
+        batch.message[batch.messages++] = {static_cast<char*>(const_cast<void*>(c->buffer)), c->bytes()};
+        st.blocks = std::max(st.blocks, p2pLanes(c->bytes()));
+      }
+      st.messages = batch.messages - st.firstMessage;
+      batch.blocks += st.blocks;
+    }
+    if (batch.blocks > p2pResidentBlocks)
+      throw bad(calls.front(), "the group's sends and recvs need " + std::to_string(batch.blocks) +
+                                   " thread blocks at once, more than fit on this GPU (" +
+                                   std::to_string(p2pResidentBlocks) + "); split it into smaller groups");
     for (std::size_t i = 0; i < std::max(selfSends.size(), selfRecvs.size()); ++i) {
       if (i >= selfRecvs.size()) throw bad(*selfSends[i], "has no matching recv from this rank in the same group");
       if (i >= selfSends.size()) throw bad(*selfRecvs[i], "has no matching send from this rank in the same group");
@@ -160,7 +176,7 @@ struct Comm::Impl {
     for (std::size_t i = 0; i < selfSends.size(); ++i)
       FERRY_CUDA_CHECK(cudaMemcpyAsync(const_cast<void*>(selfRecvs[i]->buffer), selfSends[i]->buffer,
                                        selfSends[i]->bytes(), cudaMemcpyDeviceToDevice, stream));
-    if (batch.count > 0) launchP2P(batch, p2p->context(), stream);
+    if (batch.streams > 0) launchP2P(batch, p2p->context(), stream);
   }
 };
 
@@ -174,6 +190,10 @@ Comm::~Comm() {
     (void)cudaDeviceSynchronize();
     (void)cudaSetDevice(current);
   }
+  // No barrier with the peers: a peer's last kernel may still write into this rank's buffers (a
+  // send/recv acknowledgement, a ring's final signal), but they are cuMem allocations, whose pages
+  // stay alive while a peer maps them; such writes land in memory nobody reads. (A barrier here
+  // would stall one thread that destroys the Comms of several GPUs in turn.)
 }
 
 int Comm::rank() const noexcept { return impl_->bootstrap->rank(); }

@@ -18,6 +18,8 @@ class CommResources {
   const CollectiveContext& context() const { return context_; }
   // Where kernels find the registered buffers' table (BufferRegistry).
   void setRegistrationTable(const RegTable* table) { context_.regs = table; }
+  // Where plan algorithms find their programs on this GPU (executor/device_plans.hpp).
+  void setPlans(const executor::DevicePlans* plans) { context_.plans = plans; }
   const CommLimits& limits() const { return limits_; }
 
  private:

@@ -33,10 +33,15 @@ inline constexpr int kFlagSlots = 1 + kMaxBlocks;
 struct CallState {
   std::uint64_t epoch;        // calls completed on this rank
   std::uint32_t blocksDone;   // blocks of the running call that have finished
+  std::uint32_t barrierArrived;     // the executor's barrier of a call's blocks (executor.cu)
+  std::uint32_t barrierGeneration;
 };
 
 struct CallBuffers;
 struct RegTable;
+namespace executor {
+class DevicePlans;
+}
 
 struct CollectiveContext {
   int rank = 0;
@@ -56,6 +61,7 @@ struct CollectiveContext {
   std::uint64_t scratchHalfBytes = 0;
   std::uint64_t timeoutNs = 0;
   int op = 0;  // which collective, for timeout reports (Collective)
+  const executor::DevicePlans* plans = nullptr;  // host only: the loaded plans, uploaded here
 };
 
 // The signal value of (call, round, phase). phase in [1, 7], round < 2^17.

@@ -2,6 +2,7 @@
 // no algorithm, and a Comm call says so; so does a send or recv to another rank.
 #include "collectives/algorithm.hpp"
 #include "collectives/p2p.hpp"
+#include "executor/plan_launch.hpp"
 #include "ferry/errors.hpp"
 
 namespace ferry {
@@ -12,6 +13,15 @@ std::vector<const Algorithm*> reduceScatterAlgorithms() { return {}; }
 std::vector<const Algorithm*> allToAllAlgorithms() { return {}; }
 std::vector<const Algorithm*> broadcastAlgorithms() { return {}; }
 std::vector<const Algorithm*> directAlgorithms() { return {}; }
+
+namespace executor {
+void launchPlan(const Plan&, const RankProgram&, const DeviceProgram&, const CollectiveCall& call,
+                const CollectiveContext&, const char* name) {
+  throw Error(ErrorCode::NotSupported, describe(call) + ": " + name + ": this build of ferry has no CUDA kernels");
+}
+}  // namespace executor
+
+int p2pResidentBlocks() { return 1 << 30; }  // launchP2P says what is missing
 
 void launchP2P(const P2PBatch&, const P2PContext& context, cudaStream_t) {
   throw Error(ErrorCode::NotSupported,

@@ -22,68 +22,79 @@ FERRY_DEVICE FERRY_INLINE Lane laneOf(std::uint64_t bytes, int lanes, int lane) 
   return {b, e - b};
 }
 
-FERRY_DEVICE FERRY_INLINE void sendLane(const P2PContext& c, const P2PWork& w, int lane, const Lane& part) {
-  const int slotBase = c.rank;  // this rank's rows in the receiver's inbox and counters
-  std::uint64_t* total = c.sent + w.peer * kP2PLanes + lane;
+// One message's lane: chunks through the ring of slots, continuing the running total of
+// (peer, lane). Every thread reads the total before the first barrier of the loop; thread 0
+// advances it only after the last.
+FERRY_DEVICE FERRY_INLINE void sendLane(const P2PContext& c, int peer, const char* src, int lane, const Lane& part) {
+  std::uint64_t* total = c.sent + peer * kP2PLanes + lane;
   const std::uint64_t first = *total;
   const std::uint64_t chunks = (part.bytes + kP2PChunkBytes - 1) / kP2PChunkBytes;
-  const std::uint64_t* acked = c.acked + w.peer * kP2PLanes + lane;
-  char* inbox = c.peerInbox[w.peer];
+  const std::uint64_t* acked = c.acked + peer * kP2PLanes + lane;
+  char* inbox = c.peerInbox[peer];
   for (std::uint64_t i = 0; i < chunks; ++i) {
     const std::uint64_t g = first + i;
     if (threadIdx.x == 0 && g >= kP2PSlots)
       spinUntil([&] { return atomicLoad(acked, memory_order_acquire) + kP2PSlots >= g + 1; },
-                WaitContext{c.rank, w.peer, c.timeoutNs}, "send: waiting for the receiver to free a slot", g);
+                WaitContext{c.rank, peer, c.timeoutNs}, "send: waiting for the receiver to free a slot", g);
     __syncthreads();
     const std::uint64_t off = i * kP2PChunkBytes, len = min(kP2PChunkBytes, part.bytes - off);
-    copy(inbox + p2pSlotOffset(slotBase, lane, g % kP2PSlots), w.src + part.begin + off, len, threadIdx.x,
-         blockDim.x);
+    copy(inbox + p2pSlotOffset(c.rank, lane, g % kP2PSlots), src + part.begin + off, len, threadIdx.x, blockDim.x);
     __syncthreads();
     if (threadIdx.x == 0)
-      atomicStore(c.peerArrived[w.peer] + slotBase * kP2PLanes + lane, g + 1, memory_order_release);
+      atomicStore(c.peerArrived[peer] + c.rank * kP2PLanes + lane, g + 1, memory_order_release);
   }
   if (threadIdx.x == 0) *total = first + chunks;
 }
 
-FERRY_DEVICE FERRY_INLINE void recvLane(const P2PContext& c, const P2PWork& w, int lane, const Lane& part) {
-  std::uint64_t* total = c.received + w.peer * kP2PLanes + lane;
+FERRY_DEVICE FERRY_INLINE void recvLane(const P2PContext& c, int peer, char* dst, int lane, const Lane& part) {
+  std::uint64_t* total = c.received + peer * kP2PLanes + lane;
   const std::uint64_t first = *total;
   const std::uint64_t chunks = (part.bytes + kP2PChunkBytes - 1) / kP2PChunkBytes;
-  const std::uint64_t* arrived = c.arrived + w.peer * kP2PLanes + lane;
+  const std::uint64_t* arrived = c.arrived + peer * kP2PLanes + lane;
   for (std::uint64_t i = 0; i < chunks; ++i) {
     const std::uint64_t g = first + i;
     if (threadIdx.x == 0)
       spinUntil([&] { return atomicLoad(arrived, memory_order_acquire) >= g + 1; },
-                WaitContext{c.rank, w.peer, c.timeoutNs}, "recv: waiting for the sender's data", g);
+                WaitContext{c.rank, peer, c.timeoutNs}, "recv: waiting for the sender's data", g);
     __syncthreads();
     const std::uint64_t off = i * kP2PChunkBytes, len = min(kP2PChunkBytes, part.bytes - off);
-    copy(w.dst + part.begin + off, c.inbox + p2pSlotOffset(w.peer, lane, g % kP2PSlots), len, threadIdx.x,
-         blockDim.x);
+    copy(dst + part.begin + off, c.inbox + p2pSlotOffset(peer, lane, g % kP2PSlots), len, threadIdx.x, blockDim.x);
     __syncthreads();  // every read of the slot is done before the sender may overwrite it
-    if (threadIdx.x == 0)
-      atomicStore(c.peerAcked[w.peer] + c.rank * kP2PLanes + lane, g + 1, memory_order_release);
+    if (threadIdx.x == 0) atomicStore(c.peerAcked[peer] + c.rank * kP2PLanes + lane, g + 1, memory_order_release);
   }
   if (threadIdx.x == 0) *total = first + chunks;
 }
 
 __global__ void __launch_bounds__(kP2PThreads, 2) p2pKernel(P2PContext c, P2PBatch batch) {
   int k = 0;
-  while (k + 1 < batch.count && batch.work[k + 1].firstBlock <= static_cast<int>(blockIdx.x)) ++k;
-  const P2PWork& w = batch.work[k];
-  const int lanes = p2pLanes(w.bytes), lane = static_cast<int>(blockIdx.x) - w.firstBlock;
-  const Lane part = laneOf(w.bytes, lanes, lane);
-  // Every thread reads the running total before the loop's first barrier; thread 0 advances it
-  // only after the loop.
-  if (w.isSend)
-    sendLane(c, w, lane, part);
-  else
-    recvLane(c, w, lane, part);
+  while (k + 1 < batch.streams && batch.stream[k + 1].firstBlock <= static_cast<int>(blockIdx.x)) ++k;
+  const P2PStream& s = batch.stream[k];
+  const int lane = static_cast<int>(blockIdx.x) - s.firstBlock;
+  for (int i = 0; i < s.messages; ++i) {
+    const P2PMessage& msg = batch.message[s.firstMessage + i];
+    const int lanes = p2pLanes(msg.bytes);
+    if (lane >= lanes) continue;  // a small message leaves this lane's total where it is
+    const Lane part = laneOf(msg.bytes, lanes, lane);
+    if (s.isSend)
+      sendLane(c, s.peer, msg.buffer, lane, part);
+    else
+      recvLane(c, s.peer, msg.buffer, lane, part);
+    __syncthreads();  // thread 0's new total is what every thread reads for the next message
+  }
 }
 
 }  // namespace
 
+int p2pResidentBlocks() {
+  int device = 0, sms = 0, perSm = 0;
+  FERRY_CUDA_CHECK(cudaGetDevice(&device));
+  FERRY_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
+  FERRY_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&perSm, p2pKernel, kP2PThreads, 0));
+  return sms * perSm;
+}
+
 void launchP2P(const P2PBatch& batch, const P2PContext& context, cudaStream_t stream) {
-  if (batch.count == 0) return;
+  if (batch.streams == 0) return;
   p2pKernel<<<batch.blocks, kP2PThreads, 0, stream>>>(context, batch);
   const cudaError_t err = cudaGetLastError();
   if (err != cudaSuccess)

@@ -11,8 +11,12 @@
 // running total per (peer, lane), so consecutive messages continue where the last left off, also
 // across CUDA graph replays.
 //
-// Every lane of a group is one block of one kernel: a send waiting for its receiver must never
-// keep a recv of the same group from running, so they all run at once (kP2PMaxBlocks bounds them).
+// A group's sends (or recvs) with one peer form one stream of messages, taken in issue order by
+// the same blocks, lane l by block l: the running totals per (peer, lane) then advance in the same
+// order on both sides, however many messages a group holds per peer. Every block of a group is
+// one block of one kernel, and a send waiting for its receiver must never keep a recv of the same
+// group from running, so they must all be resident at once: the Comm refuses a group that needs
+// more blocks than fit on its GPU (p2pResidentBlocks).
 #include <cuda_runtime_api.h>
 
 #include <cstdint>
@@ -28,8 +32,8 @@ inline constexpr int kP2PLanes = 16;
 inline constexpr int kP2PSlots = 4;
 inline constexpr std::uint64_t kP2PChunkBytes = 32 << 10;
 inline constexpr int kP2PThreads = 256;
-inline constexpr int kP2PMaxBlocks = 512;
-inline constexpr int kP2PMaxOps = 64;
+inline constexpr int kP2PMaxOps = 64;       // messages per group
+inline constexpr int kP2PMaxStreams = 2 * kMaxRanks;
 
 // Lanes of a message: one per chunk, at most kP2PLanes. Both sides compute it from the size.
 FERRY_HOST_DEVICE constexpr int p2pLanes(std::uint64_t bytes) {
@@ -51,18 +55,26 @@ struct P2PContext {
 };
 
 // One send or recv of a group, as the kernel sees it.
-struct P2PWork {
-  const char* src = nullptr;  // send: the user's buffer
-  char* dst = nullptr;        // recv: the user's buffer
+struct P2PMessage {
+  char* buffer = nullptr;  // send: read; recv: written
   std::uint64_t bytes = 0;
+};
+
+// The sends (or recvs) of a group with one peer, in issue order: messages
+// [firstMessage, firstMessage + messages) of the batch, on blocks [firstBlock, firstBlock + blocks)
+// (as many as the message with the most lanes needs).
+struct P2PStream {
   int peer = 0;
   int isSend = 0;
-  int firstBlock = 0;         // blocks [firstBlock, firstBlock + p2pLanes(bytes)) are its lanes
+  int firstMessage = 0, messages = 0;
+  int firstBlock = 0, blocks = 0;
 };
 
 struct P2PBatch {
-  P2PWork work[kP2PMaxOps];
-  int count = 0;
+  P2PMessage message[kP2PMaxOps];
+  P2PStream stream[kP2PMaxStreams];
+  int messages = 0;
+  int streams = 0;
   int blocks = 0;
 };
 
@@ -85,5 +97,7 @@ class P2PResources {
 // Queues one kernel running every send and recv of the batch on `stream`. Sends to and receives
 // from this rank itself are not in the batch (the caller copies those).
 void launchP2P(const P2PBatch& batch, const P2PContext& context, cudaStream_t stream);
+// Blocks of the send/recv kernel that fit on the current GPU at once.
+int p2pResidentBlocks();
 
 }  // namespace ferry

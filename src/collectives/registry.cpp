@@ -1,4 +1,5 @@
 #include "collectives/algorithm.hpp"
+#include "executor/plan_algorithm.hpp"
 
 namespace ferry {
 
@@ -13,6 +14,8 @@ const std::vector<const Algorithm*>& allAlgorithms() {
       for (const Algorithm* a : direct)
         if (a->collective() == group.front()->collective()) v.push_back(a);
     }
+    // Plans last: loaded from FERRY_PLAN_DIR, picked by the selector ahead of the table (selector.hpp).
+    for (const Algorithm* a : executor::planAlgorithms()) v.push_back(a);
     return v;
   }();
   return all;

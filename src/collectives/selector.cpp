@@ -1,5 +1,7 @@
 #include "collectives/selector.hpp"
 
+#include "executor/plan_algorithm.hpp"
+
 #include "ferry/env.hpp"
 #include "ferry/errors.hpp"
 
@@ -60,13 +62,14 @@ std::array<std::string, kCollectiveCount> parseForcedAlgorithms(std::string_view
   return out;
 }
 
-Selector::Selector(std::vector<TuningRow> rows) : rows_(std::move(rows)) {}
+Selector::Selector(std::vector<TuningRow> rows, std::vector<const Algorithm*> plans)
+    : rows_(std::move(rows)), plans_(std::move(plans)) {}
 
 Selector Selector::fromEnvironment() {
   std::vector<TuningRow> rows;
   if (!env().tuningFile.empty()) rows = loadTuningFile(env().tuningFile);
   for (auto& r : defaultTuning()) rows.push_back(std::move(r));
-  Selector s(std::move(rows));
+  Selector s(std::move(rows), executor::planAlgorithms());
   s.forced_ = parseForcedAlgorithms(env().algo);
   return s;
 }
@@ -85,6 +88,8 @@ const Algorithm& Selector::select(const CollectiveCall& call, const CommLimits& 
                                                " (force another one, or none, with setAlgorithm / FERRY_ALGO)");
     return a;
   }
+  for (const Algorithm* a : plans_)
+    if (a->collective() == call.collective && a->whyNot(call, limits).empty()) return *a;
   const std::uint64_t bytes = call.bytes();
   for (const TuningRow& row : rows_) {
     if (row.collective != call.collective || (row.worldSize != 0 && row.worldSize != call.worldSize) ||

@@ -2,10 +2,12 @@
 // Which algorithm runs a call. In order:
 //   1. an algorithm forced for the collective (Comm::setAlgorithm, or FERRY_ALGO): always that one,
 //      and a call it cannot run is Error(InvalidUsage) saying why;
-//   2. the first row of the tuning table (FERRY_TUNING_FILE, then the built-in defaults) whose
+//   2. the first loaded plan (FERRY_PLAN_DIR) of the collective that can run the call: a plan is
+//      for one world size and a range of message sizes, and the user who loads it wants it there;
+//   3. the first row of the tuning table (FERRY_TUNING_FILE, then the built-in defaults) whose
 //      collective and world size match, whose maxBytes is at least the call's bytes, and whose
 //      algorithm can run the call;
-//   3. the first algorithm of the collective (registry order) that can run it.
+//   4. the first algorithm of the collective (registry order) that can run it.
 //
 // Tuning file (what `ferry-bench --tune` writes):
 //   {"version": 1, "rows": [
@@ -46,7 +48,8 @@ std::array<std::string, kCollectiveCount> parseForcedAlgorithms(std::string_view
 class Selector {
  public:
   // rows: consulted in order (put user rows before the defaults).
-  explicit Selector(std::vector<TuningRow> rows);
+  // plans: algorithms tried before the rows (the loaded plans), in order.
+  explicit Selector(std::vector<TuningRow> rows, std::vector<const Algorithm*> plans = {});
   // Selector from the environment: FERRY_TUNING_FILE's rows, then defaultTuning(); FERRY_ALGO.
   static Selector fromEnvironment();
 
@@ -59,6 +62,7 @@ class Selector {
 
  private:
   std::vector<TuningRow> rows_;
+  std::vector<const Algorithm*> plans_;
   std::array<std::string, kCollectiveCount> forced_;
 };
 

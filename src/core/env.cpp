@@ -71,6 +71,10 @@ const Var kVars[] = {
     {"FERRY_TUNING_FILE", &Env::tuningFile, "",
      "JSON tuning table (written by `ferry-bench --tune`) consulted before the built-in defaults when "
      "choosing a collective algorithm."},
+    {"FERRY_PLAN_DIR", &Env::planDir, "",
+     "Collective plans (docs/plan-format.md) to load as algorithms named plan:NAME: a plan file, or a "
+     "directory whose *.json files are plans; several separated by ':'. A plan runs the calls of its "
+     "collective, world size and size range, ahead of the tuning table."},
     {"FERRY_SCRATCH_BYTES", &Env::scratchBytes, "128M",
      "Scratch memory per rank that peers write into for Simple-protocol collectives (two halves); "
      "larger calls run in rounds."},

@@ -145,6 +145,7 @@ TEST_P(GpuCollectives, EveryAlgorithmTypeOpAndPlacement) {
       const auto coll = static_cast<Collective>(c);
       const bool reduces = coll == Collective::AllReduce || coll == Collective::ReduceScatter;
       for (const std::string& algo : Comm::algorithmNames(coll)) {
+        if (algo.starts_with("plan:")) continue;  // EveryPlan's
         // The zero-copy algorithms run on buffers registered for the call (on every rank).
         const bool direct = algo.ends_with("_direct");
         r.comm->setAlgorithm(coll, algo);
@@ -176,6 +177,114 @@ TEST_P(GpuCollectives, EveryAlgorithmTypeOpAndPlacement) {
     if (rank == 0) std::printf("checked %zu calls, %zu too large for the forced algorithm\n", calls, skipped);
     EXPECT_GT(skipped, 0u) << "FERRY_LL_BYTES did not take: the LL size limit was never reached";
   }, {std::chrono::seconds(900)});
+}
+
+// Every loaded plan (FERRY_PLAN_DIR: the gpu_collectives_plans test points it at the shipped
+// programs, compiled for 2 and 4 ranks), forced one at a time, on registered buffers: every type,
+// op and placement a plan takes; the placement and sizes it does not take must be refused.
+TEST_P(GpuCollectives, EveryPlanTypeOpAndPlacement) {
+  const int n = GetParam();
+  if (std::getenv("FERRY_PLAN_DIR") == nullptr) GTEST_SKIP() << "FERRY_PLAN_DIR is not set: no plans to run";
+  UniqueId id = UniqueId::create();
+  runRanksOk(n, [&](int rank) {
+    Rank r(id, rank, n);
+    int plans = 0;
+    for (int c = 0; c < kCollectiveCount; ++c) {
+      const auto coll = static_cast<Collective>(c);
+      const bool reduces = coll == Collective::AllReduce || coll == Collective::ReduceScatter;
+      for (const std::string& algo : Comm::algorithmNames(coll)) {
+        if (!algo.starts_with("plan:")) continue;
+        ++plans;
+        r.comm->setAlgorithm(coll, algo);
+        std::size_t calls = 0, refused = 0;
+        for (int t = 0; t < kDataTypeCount; ++t) {
+          for (int o = 0; o < (reduces ? kReduceOpCount : 1); ++o) {
+            for (std::size_t count : {1ul, 3ul, 1023ul, 4099ul, 70001ul}) {
+              for (bool inPlace : {false, true}) {
+                CallShape s{coll, static_cast<DataType>(t), static_cast<ReduceOp>(o), count, rank, n,
+                            0, 5000u + calls + refused};
+                try {
+                  const std::size_t wrong = runAndCheck(r, s, inPlace, {.reordered = true, .registered = true});
+                  EXPECT_EQ(wrong, 0u) << label(s, algo, inPlace);
+                  ++calls;
+                } catch (const Error& e) {
+                  EXPECT_EQ(e.code(), ErrorCode::InvalidUsage) << e.what();
+                  EXPECT_NE(std::string(e.what()).find("cannot run this call"), std::string::npos) << e.what();
+                  ++refused;
+                }
+                if (::testing::Test::HasFailure()) return;
+              }
+            }
+          }
+        }
+        if (rank == 0) std::printf("%s: checked %zu calls, refused %zu\n", algo.c_str(), calls, refused);
+        EXPECT_GT(calls, 0u) << algo << " ran no call";
+      }
+      r.comm->setAlgorithm(coll, "");
+    }
+    EXPECT_GE(plans, 6) << "FERRY_PLAN_DIR holds fewer plans than the shipped programs";
+  }, {std::chrono::seconds(900)});
+}
+
+// Plans in a CUDA graph: a direct plan (the ring, on registered buffers) and a scratch-only one
+// (packets), captured once and replayed with new inputs.
+TEST_P(GpuCollectives, PlansCapturedInAGraphAndReplayed) {
+  const int n = GetParam();
+  if (std::getenv("FERRY_PLAN_DIR") == nullptr) GTEST_SKIP() << "FERRY_PLAN_DIR is not set: no plans to run";
+  UniqueId id = UniqueId::create();
+  runRanksOk(n, [&](int rank) {
+    Rank r(id, rank, n);
+    const CallShape shapes[] = {{Collective::AllReduce, DataType::Float32, ReduceOp::Sum, 40000, rank, n, 0, 0},
+                                {Collective::AllReduce, DataType::Int32, ReduceOp::Max, 999, rank, n, 0, 0}};
+    const char* plans[] = {"plan:allreduce_ring", "plan:allreduce_allpairs_packets"};
+    std::vector<std::unique_ptr<CallBuffers>> bufs;
+    std::vector<BufferRegistration> regs;
+    for (const auto& s : shapes) {
+      bufs.push_back(std::make_unique<CallBuffers>(r.device, s, false));
+      regs.push_back(r.comm->registerBuffer(bufs.back()->sendBuf.ptr, bufs.back()->sendBuf.bytes));
+      regs.push_back(r.comm->registerBuffer(bufs.back()->recvBuf.ptr, bufs.back()->recvBuf.bytes));
+    }
+    cudaGraph_t graph;
+    ASSERT_EQ(cudaStreamBeginCapture(r.stream, cudaStreamCaptureModeThreadLocal), cudaSuccess);
+    for (std::size_t k = 0; k < std::size(shapes); ++k) {
+      r.comm->setAlgorithm(Collective::AllReduce, plans[k]);
+      issue(*r.comm, shapes[k], bufs[k]->send, bufs[k]->recv, r.stream);
+    }
+    ASSERT_EQ(cudaStreamEndCapture(r.stream, &graph), cudaSuccess);
+    r.comm->setAlgorithm(Collective::AllReduce, "");
+    cudaGraphExec_t exec;
+    ASSERT_EQ(cudaGraphInstantiate(&exec, graph, 0), cudaSuccess);
+    for (std::uint64_t replay = 1; replay <= 5; ++replay) {
+      std::vector<std::vector<char>> wants;
+      for (std::size_t k = 0; k < std::size(shapes); ++k) {
+        CallShape s = shapes[k];
+        s.seed = replay * 10 + k;
+        const std::size_t es = sizeOf(s.type);
+        std::vector<char> send(s.sendCount() * es);
+        tools::fillSend(s.type, send.data(), s.sendCount(), rank, s.seed);
+        cudaMemcpy(bufs[k]->send, send.data(), send.size(), cudaMemcpyHostToDevice);
+        cudaMemset(bufs[k]->recv, kPoison, s.recvCount() * es);
+        wants.emplace_back(s.recvCount() * es);
+        tools::expectedRecv(s, wants.back().data());
+      }
+      cudaDeviceSynchronize();
+      r.boot->barrier();
+      ASSERT_EQ(cudaGraphLaunch(exec, r.stream), cudaSuccess);
+      ASSERT_EQ(cudaStreamSynchronize(r.stream), cudaSuccess);
+      for (std::size_t k = 0; k < std::size(shapes); ++k) {
+        std::vector<char> got(wants[k].size());
+        cudaMemcpy(got.data(), bufs[k]->recv, got.size(), cudaMemcpyDeviceToHost);
+        EXPECT_EQ(tools::countWrongReordered(shapes[k].type, shapes[k].op, n, got.data(), wants[k].data(),
+                                             shapes[k].recvCount()),
+                  0u)
+            << plans[k] << " replay " << replay;
+      }
+      r.boot->barrier();
+    }
+    cudaGraphExecDestroy(exec);
+    cudaGraphDestroy(graph);
+    for (const auto& reg : regs) r.comm->deregisterBuffer(reg);
+  });
 }
 
 // 1,000 allreduce calls of changing size with no synchronization between them, on the selector's

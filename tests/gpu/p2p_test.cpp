@@ -1,9 +1,9 @@
 // Point-to-point send and recv across processes, one per GPU (or sharing one: GPU_TESTS_SHARE_GPUS),
 // on 2 and 4 ranks, every byte checked against what the sender wrote, receive buffers poisoned
 // first: a group where every rank sends to and receives from every rank (itself included) with a
-// different size per pair; long ungrouped streams between two ranks that overrun the inbox; odd
-// sizes and unaligned buffers; a group captured in a CUDA graph and replayed; and a recv whose
-// sender never comes.
+// different size per pair; several messages to one peer in one group; long ungrouped streams
+// between two ranks that overrun the inbox; odd sizes and unaligned buffers; a group captured in a
+// CUDA graph and replayed; and a recv whose sender never comes.
 #include <gtest/gtest.h>
 
 #include <chrono>
@@ -96,6 +96,42 @@ TEST_P(GpuP2P, GroupedAllToAllWithADifferentSizePerPair) {
         cudaMemcpy(got.data(), recvBufs[p]->ptr, got.size(), cudaMemcpyDeviceToHost);
         EXPECT_EQ(wrongBytes(got, message(p, rank, round, got.size())), 0u)
             << "round " << round << ": from rank " << p << " to rank " << rank << ", " << got.size() << " bytes";
+      }
+    }
+  }, {std::chrono::seconds(600)});
+}
+
+// Several messages to one peer in one group (as torch's batch_isend_irecv makes): they match the
+// peer's recvs in issue order, whatever their sizes, and later messages still line up.
+TEST_P(GpuP2P, SeveralMessagesToOnePeerInOneGroup) {
+  const int n = GetParam();
+  UniqueId id = UniqueId::create();
+  runRanksOk(n, [&](int rank) {
+    Rank r(id, rank, n);
+    const int next = (rank + 1) % n, prev = (rank + n - 1) % n;
+    const std::size_t sizes[] = {3u << 20, 1, 100000, 40000, 5u << 20};
+    for (int round = 0; round < 3; ++round) {
+      std::vector<std::unique_ptr<DeviceBuffer>> out, in;
+      for (std::size_t k = 0; k < std::size(sizes); ++k) {
+        const auto data = message(rank, next, round * 10 + static_cast<int>(k), sizes[k]);
+        out.push_back(std::make_unique<DeviceBuffer>(r.device, sizes[k]));
+        cudaMemcpy(out.back()->ptr, data.data(), sizes[k], cudaMemcpyHostToDevice);
+        in.push_back(std::make_unique<DeviceBuffer>(r.device, sizes[k]));
+        cudaMemset(in.back()->ptr, kPoison, sizes[k]);
+      }
+      cudaDeviceSynchronize();
+      r.comm->groupStart();
+      for (std::size_t k = 0; k < std::size(sizes); ++k) {  // sends and recvs interleaved
+        r.comm->recv(in[k]->ptr, sizes[k], DataType::Uint8, prev, r.stream);
+        r.comm->send(out[k]->ptr, sizes[k], DataType::Uint8, next, r.stream);
+      }
+      r.comm->groupEnd();
+      ASSERT_EQ(cudaStreamSynchronize(r.stream), cudaSuccess);
+      for (std::size_t k = 0; k < std::size(sizes); ++k) {
+        std::vector<unsigned char> got(sizes[k]);
+        cudaMemcpy(got.data(), in[k]->ptr, got.size(), cudaMemcpyDeviceToHost);
+        EXPECT_EQ(wrongBytes(got, message(prev, rank, round * 10 + static_cast<int>(k), sizes[k])), 0u)
+            << "round " << round << " message " << k << " from rank " << prev;
       }
     }
   }, {std::chrono::seconds(600)});

@@ -20,6 +20,16 @@
 
 static int failures = 0;
 
+/* The test's own CUDA calls: a failure ends the rank with the call and the error. */
+#define CUDA(call)                                                                                    \
+  do {                                                                                                \
+    cudaError_t e_ = (call);                                                                          \
+    if (e_ != cudaSuccess) {                                                                          \
+      fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #call, cudaGetErrorString(e_));           \
+      exit(4);                                                                                        \
+    }                                                                                                 \
+  } while (0)
+
 #define CHECK(call)                                                                                   \
   do {                                                                                                \
     ncclResult_t r_ = (call);                                                                         \
@@ -102,12 +112,12 @@ static void prepare(struct Bufs* b, int t, size_t sendCount, size_t recvCount, i
   b->recvBytes = recvCount * es;
   b->host = malloc(b->sendBytes > b->recvBytes ? b->sendBytes : b->recvBytes);
   b->want = malloc(b->recvBytes);
-  cudaMalloc(&b->send, b->sendBytes);
-  cudaMalloc(&b->recv, b->recvBytes);
+  CUDA(cudaMalloc(&b->send, b->sendBytes));
+  CUDA(cudaMalloc(&b->recv, b->recvBytes));
   for (size_t i = 0; i < sendCount; ++i) encode(t, value(t, sendRank, i), b->host + i * es);
-  cudaMemcpy(b->send, b->host, b->sendBytes, cudaMemcpyHostToDevice);
-  cudaMemset(b->recv, 0xFF, b->recvBytes);
-  cudaDeviceSynchronize(); /* the memset runs on the legacy stream, the calls on a non-blocking one */
+  CUDA(cudaMemcpy(b->send, b->host, b->sendBytes, cudaMemcpyHostToDevice));
+  CUDA(cudaMemset(b->recv, 0xFF, b->recvBytes));
+  CUDA(cudaDeviceSynchronize()); /* the memset runs on the legacy stream, the calls on a non-blocking one */
 }
 
 static void finish(struct Bufs* b, cudaStream_t stream, int rank, const char* what) {
@@ -116,7 +126,7 @@ static void finish(struct Bufs* b, cudaStream_t stream, int rank, const char* wh
     fprintf(stderr, "rank %d: %s: %s\n", rank, what, cudaGetErrorString(err));
     exit(3);
   }
-  cudaMemcpy(b->host, b->recv, b->recvBytes, cudaMemcpyDeviceToHost);
+  CUDA(cudaMemcpy(b->host, b->recv, b->recvBytes, cudaMemcpyDeviceToHost));
   if (memcmp(b->host, b->want, b->recvBytes) != 0) {
     size_t first = 0;
     while (b->host[first] == b->want[first]) ++first;
@@ -124,7 +134,11 @@ static void finish(struct Bufs* b, cudaStream_t stream, int rank, const char* wh
     for (size_t k = first; k < first + 8 && k < b->recvBytes; ++k) fprintf(stderr, " %02x", (unsigned char)b->host[k]);
     fprintf(stderr, ", want");
     for (size_t k = first; k < first + 8 && k < b->recvBytes; ++k) fprintf(stderr, " %02x", (unsigned char)b->want[k]);
-    fprintf(stderr, ")\n");
+    unsigned char sent[8] = {0};
+    CUDA(cudaMemcpy(sent, b->send, b->sendBytes < 8 ? b->sendBytes : 8, cudaMemcpyDeviceToHost));
+    fprintf(stderr, "; send %p holds", b->send);
+    for (int k = 0; k < 8; ++k) fprintf(stderr, " %02x", sent[k]);
+    fprintf(stderr, ", recv %p)\n", b->recv);
     ++failures;
   }
   cudaFree(b->send);
@@ -151,7 +165,11 @@ static int runRank(int rank, int nranks, ncclUniqueId id, int sharing) {
   cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking);
   char what[128];
   int calls = 0;
-  for (int t = 0; t < ncclNumTypes; ++t) {
+  /* NCCL_C_TEST_FIRST_TYPE=k starts the round of types at type k (a diagnostic knob). */
+  const char* firstType = getenv("NCCL_C_TEST_FIRST_TYPE");
+  const int first = firstType != NULL ? atoi(firstType) % ncclNumTypes : 0;
+  for (int k = 0; k < ncclNumTypes; ++k) {
+    const int t = (first + k) % ncclNumTypes;
     const size_t es = kBytes[t];
     struct Bufs b;
     for (int op = 0; op < ncclNumOps; ++op) {

@@ -1,0 +1,15 @@
+#pragma once
+// The executor's kernel launch (executor.cu; a build without CUDA has a stub that throws).
+#include "collectives/collective_call.hpp"
+#include "collectives/device_context.hpp"
+#include "executor/device_plans.hpp"
+#include "executor/plan.hpp"
+
+namespace ferry::executor {
+
+// Queues one call of `plan` on call.stream: one block per thread block of this rank's program.
+// @pre the plan's whyNot for the call is empty.
+void launchPlan(const Plan& plan, const RankProgram& program, const DeviceProgram& device,
+                const CollectiveCall& call, const CollectiveContext& context, const char* name);
+
+}  // namespace ferry::executor

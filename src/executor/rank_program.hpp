@@ -1,0 +1,97 @@
+#pragma once
+// One rank's part of a plan, flattened for the executor's kernel: every thread block's ops in one
+// array, with each op's peer, flag slot and sequence number worked out on the host, so that the
+// kernel only follows pointers. compileRankProgram also refuses what the kernel cannot run (the
+// rules are listed beside it); the plan itself was checked by the loader and, for correctness, by
+// the verifier.
+//
+//   RankProgram p = compileRankProgram(plan, rank);      // throws PlanError naming rank, tb and op
+//   // upload p.ops, p.refs, p.tbFirst; launch p.threadBlocks() blocks
+#include <cstdint>
+#include <vector>
+
+#include "ferry/device/macros.hpp"
+#include "executor/plan.hpp"
+
+namespace ferry::executor {
+
+inline constexpr int kLocal = -1;  // ExecRef::rank of this rank's own buffer
+
+// A chunk reference with the rank whose buffer it names resolved (kLocal or a peer).
+struct ExecRef {
+  std::int8_t buffer = 0;  // BufferKind
+  std::int8_t rank = kLocal;
+  std::int32_t index = 0;
+  std::int32_t count = 0;
+};
+
+struct ExecOp {
+  std::uint8_t kind = 0;  // OpKind
+  std::int8_t peer = -1;  // the channel's peer; for unpack/reduce_packets, the packets' sender
+  std::uint16_t slot = 0; // signal/wait: the channel's flag row (see rank_program.cpp)
+  std::uint32_t seq = 0;  // signal/wait: 1 for the channel's first in this call, 2 for the next...
+  ExecRef src, dst;
+  std::uint32_t firstRef = 0;  // reduce/read_reduce_copy_send: refs[firstRef, +nsrcs) are the
+  std::uint16_t nsrcs = 0;     // sources, then refs[firstRef + nsrcs, +nsends) the sends' peer
+  std::uint16_t nsends = 0;    // destinations
+};
+
+// Flag rows a plan's channels may use: rows 1 .. kMaxChannelSlots of the Comm's flags (row 0 is
+// the call-start row; the last row, kFinalSlot, is the executor's own end-of-call exchange).
+inline constexpr int kMaxChannelSlots = 126;
+inline constexpr int kFinalSlot = 127;
+// Sources of one reduce, and destinations of one read_reduce_copy_send (its dst plus sends).
+inline constexpr int kMaxOpSources = 8;
+inline constexpr int kMaxOpDestinations = 9;
+inline constexpr int kMaxThreadBlocks = 128;
+
+struct RankProgram {
+  std::vector<ExecOp> ops;
+  std::vector<ExecRef> refs;
+  std::vector<std::uint32_t> tbFirst;  // thread block b runs ops[tbFirst[b], tbFirst[b + 1])
+  // Some op of some rank reads or writes a peer's input or output (set for every rank by
+  // PlanAlgorithm::add): the call's buffers must be registered, and the kernel learns the peers'
+  // addresses at its start (direct mode).
+  bool touchesPeerBuffers = false;
+  int threadBlocks() const { return static_cast<int>(tbFirst.size()) - 1; }
+};
+
+// Rules beyond the format, each refused with a PlanError naming rank, thread block and op:
+// - a channel end is signalled from one thread block only and waited on from one thread block only
+//   (the n-th signal is then well defined), at most 2^17 - 1 times per call;
+// - at most 63 channels of one type from a rank to one peer (flag rows);
+// - LL plans: a scratch chunk receives put_packets at most once per call and from one sender,
+//   and scratch is touched by packet ops only (it lives in the packet region, where only packets
+//   may be written); Simple plans have no packet ops;
+// - no switch channels (NVLink multicast is never run by the executor);
+// - a reduce has at most 8 sources, a read_reduce_copy_send at most 8 sends;
+// - at most 128 thread blocks.
+RankProgram compileRankProgram(const Plan& plan, int rank);
+
+// Where chunks of a call lie. Input and output are made of groups (one per rank block where the
+// collective has them: allgather's output, reducescatter's input, alltoall's both) of `groupChunks`
+// chunks covering `groupElements` elements; each chunk holds `chunkElements` =
+// ceil(groupElements / groupChunks) except the last ones of a group, which hold what is left
+// (possibly nothing). Scratch chunks are all `chunkElements` long.
+struct ChunkGeometry {
+  std::uint64_t groupElements = 0;
+  std::uint64_t groupChunks = 1;
+  std::uint64_t chunkElements = 0;
+  FERRY_HOST_DEVICE bool uniform() const { return groupElements == groupChunks * chunkElements; }
+  // First element of chunk k of the input or output.
+  FERRY_HOST_DEVICE std::uint64_t offset(std::uint64_t k) const {
+    return k / groupChunks * groupElements + k % groupChunks * chunkElements;
+  }
+  // Elements of chunk k of the input or output.
+  FERRY_HOST_DEVICE std::uint64_t length(std::uint64_t k) const {
+    const std::uint64_t begin = k % groupChunks * chunkElements;
+    if (begin >= groupElements) return 0;
+    const std::uint64_t left = groupElements - begin;
+    return left < chunkElements ? left : chunkElements;
+  }
+};
+
+// The geometry of a call of `count` elements (the API's count, as CollectiveCall has it).
+ChunkGeometry chunkGeometry(const Plan& plan, std::uint64_t count);
+
+}  // namespace ferry::executor

@@ -1,0 +1,306 @@
+// The executor's host side, without a GPU: flattening a plan for one rank (flag rows, sequence
+// numbers, peers, direct mode), the executor's own rules, where chunks lie for odd counts, plans as
+// algorithms (whyNot, loading FERRY_PLAN_DIR, the selector trying plans first), and (CompiledPlans)
+// that every shipped program compiles for every rank.
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <nlohmann/json.hpp>
+#include <string>
+
+#include "collectives/selector.hpp"
+#include "executor/plan_algorithm.hpp"
+#include "expect_contains.hpp"
+#include "ferry/errors.hpp"
+
+namespace ferry::executor {
+namespace {
+
+using Json = nlohmann::ordered_json;
+
+Json ref(const char* buffer, int index, int count = 1) {
+  return {{"buffer", buffer}, {"index", index}, {"count", count}};
+}
+
+// Two ranks, allreduce in two shots: rank r puts the peer's half into the peer's scratch (channel
+// 0), reduces its own half, and puts it into the peer's output (channel 1).
+Json twoShot() {
+  Json ranks = Json::array();
+  for (int r = 0; r < 2; ++r) {
+    const int p = 1 - r;
+    Json ops = Json::array();
+    ops.push_back({{"op", "put"}, {"channel", 0}, {"src", ref("input", p)}, {"dst", ref("scratch", 0)}});
+    ops.push_back({{"op", "signal"}, {"channel", 0}});
+    ops.push_back({{"op", "wait"}, {"channel", 0}});
+    ops.push_back({{"op", "reduce"}, {"srcs", {ref("input", r), ref("scratch", 0)}}, {"dst", ref("output", r)}});
+    ops.push_back({{"op", "put"}, {"channel", 1}, {"src", ref("output", r)}, {"dst", ref("output", r)}});
+    ops.push_back({{"op", "signal"}, {"channel", 1}});
+    ops.push_back({{"op", "wait"}, {"channel", 1}});
+    ranks.push_back({{"rank", r},
+                     {"channels", {{{"type", "memory"}, {"peer", p}}, {{"type", "memory"}, {"peer", p}}}},
+                     {"thread_blocks", {{{"id", 0}, {"ops", ops}}}}});
+  }
+  return {{"format", "ferry-plan"}, {"version", 1},     {"name", "two"},       {"collective", "allreduce"},
+          {"protocol", "Simple"},   {"inplace", false}, {"world_size", 2},     {"chunks", {{"input", 2}, {"output", 2}, {"scratch", 1}}},
+          {"min_bytes", 0},         {"max_bytes", 1 << 20}, {"ranks", ranks}};
+}
+
+// Two ranks, allreduce with LL packets: each sends its input to the peer's scratch chunk 0.
+Json packets() {
+  Json ranks = Json::array();
+  for (int r = 0; r < 2; ++r) {
+    Json ops = Json::array();
+    ops.push_back({{"op", "put_packets"}, {"channel", 0}, {"src", ref("input", 0)}, {"dst", ref("scratch", 0)}});
+    ops.push_back({{"op", "copy"}, {"src", ref("input", 0)}, {"dst", ref("output", 0)}});
+    ops.push_back({{"op", "reduce_packets"}, {"src", ref("scratch", 0)}, {"dst", ref("output", 0)}});
+    ranks.push_back({{"rank", r},
+                     {"channels", {{{"type", "memory"}, {"peer", 1 - r}}}},
+                     {"thread_blocks", {{{"id", 0}, {"ops", ops}}}}});
+  }
+  return {{"format", "ferry-plan"}, {"version", 1},     {"name", "pk"},        {"collective", "allreduce"},
+          {"protocol", "LL"},       {"inplace", false}, {"world_size", 2},     {"chunks", {{"input", 1}, {"output", 1}, {"scratch", 1}}},
+          {"min_bytes", 0},         {"max_bytes", 1 << 16}, {"ranks", ranks}};
+}
+
+// The message of the InvalidUsage error `f` throws; a test failure (and "") for anything else.
+std::string invalidUsageOf(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::InvalidUsage) << e.what();
+    return e.what();
+  }
+  ADD_FAILURE() << "no error was thrown";
+  return {};
+}
+
+Json& opOf(Json& plan, int rank, int tb, int op) { return plan["ranks"][rank]["thread_blocks"][tb]["ops"][op]; }
+
+std::string refusal(const Json& plan, int rank) {
+  try {
+    compileRankProgram(loadPlan(plan.dump()), rank);
+  } catch (const PlanError& e) {
+    return e.what();
+  }
+  ADD_FAILURE() << "the executor took the plan";
+  return {};
+}
+
+TEST(RankProgram, FlagRowsSequencesAndPeers) {
+  const RankProgram p = compileRankProgram(loadPlan(twoShot().dump()), 1);
+  ASSERT_EQ(p.threadBlocks(), 1);
+  ASSERT_EQ(p.ops.size(), 7u);
+  EXPECT_EQ(p.ops[0].dst.rank, 0);  // put: into rank 0's scratch
+  EXPECT_EQ(p.ops[0].src.rank, kLocal);
+  EXPECT_EQ(p.ops[1].slot, 1);  // first memory channel to rank 0: row 1
+  EXPECT_EQ(p.ops[1].seq, 1u);
+  EXPECT_EQ(p.ops[5].slot, 3);  // second memory channel to rank 0: row 3
+  EXPECT_EQ(p.ops[2].peer, 0);
+  EXPECT_EQ(p.ops[3].nsrcs, 2);
+  EXPECT_EQ(p.refs[p.ops[3].firstRef + 1].buffer, static_cast<std::int8_t>(BufferKind::Scratch));
+  EXPECT_TRUE(p.touchesPeerBuffers);  // the put into rank 0's output
+}
+
+TEST(RankProgram, SecondSignalOnAChannelCountsOn) {
+  Json plan = twoShot();
+  auto& ops = plan["ranks"][0]["thread_blocks"][0]["ops"];
+  ops.push_back({{"op", "signal"}, {"channel", 0}});
+  const RankProgram p = compileRankProgram(loadPlan(plan.dump()), 0);
+  EXPECT_EQ(p.ops.back().seq, 2u);
+  EXPECT_EQ(p.ops.back().slot, p.ops[1].slot);
+}
+
+TEST(RankProgram, PortChannelsGetTheirOwnRows) {
+  Json plan = twoShot();
+  for (int r = 0; r < 2; ++r) plan["ranks"][r]["channels"][1]["type"] = "port";
+  const RankProgram p = compileRankProgram(loadPlan(plan.dump()), 0);
+  EXPECT_EQ(p.ops[1].slot, 1);  // memory, first
+  EXPECT_EQ(p.ops[5].slot, 2);  // port, first
+}
+
+TEST(RankProgram, OneThreadBlockPerChannelEnd) {
+  Json plan = twoShot();
+  plan["ranks"][0]["thread_blocks"].push_back({{"id", 1}, {"ops", {{{"op", "signal"}, {"channel", 0}}}}});
+  const std::string why = refusal(plan, 0);
+  EXPECT_CONTAINS(why, "ranks[0].thread_blocks[1].ops[0]");
+  EXPECT_CONTAINS(why, "thread block 0 also signals");
+}
+
+TEST(RankProgram, SwitchChannelsAreNeverRun) {
+  Json plan = twoShot();
+  for (int r = 0; r < 2; ++r) plan["ranks"][r]["channels"].push_back({{"type", "switch"}, {"peer", 1 - r}});
+  EXPECT_CONTAINS(refusal(plan, 0), "switch channel");
+}
+
+TEST(RankProgram, LLScratchHoldsPacketsOnly) {
+  Json plan = packets();
+  opOf(plan, 0, 0, 1)["src"] = ref("scratch", 0);
+  EXPECT_CONTAINS(refusal(plan, 0), "holds packets only");
+}
+
+TEST(RankProgram, PacketsIntoAChunkOncePerCall) {
+  Json plan = packets();
+  auto& ops = plan["ranks"][1]["thread_blocks"][0]["ops"];
+  ops.push_back(ops[0]);
+  const std::string why = refusal(plan, 0);  // every rank refuses, not only the senders
+  EXPECT_CONTAINS(why, "scratch chunk 0 of rank 0 receives packets more than once");
+}
+
+TEST(RankProgram, PacketReaderKnowsTheSender) {
+  const RankProgram p = compileRankProgram(loadPlan(packets().dump()), 0);
+  EXPECT_EQ(p.ops[2].peer, 1);
+  EXPECT_FALSE(p.touchesPeerBuffers);  // packets go to the peer's scratch only
+}
+
+TEST(RankProgram, NoPacketsInASimplePlan) {
+  Json plan = packets();
+  plan["protocol"] = "Simple";
+  EXPECT_CONTAINS(refusal(plan, 0), "packet op in a Simple-protocol plan");
+}
+
+TEST(ChunkGeometry, EvenAndUnevenCounts) {
+  Plan plan = loadPlan(twoShot().dump());
+  ChunkGeometry even = chunkGeometry(plan, 10);
+  EXPECT_TRUE(even.uniform());
+  EXPECT_EQ(even.offset(1), 5u);
+  EXPECT_EQ(even.length(1), 5u);
+  ChunkGeometry odd = chunkGeometry(plan, 7);  // chunks of 4 and 3
+  EXPECT_FALSE(odd.uniform());
+  EXPECT_EQ(odd.offset(1), 4u);
+  EXPECT_EQ(odd.length(0), 4u);
+  EXPECT_EQ(odd.length(1), 3u);
+  ChunkGeometry one = chunkGeometry(plan, 1);  // the second chunk is empty
+  EXPECT_EQ(one.length(0), 1u);
+  EXPECT_EQ(one.length(1), 0u);
+}
+
+TEST(ChunkGeometry, GroupsFollowTheCollective) {
+  Json j = twoShot();
+  j["collective"] = "allgather";
+  j["chunks"] = {{"input", 2}, {"output", 4}, {"scratch", 1}};
+  ChunkGeometry g = chunkGeometry(loadPlan(j.dump()), 5);  // per rank: chunks of 3 and 2
+  EXPECT_EQ(g.offset(2), 5u);  // rank 1's first chunk starts at its block
+  EXPECT_EQ(g.offset(3), 8u);
+  EXPECT_EQ(g.length(3), 2u);
+}
+
+// --- Plans as algorithms -------------------------------------------------------------------------
+
+struct TempDir {
+  std::filesystem::path path;
+  TempDir() {
+    char tmpl[] = "/tmp/ferry_plans_XXXXXX";
+    path = ::mkdtemp(tmpl);
+  }
+  ~TempDir() { std::filesystem::remove_all(path); }
+  std::string write(const std::string& name, const Json& j) const {
+    std::ofstream(path / name) << j.dump();
+    return (path / name).string();
+  }
+};
+
+CollectiveCall callOf(std::size_t count, int rank = 0) {
+  CollectiveCall c;
+  c.collective = ferry::Collective::AllReduce;
+  c.count = count;
+  c.type = DataType::Float32;
+  c.rank = rank;
+  c.worldSize = 2;
+  c.send = reinterpret_cast<const void*>(0x10000);
+  c.recv = reinterpret_cast<void*>(0x80000000);
+  return c;
+}
+
+const CommLimits kLimits{2, 1 << 20, 1 << 20};
+
+TEST(PlanAlgorithm, WhyNotNamesEachLimit) {
+  TempDir dir;
+  dir.write("a.json", twoShot());
+  auto algos = loadPlanAlgorithms(dir.path.string());
+  ASSERT_EQ(algos.size(), 1u);
+  const PlanAlgorithm& a = *algos[0];
+  EXPECT_STREQ(a.name(), "plan:two");
+  CollectiveCall call = callOf(1024);
+  EXPECT_CONTAINS(a.whyNot(call, kLimits), "must be registered");
+  call.sendId = call.recvId = 1;
+  EXPECT_EQ(a.whyNot(call, kLimits), "");
+  EXPECT_CONTAINS(a.whyNot(call, {4, 1 << 20, 1 << 20}), "plans for 2 ranks, not 4");
+  EXPECT_CONTAINS(a.whyNot(callOf(1 << 20), kLimits), "outside the plan's range [0, 1048576]");
+  CollectiveCall inPlace = call;
+  inPlace.send = inPlace.recv;
+  EXPECT_CONTAINS(a.whyNot(inPlace, kLimits), "out-of-place calls only");
+  EXPECT_CONTAINS(a.whyNot(call, {2, 1 << 20, 1024}), "FERRY_SCRATCH_BYTES");
+}
+
+TEST(PlanAlgorithm, PacketPlansNeedRoomInThePacketRegion) {
+  TempDir dir;
+  dir.write("pk.json", packets());
+  auto algos = loadPlanAlgorithms(dir.path.string());
+  const CollectiveCall call = callOf(4096);  // 16 KiB of data: 32 KiB of packets
+  EXPECT_EQ(algos[0]->whyNot(call, kLimits), "");
+  EXPECT_CONTAINS(algos[0]->whyNot(call, {2, 4096, 1 << 20}), "FERRY_LL_BYTES");
+}
+
+TEST(PlanAlgorithm, OneAlgorithmPerNameAcrossWorldSizes) {
+  TempDir dir;
+  Json four = twoShot();
+  four["world_size"] = 4;  // not a valid two-shot, but the loader only checks the format
+  four["ranks"] = Json::array();
+  for (int r = 0; r < 4; ++r)
+    four["ranks"].push_back({{"rank", r}, {"channels", Json::array()},
+                             {"thread_blocks", {{{"id", 0}, {"ops", {{{"op", "barrier"}}}}}}}});
+  dir.write("a2.json", twoShot());
+  dir.write("a4.json", four);
+  auto algos = loadPlanAlgorithms(dir.path.string());
+  ASSERT_EQ(algos.size(), 1u);
+  EXPECT_NE(algos[0]->forWorldSize(2), nullptr);
+  EXPECT_NE(algos[0]->forWorldSize(4), nullptr);
+  dir.write("a5.json", twoShot());  // a second plan "two" for 2 ranks
+  EXPECT_CONTAINS(invalidUsageOf([&] { loadPlanAlgorithms(dir.path.string()); }), "already loaded from");
+}
+
+TEST(PlanAlgorithm, BadPathsAndPlansNameTheFile) {
+  EXPECT_CONTAINS(invalidUsageOf([] { loadPlanAlgorithms("/nonexistent/plans"); }), "/nonexistent/plans");
+  TempDir dir;
+  Json bad = twoShot();
+  bad["chunks"]["input"] = "two";
+  const std::string file = dir.write("bad.json", bad);
+  EXPECT_CONTAINS(invalidUsageOf([&] { loadPlanAlgorithms(file); }), "bad.json");
+  EXPECT_TRUE(loadPlanAlgorithms("").empty());
+}
+
+TEST(PlanAlgorithm, SelectorTriesPlansFirst) {
+  TempDir dir;
+  dir.write("a.json", twoShot());
+  auto algos = loadPlanAlgorithms(dir.path.string());
+  Selector s(defaultTuning(), {algos[0].get()});
+  CollectiveCall call = callOf(1024);
+  EXPECT_STRNE(s.select(call, kLimits).name(), "plan:two");  // not registered
+  call.sendId = call.recvId = 1;
+  EXPECT_STREQ(s.select(call, kLimits).name(), "plan:two");
+  EXPECT_STRNE(s.select(callOf(1 << 20), kLimits).name(), "plan:two");  // past max_bytes
+}
+
+// The shipped programs, compiled by the plan_compile_* tests (FERRY_PLAN_DIR): each loads as an
+// algorithm with a plan for 2 and 4 ranks, every rank's program within the executor's rules.
+TEST(CompiledPlans, EveryShippedProgramRunsOnTheExecutor) {
+  const char* dir = std::getenv("FERRY_PLAN_DIR");
+  if (!dir) GTEST_SKIP() << "FERRY_PLAN_DIR not set (the plan_executable ctest sets it)";
+  auto algos = loadPlanAlgorithms(dir);
+  EXPECT_GE(algos.size(), 6u);
+  for (const auto& a : algos) {
+    SCOPED_TRACE(a->name());
+    for (int w : {2, 4}) {
+      const auto* e = a->forWorldSize(w);
+      ASSERT_NE(e, nullptr);
+      EXPECT_EQ(e->programs.size(), static_cast<std::size_t>(w));
+    }
+  }
+}
+
+}  // namespace
+}  // namespace ferry::executor
