@@ -5,6 +5,9 @@
  *
  *   nccl_c_collectives NRANKS     exit 0: all correct; 77: not enough GPUs (unless
  *                                 GPU_TESTS_SHARE_GPUS=1 lets ranks share them)
+ *
+ * Diagnostic knobs: NCCL_C_TEST_FIRST_TYPE=k starts the round of types at type k;
+ * NCCL_C_TEST_CHECK_UPLOAD=1 reads each input back after upload and reports a difference.
  */
 #include <cuda_runtime.h>
 #include <math.h>
@@ -64,20 +67,26 @@ static uint32_t minifloat(double v, int expBits, int mantBits, int bias) {
   return sign << (expBits + mantBits) | exponent << mantBits | mantissa;
 }
 
+/* Writes v as type t. Each value goes through a typed local and memcpy: GCC 13.3 at -O3 dropped the
+ * int8 stores of the earlier version (a pointer cast per case) when this was inlined into the fill
+ * loop, leaving the input buffer unwritten (seen on the lent GPU machine; GCC 12 and clang were fine). */
+static void store(void* out, const void* value, size_t bytes) { memcpy(out, value, bytes); }
+
 static void encode(int t, double v, void* out) {
+  /* Integer types only convert v (a NaN may come for the float types). */
   switch (t) {
-    case ncclInt8: *(int8_t*)out = (int8_t)(int64_t)v; break;
-    case ncclUint8: *(uint8_t*)out = (uint8_t)(int64_t)v; break;
-    case ncclInt32: *(int32_t*)out = (int32_t)(int64_t)v; break;
-    case ncclUint32: *(uint32_t*)out = (uint32_t)(int64_t)v; break;
-    case ncclInt64: *(int64_t*)out = (int64_t)v; break;
-    case ncclUint64: *(uint64_t*)out = (uint64_t)(int64_t)v; break;
-    case ncclFloat16: *(uint16_t*)out = (uint16_t)minifloat(v, 5, 10, 15); break;
-    case ncclFloat32: *(float*)out = (float)v; break;
-    case ncclFloat64: *(double*)out = v; break;
-    case ncclBfloat16: *(uint16_t*)out = (uint16_t)minifloat(v, 8, 7, 127); break;
-    case ncclFloat8e4m3: *(uint8_t*)out = (uint8_t)minifloat(v, 4, 3, 7); break;
-    case ncclFloat8e5m2: *(uint8_t*)out = (uint8_t)minifloat(v, 5, 2, 15); break;
+    case ncclInt8: { int8_t x = (int8_t)(int64_t)v; store(out, &x, 1); break; }
+    case ncclUint8: { uint8_t x = (uint8_t)(int64_t)v; store(out, &x, 1); break; }
+    case ncclInt32: { int32_t x = (int32_t)(int64_t)v; store(out, &x, 4); break; }
+    case ncclUint32: { uint32_t x = (uint32_t)(int64_t)v; store(out, &x, 4); break; }
+    case ncclInt64: { int64_t x = (int64_t)v; store(out, &x, 8); break; }
+    case ncclUint64: { uint64_t x = (uint64_t)(int64_t)v; store(out, &x, 8); break; }
+    case ncclFloat16: { uint16_t x = (uint16_t)minifloat(v, 5, 10, 15); store(out, &x, 2); break; }
+    case ncclFloat32: { float x = (float)v; store(out, &x, 4); break; }
+    case ncclFloat64: { store(out, &v, 8); break; }
+    case ncclBfloat16: { uint16_t x = (uint16_t)minifloat(v, 8, 7, 127); store(out, &x, 2); break; }
+    case ncclFloat8e4m3: { uint8_t x = (uint8_t)minifloat(v, 4, 3, 7); store(out, &x, 1); break; }
+    case ncclFloat8e5m2: { uint8_t x = (uint8_t)minifloat(v, 5, 2, 15); store(out, &x, 1); break; }
   }
 }
 
@@ -117,7 +126,18 @@ static void prepare(struct Bufs* b, int t, size_t sendCount, size_t recvCount, i
   for (size_t i = 0; i < sendCount; ++i) encode(t, value(t, sendRank, i), b->host + i * es);
   CUDA(cudaMemcpy(b->send, b->host, b->sendBytes, cudaMemcpyHostToDevice));
   CUDA(cudaMemset(b->recv, 0xFF, b->recvBytes));
-  CUDA(cudaDeviceSynchronize()); /* the memset runs on the legacy stream, the calls on a non-blocking one */
+  CUDA(cudaDeviceSynchronize());
+  if (getenv("NCCL_C_TEST_CHECK_UPLOAD") != NULL) {
+    unsigned char back[8] = {0};
+    CUDA(cudaMemcpy(back, b->send, b->sendBytes < 8 ? b->sendBytes : 8, cudaMemcpyDeviceToHost));
+    if (memcmp(back, b->host, b->sendBytes < 8 ? b->sendBytes : 8) != 0) {
+      fprintf(stderr, "type %d: upload differs: host", t);
+      for (int k = 0; k < 8; ++k) fprintf(stderr, " %02x", (unsigned char)b->host[k]);
+      fprintf(stderr, ", device");
+      for (int k = 0; k < 8; ++k) fprintf(stderr, " %02x", back[k]);
+      fprintf(stderr, "\n");
+    }
+  } /* the memset runs on the legacy stream, the calls on a non-blocking one */
 }
 
 static void finish(struct Bufs* b, cudaStream_t stream, int rank, const char* what) {
@@ -268,11 +288,14 @@ int main(int argc, char** argv) {
     return 1;
   }
   pid_t pids[64];
+  fflush(stdout); /* nothing buffered here is printed again by the children */
   for (int rank = 0; rank < nranks; ++rank) {
     pids[rank] = fork();
     if (pids[rank] == 0) {
-      fflush(stdout);
-      _exit(runRank(rank, nranks, id, gpus < nranks));
+      const int rc = runRank(rank, nranks, id, gpus < nranks);
+      fflush(stdout); /* _exit does not flush, and stdout may be a pipe */
+      fflush(stderr);
+      _exit(rc);
     }
   }
   int bad = 0;
