@@ -18,6 +18,7 @@
 // - Errors: a bad argument is Error(InvalidUsage) naming the rank, the call and the argument, thrown
 //   before anything is queued. A peer that never joins the call makes the kernel report the rank,
 //   the peer and the call and stop after FERRY_DEVICE_TIMEOUT; the stream then returns an error.
+//   A watchdog that cannot wait that long calls abort() (on any rank) to end every rank's kernels.
 //
 // Point-to-point send and recv run through a per-peer inbox (no registration needed), alone or
 // grouped between groupStart() and groupEnd().
@@ -111,6 +112,17 @@ class FERRY_API Comm {
   // Local: waits for this GPU's queued work, then forgets the registration (deregister on every
   // rank before the next call that used it).
   void deregisterBuffer(BufferRegistration registration);
+
+  // Stops this Comm on every rank, without waiting for its kernels: raises an abort flag in every
+  // rank's Comm memory (copies that return in microseconds), after which every wait of the Comm's kernels (queued, running or later, on any rank)
+  // gives up at once and the kernel runs to its end without finishing its call (outputs are then
+  // undefined, and no kernel traps: streams and CUDA contexts stay usable). On this rank, later
+  // calls are Error(InvalidUsage); on the others they return garbage at once until aborted() is
+  // noticed. Destroying an aborted Comm does not hang.
+  void abort();
+  // True once any rank of this Comm called abort(). Reads the flag from the GPU on a stream of its
+  // own (a few microseconds), so a watchdog can poll it while the caller's streams are busy.
+  bool aborted() const;
 
   // Forces the algorithm `name` for collective c (an empty name hands the choice back to the
   // selector). Error(InvalidUsage) for a name that does not exist or belongs to another collective.

@@ -30,11 +30,13 @@
 // - The thread spins: after an empty poll it executes a CPU pause (x86 `pause`, Arm `yield`), which
 //   keeps pickup latency in the sub-microsecond range but occupies one core while started. Every
 //   1024 empty polls it also yields to the OS scheduler, which costs nothing when the core is free
-//   and lets other threads run when the machine is oversubscribed. Stop the proxy when idle for long.
+//   and lets other threads run when the machine is oversubscribed. Stop the proxy when idle for long,
+//   or set ProxyOptions::idleSleep to have it doze once idle.
 // - The thread is pinned to the CPUs of the NUMA node nearest the GPU when that is known (INFO log
 //   line; failure is a WARN), calls cudaSetDevice for a Gpu FIFO, and logs as that device.
 // - Wrong: calling stop() from the handler (the thread cannot join itself; return Stop instead), or
 //   touching fifo().poll()/pop() while the proxy runs (the proxy is the only consumer).
+#include <chrono>
 #include <exception>
 #include <functional>
 #include <memory>
@@ -54,6 +56,11 @@ struct ProxyOptions {
   // NUMA node whose CPUs the thread is pinned to; unset: the GPU's node for a Gpu FIFO, none for a
   // Host FIFO.
   std::optional<int> numaNode;
+  // Once the FIFO has been empty for idleAfter, the thread sleeps idleSleep between polls instead
+  // of spinning, so an idle proxy stops occupying a core; the first trigger after such a pause
+  // waits up to idleSleep longer. Zero idleSleep (the default): always spin.
+  std::chrono::microseconds idleAfter{1000};
+  std::chrono::microseconds idleSleep{0};
 };
 
 class FERRY_API Proxy {

@@ -30,6 +30,9 @@ class Algorithm {
   virtual std::string whyNot(const CollectiveCall& call, const CommLimits& limits) const = 0;
   // Queues the call on call.stream. @pre whyNot(call, ...) is empty and the call is valid.
   virtual void launch(const CollectiveCall& call, const CollectiveContext& context) const = 0;
+  // Loads every kernel the algorithm may launch into the current device's context (launch.hpp,
+  // preloadKernel). Comm calls it once per device, when it is made.
+  virtual void preload() const {}
 };
 
 // Every algorithm, grouped by collective, each group in order of preference when nothing else
@@ -46,5 +49,7 @@ std::vector<const Algorithm*> allToAllAlgorithms();
 std::vector<const Algorithm*> broadcastAlgorithms();
 // The zero-copy algorithms of every collective (direct.cu), on registered buffers only.
 std::vector<const Algorithm*> directAlgorithms();
+// The copy-engine algorithms (ce_collectives.cu), on registered buffers only.
+std::vector<const Algorithm*> copyEngineAlgorithms();
 
 }  // namespace ferry

@@ -198,6 +198,9 @@ class AllReduceLL final : public Algorithm {
     });
     checkLaunch(call, name());
   }
+  void preload() const override {
+    forEveryTypeOp([&]<class T, ReduceOp Op>() { preloadKernel(allReduceLL<T, Op>); });
+  }
 };
 
 class AllReduceRing final : public Algorithm {
@@ -223,6 +226,9 @@ class AllReduceRing final : public Algorithm {
                                                                static_cast<char*>(call.recv), call.count, slot);
     });
     checkLaunch(call, name());
+  }
+  void preload() const override {
+    forEveryTypeOp([&]<class T, ReduceOp Op>() { preloadKernel(allReduceRing<T, Op>); });
   }
 
  private:
@@ -250,6 +256,9 @@ class AllReduceTwoShot final : public Algorithm {
                                                                   static_cast<char*>(call.recv), call.count, slot);
     });
     checkLaunch(call, name());
+  }
+  void preload() const override {
+    forEveryTypeOp([&]<class T, ReduceOp Op>() { preloadKernel(allReduceTwoShot<T, Op>); });
   }
 
  private:

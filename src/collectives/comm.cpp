@@ -2,9 +2,14 @@
 
 #include <cuda_runtime_api.h>
 
+#include <chrono>
+#include <mutex>
+#include <set>
+
 #include "collectives/collective_call.hpp"
 #include "collectives/buffer_registry.hpp"
 #include "collectives/comm_resources.hpp"
+#include "collectives/copy_engine_host.hpp"
 #include "collectives/p2p.hpp"
 #include "collectives/selector.hpp"
 #include "executor/device_plans.hpp"
@@ -36,6 +41,19 @@ class DeviceScope {
   bool switched_ = false;
 };
 
+// Lets this thread make stream calls while another thread captures a CUDA graph in global mode
+// (PyTorch's default): abort() and aborted() are called from watchdog threads at any time.
+class RelaxedCapture {
+ public:
+  RelaxedCapture() { (void)cudaThreadExchangeStreamCaptureMode(&mode_); }
+  ~RelaxedCapture() { (void)cudaThreadExchangeStreamCaptureMode(&mode_); }
+  RelaxedCapture(const RelaxedCapture&) = delete;
+  RelaxedCapture& operator=(const RelaxedCapture&) = delete;
+
+ private:
+  cudaStreamCaptureMode mode_ = cudaStreamCaptureModeRelaxed;
+};
+
 std::shared_ptr<Bootstrap> checkedBootstrap(std::shared_ptr<Bootstrap> b) {
   if (!b) throw Error(ErrorCode::InvalidUsage, "Comm: the bootstrap is null");
   if (b->size() > kMaxRanks)
@@ -47,6 +65,21 @@ std::shared_ptr<Bootstrap> checkedBootstrap(std::shared_ptr<Bootstrap> b) {
                     std::to_string(b->hostRanks().size()) + " of " + std::to_string(b->size()) +
                     " ranks (inter-node transports are not built yet)");
   return b;
+}
+
+// Every kernel a Comm may launch, loaded into this device's context before the first call
+// (launch.hpp says why), once per device and process.
+void preloadKernelsOnce(int device) {
+  static std::mutex mu;
+  static std::set<int> done;
+  std::lock_guard lock(mu);
+  if (!done.insert(device).second) return;
+  const auto start = std::chrono::steady_clock::now();
+  for (const Algorithm* a : allAlgorithms()) a->preload();
+  preloadP2P();
+  FERRY_LOG(Info, Collectives) << "loaded the collective kernels on GPU " << device << " in "
+                                << std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count()
+                                << " ms";
 }
 
 }  // namespace
@@ -61,21 +94,38 @@ struct Comm::Impl {
   int p2pResidentBlocks = 0;  // blocks of the send/recv kernel that fit on the GPU at once
   std::unique_ptr<BufferRegistry> registry;
   std::unique_ptr<executor::DevicePlans> plans;
+  // After resources: destroyed first, so copies in flight finish before the buffers go.
+  std::unique_ptr<CopyEngine> copyEngine;
   int groupDepth = 0;
   std::uint64_t soloRegistrations = 0;
   std::vector<PeerCall> pending;  // the open group's sends and recvs
+  // Beside the callers' streams, never behind them: the abort word's writes and reads (copies).
+  cudaStream_t control = nullptr;
+  bool abortedHere = false;  // this rank called abort()
+
+  void checkNotAborted(const char* what) const {
+    if (abortedHere)
+      throw Error(ErrorCode::InvalidUsage, "rank " + std::to_string(bootstrap->rank()) + ": " + what +
+                                               ": the Comm was aborted; destroy it and make a new one");
+  }
 
   explicit Impl(std::shared_ptr<Bootstrap> b)
       : bootstrap(checkedBootstrap(std::move(b))), communicator(bootstrap), selector(Selector::fromEnvironment()) {
     FERRY_CUDA_CHECK(cudaGetDevice(&device));
     if (bootstrap->size() > 1) {
       resources = std::make_unique<CommResources>(communicator, env().llBytes, env().scratchBytes);
-      p2p = std::make_unique<P2PResources>(communicator);
+      p2p = std::make_unique<P2PResources>(communicator, &resources->context().state->aborted);
+      int least = 0, greatest = 0;
+      FERRY_CUDA_CHECK(cudaDeviceGetStreamPriorityRange(&least, &greatest));
+      FERRY_CUDA_CHECK(cudaStreamCreateWithPriority(&control, cudaStreamNonBlocking, greatest));
       p2pResidentBlocks = ferry::p2pResidentBlocks();
+      preloadKernelsOnce(device);
       registry = std::make_unique<BufferRegistry>(communicator);
       resources->setRegistrationTable(registry->table());
       plans = std::make_unique<executor::DevicePlans>(bootstrap->rank(), bootstrap->size());
       resources->setPlans(plans.get());
+      copyEngine = std::make_unique<CopyEngine>(bootstrap->rank(), bootstrap->size(), device);
+      resources->setCopyEngine(copyEngine.get());
     }
     bootstrap->barrier();  // every rank has mapped every peer before anyone writes
     FERRY_LOG(Info, Collectives) << "Comm ready: rank " << bootstrap->rank() << " of " << bootstrap->size()
@@ -83,6 +133,7 @@ struct Comm::Impl {
   }
 
   void run(CollectiveCall call) {
+    checkNotAborted("collective call");
     call.rank = bootstrap->rank();
     call.worldSize = bootstrap->size();
     validateCall(call, device);
@@ -112,6 +163,7 @@ struct Comm::Impl {
   }
 
   void addPeerCall(PeerCall call) {
+    checkNotAborted(call.isSend ? "send" : "recv");
     call.rank = bootstrap->rank();
     call.worldSize = bootstrap->size();
     validatePeerCall(call, device);
@@ -188,6 +240,7 @@ Comm::~Comm() {
   if (cudaGetDevice(&current) == cudaSuccess) {
     (void)cudaSetDevice(impl_->device);
     (void)cudaDeviceSynchronize();
+    if (impl_->control != nullptr) (void)cudaStreamDestroy(impl_->control);
     (void)cudaSetDevice(current);
   }
   // No barrier with the peers: a peer's last kernel may still write into this rank's buffers (a
@@ -251,6 +304,27 @@ BufferRegistration Comm::registerBuffer(void* ptr, std::size_t bytes) {
 void Comm::deregisterBuffer(BufferRegistration registration) {
   if (!impl_->registry) return;
   impl_->registry->remove(registration.id);
+}
+
+void Comm::abort() {
+  if (impl_->resources) {
+    DeviceScope scope(impl_->device);
+    RelaxedCapture relaxed;
+    raiseAbort(impl_->resources->context(), impl_->control);
+  }
+  impl_->abortedHere = true;
+}
+
+bool Comm::aborted() const {
+  if (impl_->abortedHere) return true;
+  if (!impl_->resources) return false;
+  DeviceScope scope(impl_->device);
+  RelaxedCapture relaxed;
+  std::uint32_t flag = 0;
+  FERRY_CUDA_CHECK(cudaMemcpyAsync(&flag, &impl_->resources->context().state->aborted, sizeof flag,
+                                   cudaMemcpyDeviceToHost, impl_->control));
+  FERRY_CUDA_CHECK(cudaStreamSynchronize(impl_->control));
+  return flag != 0;
 }
 
 void Comm::setAlgorithm(Collective c, std::string_view name) { impl_->selector.force(c, name); }

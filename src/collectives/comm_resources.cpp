@@ -1,6 +1,7 @@
 #include "collectives/comm_resources.hpp"
 
 #include "collectives/registration.hpp"
+#include "core/cuda_check.hpp"
 #include "ferry/env.hpp"
 
 namespace ferry {
@@ -11,6 +12,15 @@ constexpr std::uint64_t kAlign = 64 << 10;
 std::uint64_t roundUp(std::uint64_t n, std::uint64_t to) { return (n + to - 1) / to * to; }
 
 }  // namespace
+
+void raiseAbort(const CollectiveContext& context, cudaStream_t stream) {
+  static const std::uint32_t kRaised = 1;
+  for (int p = 0; p < context.nranks; ++p) {
+    CallState* s = p == context.rank ? context.state : context.peerState[p];
+    FERRY_CUDA_CHECK(cudaMemcpyAsync(&s->aborted, &kRaised, sizeof kRaised, cudaMemcpyHostToDevice, stream));
+  }
+  FERRY_CUDA_CHECK(cudaStreamSynchronize(stream));
+}
 
 CommResources::CommResources(Communicator& comm, std::uint64_t llSlotDataBytes, std::uint64_t scratchBytes) {
   const auto& boot = comm.bootstrap();
@@ -39,6 +49,7 @@ CommResources::CommResources(Communicator& comm, std::uint64_t llSlotDataBytes, 
   context_.scratch = base + scratchOffset;
   for (int p = 0; p < size; ++p) {
     char* peerBase = memory_->peer(p);
+    context_.peerState[p] = reinterpret_cast<CallState*>(peerBase);
     context_.peerFlags[p] = reinterpret_cast<std::uint64_t*>(peerBase + flagsOffset);
     context_.peerBuffers[p] = reinterpret_cast<CallBuffers*>(peerBase + buffersOffset);
     context_.peerLl[p] = peerBase + llOffset;

@@ -1,6 +1,8 @@
 #pragma once
 // The buffers a Comm's peers write into for collectives, made once per Comm: one allocation per
 // rank laid out as device_context.hpp describes, mapped by every peer. Building it is collective.
+#include <cuda_runtime_api.h>
+
 #include <memory>
 
 #include "collectives/algorithm.hpp"
@@ -8,6 +10,11 @@
 #include "collectives/peer_memory.hpp"
 
 namespace ferry {
+
+// Raises the abort word (CallState::aborted) of every rank of `context` and returns once they are
+// written. Copies on `stream`, which must not be behind the Comm's own work: copy engines, not SMs,
+// so the copies run even while stuck kernels hold every SM (Comm::abort).
+void raiseAbort(const CollectiveContext& context, cudaStream_t stream);
 
 class CommResources {
  public:
@@ -20,6 +27,8 @@ class CommResources {
   void setRegistrationTable(const RegTable* table) { context_.regs = table; }
   // Where plan algorithms find their programs on this GPU (executor/device_plans.hpp).
   void setPlans(const executor::DevicePlans* plans) { context_.plans = plans; }
+  // The Comm's copy engine, for the copy-engine algorithms (copy_engine_host.hpp).
+  void setCopyEngine(CopyEngine* engine) { context_.copyEngine = engine; }
   const CommLimits& limits() const { return limits_; }
 
  private:

@@ -125,6 +125,7 @@ class CopyLL final : public Algorithm {
     copyLL<<<grid, kThreads, 0, call.stream>>>(forCall(context, call), plan);
     checkLaunch(call, name_);
   }
+  void preload() const override { preloadKernel(copyLL); }
 
  private:
   const char* name_;
@@ -147,6 +148,7 @@ class CopyPush final : public Algorithm {
     copyPush<<<grid, kThreads, 0, call.stream>>>(forCall(context, call), plan, slot);
     checkLaunch(call, name_);
   }
+  void preload() const override { preloadKernel(copyPush); }
 
  private:
   static std::uint64_t slotBytes(std::uint64_t half, int worldSize) {

@@ -35,10 +35,16 @@ struct CallState {
   std::uint32_t blocksDone;   // blocks of the running call that have finished
   std::uint32_t barrierArrived;     // the executor's barrier of a call's blocks (executor.cu)
   std::uint32_t barrierGeneration;
+  std::uint32_t aborted;            // raised by Comm::abort on any rank; every wait then gives up
+  // Between the blocks of a copy-engine allreduce (ce_collectives.cu): rounds whose inputs are all
+  // here, and pieces reduced so far. Zero between calls.
+  std::uint32_t ceArrived;
+  std::uint32_t ceReduced;
 };
 
 struct CallBuffers;
 struct RegTable;
+class CopyEngine;
 namespace executor {
 class DevicePlans;
 }
@@ -47,6 +53,7 @@ struct CollectiveContext {
   int rank = 0;
   int nranks = 1;
   CallState* state = nullptr;
+  CallState* peerState[kMaxRanks] = {};  // for Comm::abort, which raises every rank's flag
   std::uint64_t* flags = nullptr;  // [kFlagSlots][kMaxRanks], this rank's
   std::uint64_t* peerFlags[kMaxRanks] = {};
   CallBuffers* buffers = nullptr;  // [2][kMaxRanks], this rank's
@@ -62,6 +69,7 @@ struct CollectiveContext {
   std::uint64_t timeoutNs = 0;
   int op = 0;  // which collective, for timeout reports (Collective)
   const executor::DevicePlans* plans = nullptr;  // host only: the loaded plans, uploaded here
+  CopyEngine* copyEngine = nullptr;              // host only: the Comm's (copy_engine_host.hpp)
 };
 
 // The signal value of (call, round, phase). phase in [1, 7], round < 2^17.
@@ -84,7 +92,12 @@ FERRY_DEVICE FERRY_INLINE const char* collectiveName(int op) {
 }
 
 FERRY_DEVICE FERRY_INLINE WaitContext waitContext(const CollectiveContext& c, int peer) {
-  return WaitContext{c.rank, peer, c.timeoutNs};
+  return WaitContext{c.rank, peer, c.timeoutNs, &c.state->aborted};
+}
+
+// True once Comm::abort raised this Comm's abort word (on any rank).
+FERRY_DEVICE FERRY_INLINE bool abortRaised(const CollectiveContext& c) {
+  return *static_cast<const volatile std::uint32_t*>(&c.state->aborted) != 0;
 }
 
 // Every block calls this first. Returns m, the number of this call (1 for the first). Block 0

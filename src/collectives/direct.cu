@@ -97,35 +97,16 @@ __global__ void __launch_bounds__(kThreads)
   finishDirect(c, m);
 }
 
-CallBuffers published(const CollectiveCall& call) {
-  CallBuffers d;
-  d.sendId = call.usesSend() ? call.sendId : 0;
-  d.sendOffset = call.sendOffset;
-  d.recvId = call.recvId;
-  d.recvOffset = call.recvOffset;
-  return d;
-}
-
-std::string notRegistered(const CollectiveCall& call) {
-  if (call.registered()) return {};
-  return std::string(call.recvId == 0 ? "the recv" : "the send") +
-         " buffer is not registered (Comm::registerBuffer, on every rank)";
-}
-
 class DirectAlgorithm : public Algorithm {
  public:
   DirectAlgorithm(const char* name, Collective c) : name_(name), collective_(c) {}
   const char* name() const override { return name_; }
   Collective collective() const override { return collective_; }
-  std::string whyNot(const CollectiveCall& call, const CommLimits&) const override {
-    if (std::string why = notRegistered(call); !why.empty()) return why;
-    if (collective_ == Collective::AllToAll && call.inPlace())
-      return "in place, a peer's block would overwrite one not yet sent (use alltoall_push)";
-    return {};
-  }
+  std::string whyNot(const CollectiveCall& call, const CommLimits&) const override { return whyNotZeroCopy(call); }
   void launch(const CollectiveCall& call, const CollectiveContext& context) const override {
     const CollectiveContext c = forCall(context, call);
-    const auto* send = static_cast<const char*>(call.send);
+    // A broadcast's non-root ranks may pass any send pointer; the kernel must never see it.
+    const auto* send = call.usesSend() ? static_cast<const char*>(call.send) : nullptr;
     auto* recv = static_cast<char*>(call.recv);
     const std::uint64_t perRank = call.bytes() / (call.collective == Collective::AllReduce ||
                                                           call.collective == Collective::Broadcast
@@ -157,6 +138,19 @@ class DirectAlgorithm : public Algorithm {
         break;
     }
     checkLaunch(call, name_);
+  }
+  void preload() const override {
+    switch (collective_) {
+      case Collective::AllReduce:
+        forEveryTypeOp([&]<class T, ReduceOp Op>() { preloadKernel(allReduceDirect<T, Op>); });
+        break;
+      case Collective::ReduceScatter:
+        forEveryTypeOp([&]<class T, ReduceOp Op>() { preloadKernel(reduceScatterDirect<T, Op>); });
+        break;
+      case Collective::AllGather: preloadKernel(moveDirect<Move::AllGather>); break;
+      case Collective::AllToAll: preloadKernel(moveDirect<Move::AllToAll>); break;
+      case Collective::Broadcast: preloadKernel(moveDirect<Move::Broadcast>); break;
+    }
   }
 
  private:

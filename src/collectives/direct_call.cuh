@@ -13,11 +13,39 @@
 // rank's are) or whose registration is not in this rank's table is an error: the kernel reports
 // the rank, the peer and what to do, and traps.
 #include <cstdio>
+#include <string>
 
+#include "collectives/collective_call.hpp"
 #include "collectives/device_context.hpp"
 #include "collectives/registration.hpp"
 
 namespace ferry {
+
+// What this rank publishes to its peers for `call` (host side of beginDirect).
+inline CallBuffers published(const CollectiveCall& call) {
+  CallBuffers d;
+  d.sendId = call.usesSend() ? call.sendId : 0;
+  d.sendOffset = call.sendOffset;
+  d.recvId = call.recvId;
+  d.recvOffset = call.recvOffset;
+  return d;
+}
+
+// Empty when every buffer of the call is registered; otherwise why not, for Algorithm::whyNot.
+inline std::string notRegistered(const CollectiveCall& call) {
+  if (call.registered()) return {};
+  return std::string(call.recvId == 0 ? "the recv" : "the send") +
+         " buffer is not registered (Comm::registerBuffer, on every rank)";
+}
+
+// What stops an algorithm that writes straight into the peers' outputs: unregistered buffers, and
+// an in-place allToAll (a peer's block would land on one not yet sent).
+inline std::string whyNotZeroCopy(const CollectiveCall& call) {
+  if (std::string why = notRegistered(call); !why.empty()) return why;
+  if (call.collective == Collective::AllToAll && call.inPlace())
+    return "in place, a peer's block would overwrite one not yet sent (use alltoall_push)";
+  return {};
+}
 
 // Every rank's send and recv buffer for this call, as addressed here (nullptr where unused).
 struct DirectBuffers {
@@ -59,11 +87,18 @@ FERRY_DEVICE FERRY_INLINE std::uint64_t beginDirect(const CollectiveContext& c, 
     spinUntil([&] { return atomicLoad(flag, memory_order_acquire) >= m; }, waitContext(c, p),
               "collective: peer start of this call", m);
     const CallBuffers theirs = c.buffers[(m & 1) * kMaxRanks + p];
-    if (theirs.epoch != m)
-      directFail(c, p, "this call is direct here but not (its buffers are not registered?) on", theirs.epoch);
-    out.send[p] = resolveBuffer(c, p, theirs.sendId, theirs.sendOffset);
-    out.recv[p] = resolveBuffer(c, p, theirs.recvId, theirs.recvOffset);
-    if (out.recv[p] == nullptr) directFail(c, p, "no registered recv buffer from", 0);
+    if (theirs.epoch != m && abortRaised(c)) {
+      // The wait gave up (Comm::abort): the peer's descriptor is stale. This rank's own buffers,
+      // which have the same sizes, stand in, so the kernel runs to its end touching valid memory.
+      out.send[p] = const_cast<char*>(send != nullptr ? send : recv);
+      out.recv[p] = recv;
+    } else {
+      if (theirs.epoch != m)
+        directFail(c, p, "this call is direct here but not (its buffers are not registered?) on", theirs.epoch);
+      out.send[p] = resolveBuffer(c, p, theirs.sendId, theirs.sendOffset);
+      out.recv[p] = resolveBuffer(c, p, theirs.recvId, theirs.recvOffset);
+      if (out.recv[p] == nullptr) directFail(c, p, "no registered recv buffer from", 0);
+    }
   } else if (p == c.rank) {
     out.send[p] = const_cast<char*>(send);
     out.recv[p] = recv;

@@ -7,6 +7,7 @@
 
 #include "collectives/collective_call.hpp"
 #include "collectives/device_context.hpp"
+#include "collectives/reduce_ops.hpp"
 #include "ferry/errors.hpp"
 
 namespace ferry {
@@ -24,6 +25,23 @@ inline void checkLaunch(const CollectiveCall& call, const char* algorithm) {
     throw CudaError(describe(call) + ": launching " + algorithm + " failed: " + cudaGetErrorName(err) + " (" +
                         cudaGetErrorString(err) + ")",
                     static_cast<int>(err));
+}
+
+// Loads `kernel` into the current context now. CUDA loads kernels lazily by default: the first
+// launch of a kernel loads it, and loading waits for the kernels running on the device; if one of
+// them is a ferry kernel waiting for a peer whose progress needs this launch (a second call queued
+// behind a hung one, an abort), that is a deadlock until FERRY_DEVICE_TIMEOUT.
+template <class Kernel>
+void preloadKernel(Kernel* kernel) {
+  cudaFuncAttributes attributes{};
+  (void)cudaFuncGetAttributes(&attributes, kernel);
+}
+
+// f.template operator()<T, Op>() for every data type and reduce op (dispatchTypeOp's pairs).
+template <class F>
+void forEveryTypeOp(F&& f) {
+  for (int t = 0; t < kDataTypeCount; ++t)
+    for (int o = 0; o < kReduceOpCount; ++o) dispatchTypeOp(static_cast<DataType>(t), static_cast<ReduceOp>(o), f);
 }
 
 // The context with the collective filled in, for timeout reports.

@@ -13,13 +13,17 @@ std::vector<const Algorithm*> reduceScatterAlgorithms() { return {}; }
 std::vector<const Algorithm*> allToAllAlgorithms() { return {}; }
 std::vector<const Algorithm*> broadcastAlgorithms() { return {}; }
 std::vector<const Algorithm*> directAlgorithms() { return {}; }
+std::vector<const Algorithm*> copyEngineAlgorithms() { return {}; }
 
 namespace executor {
+void preloadPlanKernels() {}
 void launchPlan(const Plan&, const RankProgram&, const DeviceProgram&, const CollectiveCall& call,
                 const CollectiveContext&, const char* name) {
   throw Error(ErrorCode::NotSupported, describe(call) + ": " + name + ": this build of ferry has no CUDA kernels");
 }
 }  // namespace executor
+
+void preloadP2P() {}
 
 int p2pResidentBlocks() { return 1 << 30; }  // launchP2P says what is missing
 

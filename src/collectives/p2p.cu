@@ -1,5 +1,6 @@
 // The send/recv kernel: every block is one lane of one send or recv of a group (p2p.hpp says how
 // lanes, chunks and the two counters work).
+#include "collectives/launch.hpp"
 #include "collectives/p2p.hpp"
 #include "core/cuda_check.hpp"
 #include "ferry/device/arch/atomics.hpp"
@@ -35,7 +36,7 @@ FERRY_DEVICE FERRY_INLINE void sendLane(const P2PContext& c, int peer, const cha
     const std::uint64_t g = first + i;
     if (threadIdx.x == 0 && g >= kP2PSlots)
       spinUntil([&] { return atomicLoad(acked, memory_order_acquire) + kP2PSlots >= g + 1; },
-                WaitContext{c.rank, peer, c.timeoutNs}, "send: waiting for the receiver to free a slot", g);
+                WaitContext{c.rank, peer, c.timeoutNs, c.abortFlag}, "send: waiting for the receiver to free a slot", g);
     __syncthreads();
     const std::uint64_t off = i * kP2PChunkBytes, len = min(kP2PChunkBytes, part.bytes - off);
     copy(inbox + p2pSlotOffset(c.rank, lane, g % kP2PSlots), src + part.begin + off, len, threadIdx.x, blockDim.x);
@@ -55,7 +56,7 @@ FERRY_DEVICE FERRY_INLINE void recvLane(const P2PContext& c, int peer, char* dst
     const std::uint64_t g = first + i;
     if (threadIdx.x == 0)
       spinUntil([&] { return atomicLoad(arrived, memory_order_acquire) >= g + 1; },
-                WaitContext{c.rank, peer, c.timeoutNs}, "recv: waiting for the sender's data", g);
+                WaitContext{c.rank, peer, c.timeoutNs, c.abortFlag}, "recv: waiting for the sender's data", g);
     __syncthreads();
     const std::uint64_t off = i * kP2PChunkBytes, len = min(kP2PChunkBytes, part.bytes - off);
     copy(dst + part.begin + off, c.inbox + p2pSlotOffset(peer, lane, g % kP2PSlots), len, threadIdx.x, blockDim.x);
@@ -92,6 +93,8 @@ int p2pResidentBlocks() {
   FERRY_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&perSm, p2pKernel, kP2PThreads, 0));
   return sms * perSm;
 }
+
+void preloadP2P() { preloadKernel(p2pKernel); }
 
 void launchP2P(const P2PBatch& batch, const P2PContext& context, cudaStream_t stream) {
   if (batch.streams == 0) return;

@@ -52,6 +52,7 @@ struct P2PContext {
   char* inbox = nullptr;               // [sender][lane][slot] chunks
   char* peerInbox[kMaxRanks] = {};
   std::uint64_t timeoutNs = 0;
+  const std::uint32_t* abortFlag = nullptr;  // the Comm's (CallState::aborted)
 };
 
 // One send or recv of a group, as the kernel sees it.
@@ -86,7 +87,8 @@ FERRY_HOST_DEVICE constexpr std::uint64_t p2pSlotOffset(int sender, int lane, st
 class P2PResources {
  public:
   // Collective over comm's ranks. @pre worldSize <= kMaxRanks, a current CUDA device.
-  explicit P2PResources(Communicator& comm);
+  // abortFlag: the Comm's abort word (CallState::aborted), which the kernel's waits watch.
+  P2PResources(Communicator& comm, const std::uint32_t* abortFlag);
   const P2PContext& context() const { return context_; }
 
  private:
@@ -97,6 +99,8 @@ class P2PResources {
 // Queues one kernel running every send and recv of the batch on `stream`. Sends to and receives
 // from this rank itself are not in the batch (the caller copies those).
 void launchP2P(const P2PBatch& batch, const P2PContext& context, cudaStream_t stream);
+// Loads the send/recv kernel into the current context (launch.hpp, preloadKernel).
+void preloadP2P();
 // Blocks of the send/recv kernel that fit on the current GPU at once.
 int p2pResidentBlocks();
 

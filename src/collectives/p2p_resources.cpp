@@ -4,7 +4,7 @@
 
 namespace ferry {
 
-P2PResources::P2PResources(Communicator& comm) {
+P2PResources::P2PResources(Communicator& comm, const std::uint32_t* abortFlag) {
   const int size = comm.bootstrap()->size();
   constexpr std::uint64_t kCounters = sizeof(std::uint64_t) * kMaxRanks * kP2PLanes;  // one array
   constexpr std::uint64_t kInboxOffset = 64 << 10;
@@ -27,6 +27,7 @@ P2PResources::P2PResources(Communicator& comm) {
     context_.peerInbox[p] = memory_->peer(p) + kInboxOffset;
   }
   context_.timeoutNs = static_cast<std::uint64_t>(env().deviceTimeout.count() * 1e9);
+  context_.abortFlag = abortFlag;
 }
 
 }  // namespace ferry

@@ -98,6 +98,9 @@ class ReduceScatterLL final : public Algorithm {
     });
     checkLaunch(call, name());
   }
+  void preload() const override {
+    forEveryTypeOp([&]<class T, ReduceOp Op>() { preloadKernel(reduceScatterLL<T, Op>); });
+  }
 };
 
 class ReduceScatterPush final : public Algorithm {
@@ -118,6 +121,9 @@ class ReduceScatterPush final : public Algorithm {
           slot);
     });
     checkLaunch(call, name());
+  }
+  void preload() const override {
+    forEveryTypeOp([&]<class T, ReduceOp Op>() { preloadKernel(reduceScatterPush<T, Op>); });
   }
 
  private:

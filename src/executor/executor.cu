@@ -233,6 +233,13 @@ __global__ void __launch_bounds__(kThreads) executePlan(CollectiveContext c, Exe
 
 }  // namespace
 
+void preloadPlanKernels() {
+  preloadKernel(executePlan<std::uint8_t, ReduceOp::Sum>);
+  forEveryTypeOp([&]<class T, ReduceOp Op>() {
+    if constexpr (Op != ReduceOp::Avg) preloadKernel(executePlan<T, Op>);
+  });
+}
+
 void launchPlan(const Plan& plan, const RankProgram& program, const DeviceProgram& device, const CollectiveCall& call,
                 const CollectiveContext& context, const char* name) {
   ExecArgs a;

@@ -100,6 +100,8 @@ void PlanAlgorithm::launch(const CollectiveCall& call, const CollectiveContext& 
   launchPlan(e.plan, prog, *dev, call, context, name_.c_str());
 }
 
+void PlanAlgorithm::preload() const { preloadPlanKernels(); }
+
 std::vector<std::unique_ptr<PlanAlgorithm>> loadPlanAlgorithms(const std::string& spec) {
   namespace fs = std::filesystem;
   std::vector<std::string> files;

@@ -9,6 +9,9 @@ namespace ferry::executor {
 
 // Queues one call of `plan` on call.stream: one block per thread block of this rank's program.
 // @pre the plan's whyNot for the call is empty.
+// Loads every instantiation of the executor's kernel (launch.hpp, preloadKernel).
+void preloadPlanKernels();
+
 void launchPlan(const Plan& plan, const RankProgram& program, const DeviceProgram& device,
                 const CollectiveCall& call, const CollectiveContext& context, const char* name);
 

@@ -4,6 +4,7 @@
 #include <pthread.h>
 
 #include <atomic>
+#include <chrono>
 #include <cstdio>
 #include <mutex>
 #include <thread>
@@ -110,14 +111,28 @@ struct Proxy::Impl {
     }
     pin(device);
     std::uint32_t idle = 0;
+    bool dozing = false;  // idle for options.idleAfter: sleeping between polls
+    std::chrono::steady_clock::time_point idleSince;
     while (!stopRequested.load(std::memory_order_relaxed)) {
       std::optional<ProxyTrigger> trigger = fifo.poll();
       if (!trigger) {
+        if (dozing) {
+          std::this_thread::sleep_for(options.idleSleep);
+          continue;
+        }
         cpuRelax();
-        if ((++idle & 1023) == 0) std::this_thread::yield();
+        if ((++idle & 1023) == 0) {
+          std::this_thread::yield();
+          if (options.idleSleep.count() > 0) {
+            const auto now = std::chrono::steady_clock::now();
+            if (idle == 1024) idleSince = now;
+            dozing = now - idleSince >= options.idleAfter;
+          }
+        }
         continue;
       }
       idle = 0;
+      dozing = false;
       ProxyHandlerResult result;
       try {
         result = handler(*trigger);

@@ -8,6 +8,7 @@
 #include <chrono>
 #include <cstdlib>
 #include <random>
+#include <thread>
 
 #include "common/collective_data.hpp"
 #include "ferry/bootstrap.hpp"
@@ -127,6 +128,42 @@ std::string label(const CallShape& s, const std::string& algo, bool inPlace) {
          " root " + std::to_string(s.root) + " rank " + std::to_string(s.rank);
 }
 
+// Replays a captured graph of the calls `shapes` (out of place, on `bufs`) `replays` times, each
+// on new random inputs and poisoned outputs, and checks every output element after each replay.
+// reordered: the algorithms may reduce in another order than rank order.
+template <std::size_t N>
+void replayAndCheck(Rank& r, const CallShape (&shapes)[N], const std::vector<std::unique_ptr<CallBuffers>>& bufs,
+                    cudaGraphExec_t exec, int replays, bool reordered) {
+  for (std::uint64_t replay = 1; replay <= static_cast<std::uint64_t>(replays); ++replay) {
+    std::vector<std::vector<char>> wants;
+    for (std::size_t k = 0; k < N; ++k) {
+      CallShape s = shapes[k];
+      s.seed = replay * 10 + k;
+      const std::size_t es = sizeOf(s.type);
+      std::vector<char> send(s.sendCount() * es);
+      tools::fillSend(s.type, send.data(), s.sendCount(), r.rank, s.seed);
+      cudaMemcpy(bufs[k]->send, send.data(), send.size(), cudaMemcpyHostToDevice);
+      cudaMemset(bufs[k]->recv, kPoison, s.recvCount() * es);
+      wants.emplace_back(s.recvCount() * es);
+      tools::expectedRecv(s, wants.back().data());
+    }
+    cudaDeviceSynchronize();
+    r.boot->barrier();
+    ASSERT_EQ(cudaGraphLaunch(exec, r.stream), cudaSuccess);
+    ASSERT_EQ(cudaStreamSynchronize(r.stream), cudaSuccess);
+    for (std::size_t k = 0; k < N; ++k) {
+      const CallShape& s = shapes[k];
+      std::vector<char> got(wants[k].size());
+      cudaMemcpy(got.data(), bufs[k]->recv, got.size(), cudaMemcpyDeviceToHost);
+      const std::size_t wrong =
+          reordered ? tools::countWrongReordered(s.type, s.op, r.size, got.data(), wants[k].data(), s.recvCount())
+                    : tools::countWrong(s.type, got.data(), wants[k].data(), s.recvCount());
+      EXPECT_EQ(wrong, 0u) << toString(s.collective) << " call " << k << " replay " << replay;
+    }
+    r.boot->barrier();  // the next replay's inputs are written after everyone has checked
+  }
+}
+
 class GpuCollectives : public ::testing::TestWithParam<int> {
  protected:
   void SetUp() override {
@@ -146,8 +183,8 @@ TEST_P(GpuCollectives, EveryAlgorithmTypeOpAndPlacement) {
       const bool reduces = coll == Collective::AllReduce || coll == Collective::ReduceScatter;
       for (const std::string& algo : Comm::algorithmNames(coll)) {
         if (algo.starts_with("plan:")) continue;  // EveryPlan's
-        // The zero-copy algorithms run on buffers registered for the call (on every rank).
-        const bool direct = algo.ends_with("_direct");
+        // The zero-copy and copy-engine algorithms run on buffers registered for the call (on every rank).
+        const bool direct = algo.ends_with("_direct") || algo.ends_with("_ce");
         r.comm->setAlgorithm(coll, algo);
         for (int t = 0; t < kDataTypeCount; ++t) {
           for (int o = 0; o < (reduces ? kReduceOpCount : 1); ++o) {
@@ -254,33 +291,59 @@ TEST_P(GpuCollectives, PlansCapturedInAGraphAndReplayed) {
     r.comm->setAlgorithm(Collective::AllReduce, "");
     cudaGraphExec_t exec;
     ASSERT_EQ(cudaGraphInstantiate(&exec, graph, 0), cudaSuccess);
-    for (std::uint64_t replay = 1; replay <= 5; ++replay) {
-      std::vector<std::vector<char>> wants;
-      for (std::size_t k = 0; k < std::size(shapes); ++k) {
-        CallShape s = shapes[k];
-        s.seed = replay * 10 + k;
-        const std::size_t es = sizeOf(s.type);
-        std::vector<char> send(s.sendCount() * es);
-        tools::fillSend(s.type, send.data(), s.sendCount(), rank, s.seed);
-        cudaMemcpy(bufs[k]->send, send.data(), send.size(), cudaMemcpyHostToDevice);
-        cudaMemset(bufs[k]->recv, kPoison, s.recvCount() * es);
-        wants.emplace_back(s.recvCount() * es);
-        tools::expectedRecv(s, wants.back().data());
+    replayAndCheck(r, shapes, bufs, exec, 5, true);
+    cudaGraphExecDestroy(exec);
+    cudaGraphDestroy(graph);
+    for (const auto& reg : regs) r.comm->deregisterBuffer(reg);
+  });
+}
+
+// The copy-engine algorithms on counts that take several pipelined rounds through the 1 MiB
+// scratch, then captured in a CUDA graph and replayed on new data (the driver asks the proxy for
+// copies at run time, so a replay must work like a first call).
+TEST_P(GpuCollectives, CopyEngineAlgorithmsOverManyRoundsAndInAGraph) {
+  const int n = GetParam();
+  UniqueId id = UniqueId::create();
+  runRanksOk(n, [&](int rank) {
+    Rank r(id, rank, n);
+    const std::pair<Collective, const char*> algos[] = {{Collective::AllReduce, "allreduce_ce"},
+                                                        {Collective::ReduceScatter, "reducescatter_ce"},
+                                                        {Collective::AllGather, "allgather_ce"},
+                                                        {Collective::AllToAll, "alltoall_ce"}};
+    for (const auto& [coll, algo] : algos) {
+      r.comm->setAlgorithm(coll, algo);
+      for (DataType t : {DataType::Float32, DataType::BFloat16, DataType::Int64}) {
+        for (bool inPlace : {false, true}) {
+          if (coll == Collective::AllToAll && inPlace) continue;  // out of place only
+          const std::size_t count = (std::size_t{1} << 18) + 5 + static_cast<std::size_t>(t);
+          const CallShape s{coll, t, ReduceOp::Sum, count, rank, n, 0, 555u + static_cast<unsigned>(t)};
+          EXPECT_EQ(runAndCheck(r, s, inPlace, {.registered = true}), 0u) << label(s, algo, inPlace);
+          if (::testing::Test::HasFailure()) return;
+        }
       }
-      cudaDeviceSynchronize();
-      r.boot->barrier();
-      ASSERT_EQ(cudaGraphLaunch(exec, r.stream), cudaSuccess);
-      ASSERT_EQ(cudaStreamSynchronize(r.stream), cudaSuccess);
-      for (std::size_t k = 0; k < std::size(shapes); ++k) {
-        std::vector<char> got(wants[k].size());
-        cudaMemcpy(got.data(), bufs[k]->recv, got.size(), cudaMemcpyDeviceToHost);
-        EXPECT_EQ(tools::countWrongReordered(shapes[k].type, shapes[k].op, n, got.data(), wants[k].data(),
-                                             shapes[k].recvCount()),
-                  0u)
-            << plans[k] << " replay " << replay;
-      }
-      r.boot->barrier();
+      r.comm->setAlgorithm(coll, "");
     }
+
+    const CallShape shapes[] = {{Collective::AllReduce, DataType::Float32, ReduceOp::Sum, 300001, rank, n, 0, 0},
+                                {Collective::AllGather, DataType::Float16, ReduceOp::Sum, 70001, rank, n, 0, 0}};
+    std::vector<std::unique_ptr<CallBuffers>> bufs;
+    std::vector<BufferRegistration> regs;
+    for (const auto& s : shapes) {
+      bufs.push_back(std::make_unique<CallBuffers>(r.device, s, false));
+      regs.push_back(r.comm->registerBuffer(bufs.back()->sendBuf.ptr, bufs.back()->sendBuf.bytes));
+      regs.push_back(r.comm->registerBuffer(bufs.back()->recvBuf.ptr, bufs.back()->recvBuf.bytes));
+    }
+    r.comm->setAlgorithm(Collective::AllReduce, "allreduce_ce");
+    r.comm->setAlgorithm(Collective::AllGather, "allgather_ce");
+    cudaGraph_t graph;
+    ASSERT_EQ(cudaStreamBeginCapture(r.stream, cudaStreamCaptureModeThreadLocal), cudaSuccess);
+    for (std::size_t k = 0; k < std::size(shapes); ++k) issue(*r.comm, shapes[k], bufs[k]->send, bufs[k]->recv, r.stream);
+    ASSERT_EQ(cudaStreamEndCapture(r.stream, &graph), cudaSuccess);
+    r.comm->setAlgorithm(Collective::AllReduce, "");
+    r.comm->setAlgorithm(Collective::AllGather, "");
+    cudaGraphExec_t exec;
+    ASSERT_EQ(cudaGraphInstantiate(&exec, graph, 0), cudaSuccess);
+    replayAndCheck(r, shapes, bufs, exec, 3, false);
     cudaGraphExecDestroy(exec);
     cudaGraphDestroy(graph);
     for (const auto& reg : regs) r.comm->deregisterBuffer(reg);
@@ -332,31 +395,7 @@ TEST_P(GpuCollectives, CapturedInAGraphAndReplayed) {
     ASSERT_EQ(cudaStreamEndCapture(r.stream, &graph), cudaSuccess);
     cudaGraphExec_t exec;
     ASSERT_EQ(cudaGraphInstantiate(&exec, graph, 0), cudaSuccess);
-    for (std::uint64_t replay = 1; replay <= 5; ++replay) {
-      std::vector<std::vector<char>> wants;
-      for (std::size_t k = 0; k < std::size(shapes); ++k) {
-        CallShape s = shapes[k];
-        s.seed = replay * 10 + k;
-        const std::size_t es = sizeOf(s.type);
-        std::vector<char> send(s.sendCount() * es);
-        tools::fillSend(s.type, send.data(), s.sendCount(), rank, s.seed);
-        cudaMemcpy(bufs[k]->send, send.data(), send.size(), cudaMemcpyHostToDevice);
-        cudaMemset(bufs[k]->recv, kPoison, s.recvCount() * es);
-        wants.emplace_back(s.recvCount() * es);
-        tools::expectedRecv(s, wants.back().data());
-      }
-      cudaDeviceSynchronize();
-      r.boot->barrier();
-      ASSERT_EQ(cudaGraphLaunch(exec, r.stream), cudaSuccess);
-      ASSERT_EQ(cudaStreamSynchronize(r.stream), cudaSuccess);
-      for (std::size_t k = 0; k < std::size(shapes); ++k) {
-        std::vector<char> got(wants[k].size());
-        cudaMemcpy(got.data(), bufs[k]->recv, got.size(), cudaMemcpyDeviceToHost);
-        EXPECT_EQ(tools::countWrong(shapes[k].type, got.data(), wants[k].data(), shapes[k].recvCount()), 0u)
-            << "replay " << replay << " call " << k;
-      }
-      r.boot->barrier();  // the next replay's inputs are written after everyone has checked
-    }
+    replayAndCheck(r, shapes, bufs, exec, 5, false);
     cudaGraphExecDestroy(exec);
     cudaGraphDestroy(graph);
   });
@@ -418,6 +457,43 @@ TEST_P(GpuCollectives, MissingRankTimesOut) {
     r.boot->barrier();
     std::fflush(stdout);
     _exit(::testing::Test::HasFailure() ? 1 : 0);  // the trapped context cannot be torn down cleanly
+  });
+}
+
+// A call that one rank never joins, ended by that rank's abort() instead of the timeout: every
+// rank's kernel returns (without a trap) well before FERRY_DEVICE_TIMEOUT, every rank sees
+// aborted(), the aborted Comm is destroyed without hanging, and a new Comm then computes right.
+TEST_P(GpuCollectives, AbortEndsAHungCallOnEveryRank) {
+  const int n = GetParam();
+  UniqueId id = UniqueId::create(), second = UniqueId::create();
+  runRanksOk(n, [&](int rank) {
+    using Clock = std::chrono::steady_clock;
+    const auto seconds = [](Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); };
+    {
+      Rank r(id, rank, n);
+      DeviceBuffer buf(r.device, 4 << 20);
+      const auto start = Clock::now();
+      if (rank != n - 1) {
+        r.comm->allReduce(buf.ptr, buf.ptr, 1 << 18, DataType::Float32, ReduceOp::Sum, r.stream);
+        // Queued behind it (in place: this rank's block of the output is its input).
+        r.comm->allGather(static_cast<char*>(buf.ptr) + rank * 4000, buf.ptr, 1000, DataType::Int32, r.stream);
+      }
+      r.boot->barrier();
+      if (rank == n - 1) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(300));  // the others are surely waiting
+        r.comm->abort();
+        EXPECT_THROW(r.comm->allReduce(buf.ptr, buf.ptr, 16, DataType::Float32, ReduceOp::Sum, r.stream), Error);
+      }
+      EXPECT_EQ(cudaStreamSynchronize(r.stream), cudaSuccess);
+      EXPECT_LT(seconds(start), 5.0) << "the abort did not end the wait (FERRY_DEVICE_TIMEOUT is 10 s here)";
+      const auto polled = Clock::now();
+      while (!r.comm->aborted() && seconds(polled) < 5.0) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+      EXPECT_TRUE(r.comm->aborted());
+      r.boot->barrier();
+    }
+    Rank fresh(second, rank, n);
+    const CallShape s{Collective::AllReduce, DataType::Float32, ReduceOp::Sum, 4099, rank, n, 0, 77};
+    EXPECT_EQ(runAndCheck(fresh, s, false), 0u);
   });
 }
 

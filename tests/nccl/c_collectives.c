@@ -16,6 +16,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -167,6 +168,49 @@ static void finish(struct Bufs* b, cudaStream_t stream, int rank, const char* wh
   free(b->want);
 }
 
+static double seconds(void) {
+  struct timespec t;
+  clock_gettime(CLOCK_MONOTONIC, &t);
+  return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
+}
+
+/* On a split of comm, the last rank never joins an allreduce and aborts instead: the others' call
+ * must end at once (not at FERRY_DEVICE_TIMEOUT, 30 s), they must see ncclRemoteError, and they
+ * abort too. Returns 0 when all of that holds on this rank. */
+static int abortPhase(ncclComm_t comm, int rank, int nranks, cudaStream_t stream) {
+  ncclComm_t sub;
+  CHECK(ncclCommSplit(comm, 0, rank, &sub, NULL));
+  const size_t count = 1 << 18;
+  void* buf = NULL;
+  CUDA(cudaMalloc(&buf, count * 4));
+  const double start = seconds();
+  int bad = 0;
+  if (rank == nranks - 1) {
+    usleep(300000); /* the others are surely waiting */
+    CHECK(ncclCommAbort(sub));
+  } else {
+    CHECK(ncclAllReduce(buf, buf, count, ncclFloat32, ncclSum, sub, stream));
+    CUDA(cudaStreamSynchronize(stream));
+    ncclResult_t async = ncclSuccess;
+    while (seconds() - start < 5 && ncclCommGetAsyncError(sub, &async) == ncclSuccess && async != ncclRemoteError)
+      usleep(1000);
+    if (async != ncclRemoteError) {
+      fprintf(stderr, "rank %d: ncclCommGetAsyncError gave %d, not ncclRemoteError, after the peer's abort\n", rank,
+              (int)async);
+      bad = 1;
+    }
+    CHECK(ncclCommAbort(sub));
+  }
+  const double took = seconds() - start;
+  if (took > 5) {
+    fprintf(stderr, "rank %d: the abort took %.1f s to return control\n", rank, took);
+    bad = 1;
+  }
+  CUDA(cudaFree(buf));
+  if (rank == 0) printf("abort: control back on rank 0 after %.2f s\n", took);
+  return bad;
+}
+
 static int runRank(int rank, int nranks, ncclUniqueId id, int sharing) {
   int ngpus = 0;
   cudaGetDeviceCount(&ngpus);
@@ -257,6 +301,7 @@ static int runRank(int rank, int nranks, ncclUniqueId id, int sharing) {
     free(b.host);
     free(b.want);
   }
+  if (abortPhase(comm, rank, nranks, stream) != 0) ++failures;
   CHECK(ncclCommFinalize(comm));
   CHECK(ncclCommDestroy(comm));
   cudaStreamDestroy(stream);

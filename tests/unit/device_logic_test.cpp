@@ -7,6 +7,7 @@
 #include <thread>
 #include <vector>
 
+#include "collectives/copy_engine.hpp"
 #include "ferry/device/copy.hpp"
 #include "ferry/device/memory_channel.hpp"
 #include "ferry/device/packet.hpp"
@@ -230,6 +231,76 @@ TEST(PortChannelHandle, SplitsLargePutsAndFlushWaitsForTheProxy) {
   EXPECT_EQ(covered, big);
   ASSERT_EQ(seen.size(), 7u);
   EXPECT_EQ(seen[6].kinds, std::uint32_t{PortRequest::Flush});
+}
+
+// The copy engine's requests: every field survives the trip, and the FIFO's bit stays free.
+TEST(CeRequest, EncodeDecodeRoundTripAtTheLimits) {
+  std::mt19937_64 rng(12);
+  for (int i = 0; i < 100000; ++i) {
+    CeRequest r;
+    r.kind = static_cast<CeKind>(1 + rng() % 5);
+    r.stream = static_cast<std::uint32_t>(rng() % kCeStreams);
+    r.value = rng() & CeRequest::kMaxValue;
+    r.address = rng();
+    if (i == 0) r = {CeKind::FlushAll, kCeStreams - 1, CeRequest::kMaxValue, ~std::uint64_t{0}};
+    const ProxyTrigger t = r.encode();
+    ASSERT_EQ(t.fst & kTriggerFullBit, 0u) << "the encoding must leave the FIFO's bit alone";
+    const CeRequest back = CeRequest::decode(t);
+    ASSERT_EQ(back.kind, r.kind);
+    ASSERT_EQ(back.stream, r.stream);
+    ASSERT_EQ(back.value, r.value);
+    ASSERT_EQ(back.address, r.address);
+  }
+}
+
+// A copy-engine handle pushing into a host FIFO drained by a fake proxy: a copy is its destination
+// then its source, back to back; flush and flushAll return only once the proxy handled them.
+TEST(CopyEngineHandle, CopiesAreTwoSlotsInOrderAndFlushesWaitForTheProxy) {
+  constexpr int kSize = 4;  // smaller than the requests below: pushes wait for the proxy too
+  std::vector<ProxyTrigger> slots(kSize);
+  std::uint64_t head = 0, tail = 0, tailCache = 0;
+  CopyEngineHandle ce;
+  ce.fifo = {slots.data(), &head, &tail, &tailCache, kSize, {0, -1, 5'000'000'000ull}};
+  std::vector<CeRequest> seen;
+  std::atomic<bool> stop{false};
+  std::thread proxy([&] {
+    while (!stop) {
+      ProxyTrigger& t = slots[tail % kSize];
+      const std::uint64_t fst = atomicLoad(&t.fst, memory_order_acquire);
+      if (!(fst & kTriggerFullBit)) continue;
+      seen.push_back(CeRequest::decode({fst & ~kTriggerFullBit, t.snd}));
+      atomicStore(&t.fst, std::uint64_t{0}, memory_order_relaxed);
+      atomicStore(&tail, tail + 1, memory_order_release);
+    }
+  });
+  char a[64], b[64];
+  ce.copy(3, a, b, 64);
+  ce.copy(1, b, a, 0);  // nothing to move: no request
+  ce.mark(2);
+  ce.flush(2);
+  const std::size_t afterFlush = seen.size();
+  ce.copy(0, b + 1, a + 2, 7);
+  ce.flushAll();
+  const std::size_t afterFlushAll = seen.size();
+  stop = true;
+  proxy.join();
+  EXPECT_EQ(afterFlush, 4u);
+  EXPECT_EQ(afterFlushAll, 7u);
+  ASSERT_EQ(seen.size(), 7u);
+  EXPECT_EQ(seen[0].kind, CeKind::CopyTo);
+  EXPECT_EQ(seen[0].stream, 3u);
+  EXPECT_EQ(seen[0].value, 64u);
+  EXPECT_EQ(seen[0].address, reinterpret_cast<std::uint64_t>(a));
+  EXPECT_EQ(seen[1].kind, CeKind::CopyFrom);
+  EXPECT_EQ(seen[1].address, reinterpret_cast<std::uint64_t>(b));
+  EXPECT_EQ(seen[2].kind, CeKind::Mark);
+  EXPECT_EQ(seen[2].value, 2u);
+  EXPECT_EQ(seen[3].kind, CeKind::Flush);
+  EXPECT_EQ(seen[3].value, 2u);
+  EXPECT_EQ(seen[4].address, reinterpret_cast<std::uint64_t>(b + 1));
+  EXPECT_EQ(seen[4].value, 7u);
+  EXPECT_EQ(seen[5].address, reinterpret_cast<std::uint64_t>(a + 2));
+  EXPECT_EQ(seen[6].kind, CeKind::FlushAll);
 }
 
 }  // namespace

@@ -5,6 +5,7 @@
 
 #include <gtest/gtest.h>
 #include <sched.h>
+#include <sys/resource.h>
 
 #include <atomic>
 #include <mutex>
@@ -123,6 +124,39 @@ TEST(Proxy, SyncReturnsOnlyAfterTheHandlerRan) {
   proxy.stop();
   EXPECT_EQ(early.load(), 0) << "sync() returned before the handler ran";
   for (int p = 0; p < kProducers; ++p) EXPECT_EQ(lastHandled[p].load(), perProducer - 1);
+}
+
+// With idleSleep set, a proxy left idle dozes instead of spinning (it stops using a core), and a
+// trigger pushed while it dozes is still handled.
+TEST(Proxy, DozesWhenIdleAndWakesForTheNextTrigger) {
+  std::atomic<int> handled{0};
+  ProxyOptions options = hostProxy(8);
+  options.idleAfter = 1ms;
+  options.idleSleep = 20us;
+  Proxy proxy(
+      [&](ProxyTrigger) {
+        ++handled;
+        return ProxyHandlerResult::Continue;
+      },
+      options);
+  const auto cpuSeconds = [] {
+    rusage u{};
+    getrusage(RUSAGE_SELF, &u);
+    return static_cast<double>(u.ru_utime.tv_sec + u.ru_stime.tv_sec) +
+           static_cast<double>(u.ru_utime.tv_usec + u.ru_stime.tv_usec) * 1e-6;
+  };
+  proxy.start();
+  FifoDeviceHandle h = proxy.fifo().deviceHandle();
+  h.sync(h.push(testing::makeTrigger(0, 0)));
+  std::this_thread::sleep_for(50ms);  // past idleAfter: dozing from here on
+  const double before = cpuSeconds();
+  std::this_thread::sleep_for(400ms);
+  const double used = cpuSeconds() - before;
+  h.sync(h.push(testing::makeTrigger(0, 1)));
+  proxy.stop();
+  EXPECT_EQ(handled.load(), 2);
+  // A spinning proxy would use the whole 0.4 s; a dozing one wakes every ~20-100 us for a poll.
+  EXPECT_LT(used, 0.2) << "the idle proxy used " << used << " s of CPU in 0.4 s";
 }
 
 TEST(Proxy, StopResultEndsTheThreadAfterPoppingThatTrigger) {

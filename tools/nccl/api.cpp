@@ -239,9 +239,9 @@ ncclResult_t release(ncclComm_t comm, bool abort, const char* api) {
     }
     if (abort) {
       comm->state = ncclComm::State::Aborted;
-      // Kernels of this comm may still wait for peers; they stop at FERRY_DEVICE_TIMEOUT. Their
-      // buffers must outlive them, so the Comm is left allocated rather than waited for.
-      (void)comm->comm.release();
+      // Every rank's kernels of this comm stop waiting and finish, so destroying it (which waits
+      // for them) returns at once; the peers see ncclRemoteError from ncclCommGetAsyncError.
+      if (comm->comm) comm->comm->abort();
     }
     delete comm;
     return ncclSuccess;
@@ -261,7 +261,7 @@ NCCL_API ncclResult_t ncclCommGetAsyncError(ncclComm_t comm, ncclResult_t* async
     switch (comm->state.load()) {
       case ncclComm::State::Running: *asyncError = ncclInProgress; break;
       case ncclComm::State::Failed: *asyncError = comm->initResult; break;
-      default: *asyncError = ncclSuccess; break;
+      default: *asyncError = comm->comm && comm->comm->aborted() ? ncclRemoteError : ncclSuccess; break;
     }
     return ncclSuccess;
   });

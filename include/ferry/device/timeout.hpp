@@ -20,10 +20,14 @@ struct WaitContext {
   std::int32_t rank = -1;
   std::int32_t peer = -1;
   std::uint64_t timeoutNs = 0;  // 0: never give up (only for debugging)
+  // Non-null for the waits of a communicator that can be aborted (Comm::abort): once the word is
+  // non-zero, every wait gives up at once, without a report, and the kernel runs to its end
+  // (computing garbage) instead of trapping, so the stream and the CUDA context stay usable.
+  const std::uint32_t* abortFlag = nullptr;
 };
 
-// Calls done() until it returns true. On timeout: reports and traps (device) or aborts (host).
-// `what` names the operation, e.g. "MemoryChannel::wait".
+// Calls done() until it returns true, or until ctx.abortFlag is raised. On timeout: reports and
+// traps (device) or aborts (host). `what` names the operation, e.g. "MemoryChannel::wait".
 template <class Done>
 FERRY_HOST_DEVICE FERRY_INLINE void spinUntil(Done&& done, const WaitContext& ctx, const char* what,
                                               std::uint64_t detail = 0) {
@@ -31,8 +35,10 @@ FERRY_HOST_DEVICE FERRY_INLINE void spinUntil(Done&& done, const WaitContext& ct
   const std::uint64_t start = nowNs();
   for (std::uint32_t spins = 1;; ++spins) {
     if (done()) return;
-    // Reading the timer costs more than a poll; look at it every 1024 polls.
-    if ((spins & 1023) == 0 && ctx.timeoutNs != 0 && nowNs() - start > ctx.timeoutNs) {
+    // Reading the timer (or the abort word) costs more than a poll; look every 1024 polls.
+    if ((spins & 1023) != 0) continue;
+    if (ctx.abortFlag != nullptr && *static_cast<const volatile std::uint32_t*>(ctx.abortFlag) != 0) return;
+    if (ctx.timeoutNs != 0 && nowNs() - start > ctx.timeoutNs) {
       const char* report =
           "ferry: rank %d: %s waiting for rank %d timed out after %llu ms (detail %llu); the peer is "
           "missing, "
