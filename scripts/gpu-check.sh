@@ -25,7 +25,7 @@ cd "$(dirname "$0")/.." || exit 2
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1
 unset FERRY_ENABLE_NVLS
 
-STEPS=(configure build guard_selftest ferry_info gpu_tests sanitizer nccl_torch bench)
+STEPS=(configure build guard_selftest ferry_info gpu_tests sanitizer nccl_torch perf bench)
 if [[ -n ${GPU_CHECK_STEPS:-} ]]; then read -ra STEPS <<<"$GPU_CHECK_STEPS"; fi
 REQUIRED=(configure build guard_selftest)  # nothing touches a GPU unless the guard is proven to work
 SHOW=(ferry_info gpu_tests sanitizer nccl_torch)    # steps whose whole log is printed, not only on failure
@@ -109,6 +109,15 @@ step_nccl_torch() {
   return $rc
 }
 
+# ferry-perf (the data plane's latencies and bandwidths) on every local GPU, or on 2 ranks sharing
+# a lone GPU (which checks the code and times nothing real); the table goes to perf_table.txt.
+step_perf() {
+  local args=()
+  if [[ $(nvidia-smi -L 2>/dev/null | grep -c '^GPU') -eq 1 ]]; then args=(-g 2 -s 1M,8M -n 1000); fi
+  guarded "$PWD/$build/tools/ferry-perf/ferry-perf" "${args[@]}" --json "$out/perf.json" | tee "$out/perf_table.txt"
+  return "${PIPESTATUS[0]}"
+}
+
 # ferry-bench on every local GPU, NCCL beside it; the table goes to bench_table.txt (shown in the
 # summary) and the rows to bench.json (scripts/plot-bench.py draws them).
 step_bench() {
@@ -187,6 +196,7 @@ done
   done
   echo "tests: $passed passed, $failed failed"
   if [[ -s $out/bench.txt ]]; then echo "benchmarks:"; sed 's/^/  /' "$out/bench.txt"; fi
+  if [[ -s $out/perf_table.txt ]]; then echo "ferry-perf:"; cat "$out/perf_table.txt"; fi
   if [[ -s $out/bench_table.txt ]]; then echo "ferry-bench:"; cat "$out/bench_table.txt"; fi
   if ((any_failed)); then echo "result: FAIL"; else echo "result: PASS"; fi
 } | tee "$out/summary.txt"

@@ -105,19 +105,21 @@ ProxyHandlerResult CopyEngine::handleTrigger(ProxyTrigger trigger) {
   const auto bad = [&](const std::string& why) {
     return Error(ErrorCode::InternalError, "rank " + std::to_string(rank_) + ": copy engine: " + why);
   };
-  if (r.kind != CeKind::CopyFrom && pendingCopy_) throw bad("a copy's destination was not followed by its source");
+  if (r.stream >= static_cast<std::uint32_t>(worldSize_)) throw bad("stream " + std::to_string(r.stream) + " out of range");
   switch (r.kind) {
     case CeKind::CopyTo:
-      if (r.stream >= static_cast<std::uint32_t>(worldSize_)) throw bad("stream " + std::to_string(r.stream) + " out of range");
-      pending_ = r;
-      pendingCopy_ = true;
+      if (pendingCopy_[r.stream]) throw bad("a copy's destination was not followed by its source");
+      pending_[r.stream] = r;
+      pendingCopy_[r.stream] = true;
       break;
-    case CeKind::CopyFrom:
-      if (!pendingCopy_) throw bad("a copy's source came without its destination");
-      pendingCopy_ = false;
-      FERRY_CUDA_CHECK(cudaMemcpyAsync(reinterpret_cast<void*>(pending_.address), reinterpret_cast<const void*>(r.address),
-                                       pending_.value, cudaMemcpyDefault, streams_[pending_.stream]));
+    case CeKind::CopyFrom: {
+      if (!pendingCopy_[r.stream]) throw bad("a copy's source came without its destination");
+      pendingCopy_[r.stream] = false;
+      const CeRequest& to = pending_[r.stream];
+      FERRY_CUDA_CHECK(cudaMemcpyAsync(reinterpret_cast<void*>(to.address), reinterpret_cast<const void*>(r.address),
+                                       to.value, cudaMemcpyDefault, streams_[r.stream]));
       break;
+    }
     case CeKind::Mark:
       if (r.value >= kCeMarks) throw bad("event set " + std::to_string(r.value) + " out of range");
       for (int s = 0; s < worldSize_; ++s) FERRY_CUDA_CHECK(cudaEventRecord(events_[r.value][s], streams_[s]));

@@ -8,14 +8,15 @@
 // One thread of the kernel (the driver) pushes triggers into the engine's FIFO:
 //   copy(stream, dst, src, bytes)   queue a copy on the engine's stream `stream` (one stream per
 //                                   rank: copies to one peer run in order, to different peers at
-//                                   once); two FIFO slots, pushed back to back
+//                                   once); two FIFO slots (destination, then source), which the
+//                                   proxy pairs up by stream
 //   mark(k)                         record event set k (k < kCeMarks) on every stream
 //   flush(k)                        return (FIFO sync) once every copy queued before mark(k) is
 //                                   complete at its destination
 //   flushAll()                      return once every copy queued so far is complete
 // After a flush the driver tells the peers with a release store of its own (device_context.hpp's
-// flags): a peer that sees the flag sees the copied bytes. One driver at a time per Comm: the
-// calls of a Comm are ordered, and only the driver of the running call pushes.
+// flags): a peer that sees the flag sees the copied bytes. Several threads may push at once only if
+// each uses its own streams (the halves of a copy pair up by stream) and its own event sets.
 #include <cstdint>
 
 #include "ferry/device/fifo.hpp"

@@ -37,9 +37,10 @@ class CopyEngine {
   std::array<std::array<cudaEvent_t, kCeStreams>, kCeMarks> events_{};
   std::unique_ptr<Proxy> proxy_;
   std::mutex startMutex_;
-  // A CopyTo waiting for its CopyFrom (proxy thread only).
-  bool pendingCopy_ = false;
-  CeRequest pending_;
+  // Per stream, a CopyTo waiting for its CopyFrom (proxy thread only): the two halves of a copy
+  // pair up by stream, so producers that use different streams may push at the same time.
+  std::array<bool, kCeStreams> pendingCopy_{};
+  std::array<CeRequest, kCeStreams> pending_{};
 };
 
 }  // namespace ferry

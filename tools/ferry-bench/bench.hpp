@@ -8,7 +8,7 @@
 #include <vector>
 
 #include "ferry/comm.hpp"
-#include "launcher.hpp"
+#include "common/launcher.hpp"
 
 namespace ferry::tools {
 

@@ -14,27 +14,17 @@
 
 #include "bench.hpp"
 #include "ferry/errors.hpp"
-#include "launcher.hpp"
+#include "common/launcher.hpp"
+#include "common/parse_bytes.hpp"
 
 namespace {
 
 using namespace ferry;
 using namespace ferry::tools;
 
-// "1K", "64M", "1G", "4096" (nccl-tests' suffixes, powers of 1024).
-std::uint64_t parseBytes(const std::string& text) {
-  std::size_t used = 0;
-  const double v = std::stod(text, &used);
-  std::uint64_t scale = 1;
-  if (used < text.size()) {
-    switch (std::toupper(static_cast<unsigned char>(text[used]))) {
-      case 'K': scale = 1ull << 10; break;
-      case 'M': scale = 1ull << 20; break;
-      case 'G': scale = 1ull << 30; break;
-      default: throw CLI::ValidationError("size", "'" + text + "' is not a size (e.g. 4096, 1K, 64M, 1G)");
-    }
-  }
-  return static_cast<std::uint64_t>(v * static_cast<double>(scale));
+std::uint64_t bytesOption(const std::string& text) {
+  if (auto bytes = ferry::tools::parseBytes(text)) return *bytes;
+  throw CLI::ValidationError("size", "'" + text + "' is not a size (e.g. 4096, 1K, 64M, 1G)");
 }
 
 int gpuCount(std::string& why) {
@@ -93,9 +83,9 @@ int main(int argc, char** argv) {
       }
       return 0;
     }
-    o.minBytes = parseBytes(minB);
-    o.maxBytes = parseBytes(maxB);
-    if (!stepB.empty()) o.stepBytes = parseBytes(stepB);
+    o.minBytes = bytesOption(minB);
+    o.maxBytes = bytesOption(maxB);
+    if (!stepB.empty()) o.stepBytes = bytesOption(stepB);
     if (o.minBytes == 0 || o.maxBytes < o.minBytes || (o.stepBytes == 0 && o.stepFactor <= 1))
       throw CLI::ValidationError("sizes", "need 0 < minbytes <= maxbytes and a step factor > 1");
     if (o.iters < 1 || o.samples < 1 || o.warmup < 0) throw CLI::ValidationError("iters", "need iters, samples >= 1");

@@ -1,4 +1,4 @@
-#include "launcher.hpp"
+#include "common/launcher.hpp"
 
 #include <arpa/inet.h>
 #include <netinet/in.h>
@@ -99,7 +99,7 @@ int spawnRanks(int ranks, char** argv) {
     pid_t pid = -1;
     const int err = ::posix_spawn(&pid, "/proc/self/exe", nullptr, nullptr, argv, envp.data());
     if (err != 0) {
-      std::cerr << "ferry-bench: cannot start rank " << r << ": " << std::strerror(err) << "\n";
+      std::cerr << program_invocation_short_name << ": cannot start rank " << r << ": " << std::strerror(err) << "\n";
       for (pid_t p : pids) ::kill(p, SIGTERM);
       return 1;
     }

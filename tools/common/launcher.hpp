@@ -1,6 +1,7 @@
 #pragma once
-// How ferry-bench's ranks come to be: one process per GPU, either started by ferry-bench itself
-// (a parent that spawns its own executable once per rank and waits), or by mpirun or torchrun.
+// How the ranks of ferry's tools (ferry-bench, ferry-perf) come to be: one process per GPU, either
+// started by the tool itself (a parent that spawns its own executable once per rank and waits), or
+// by mpirun or torchrun.
 #include <memory>
 #include <optional>
 
