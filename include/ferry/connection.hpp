@@ -60,6 +60,12 @@ class FERRY_API Connection {
   // argument waits at most FERRY_CONNECTION_TIMEOUT.
   void flush(std::chrono::duration<double> timeout);
   void flush();
+  // flush() without waiting, for a proxy that serves other channels meanwhile: beginFlush() marks
+  // the point after every earlier write() and updateAndSync() and returns a ticket;
+  // flushComplete(ticket) is true once everything before that point has completed at the
+  // destination. It never blocks; tickets complete in the order they were given.
+  std::uint64_t beginFlush();
+  bool flushComplete(std::uint64_t ticket);
 
  protected:
   Connection(int rank, int remoteRank, Transport transport);
@@ -68,6 +74,9 @@ class FERRY_API Connection {
   // dstInHostMemory: the word is host memory mapped here, which a host thread may store to directly.
   virtual void doUpdateAndSync(std::uint64_t* dst, bool dstInHostMemory, std::uint64_t newValue) = 0;
   virtual void doFlush(std::chrono::duration<double> timeout) = 0;
+  // The defaults suit transports whose operations complete before they return.
+  virtual std::uint64_t doBeginFlush() { return 0; }
+  virtual bool doFlushComplete(std::uint64_t /*ticket*/) { return true; }
   // "rank 0 -> rank 1 (CudaIpc)", for messages.
   std::string describe() const;
 

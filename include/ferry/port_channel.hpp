@@ -4,8 +4,9 @@
 // (device/port_channel.hpp) and performs it through the channel's Connection:
 //   put    -> Connection::write(dst, dstOffset, src, srcOffset, bytes)   (copy engine for CudaIpc)
 //   signal -> Host2DeviceSemaphore::signal(): the peer's counter moves after the data has landed
-//   flush  -> Connection::flush(); only then does the FIFO slot retire, so the GPU's flush()
-//             returns once every earlier put and signal of the channel is complete
+//   flush  -> Connection::beginFlush(); the proxy goes on with other requests, and once the flush is
+//             complete it writes the channel's word in the service's flushed array, which the
+//             GPU's flush() waits for: every earlier put and signal of the channel is complete
 //
 //   ferry::PortChannelService service;                       // cudaSetDevice(...) first
 //   auto sem = std::make_shared<ferry::Host2DeviceSemaphore>(comm, conn);

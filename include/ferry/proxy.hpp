@@ -61,6 +61,10 @@ struct ProxyOptions {
   // waits up to idleSleep longer. Zero idleSleep (the default): always spin.
   std::chrono::microseconds idleAfter{1000};
   std::chrono::microseconds idleSleep{0};
+  // Called on the proxy thread after each handled trigger and on every empty poll, for work a
+  // handler left in progress (a flush that completes later). It must not block; what it throws
+  // stops the proxy like a handler's error.
+  std::function<void()> onPoll;
 };
 
 class FERRY_API Proxy {

@@ -110,4 +110,8 @@ void Connection::flush(std::chrono::duration<double> timeout) {
 
 void Connection::flush() { doFlush(env().connectionTimeout); }
 
+std::uint64_t Connection::beginFlush() { return doBeginFlush(); }
+
+bool Connection::flushComplete(std::uint64_t ticket) { return doFlushComplete(ticket); }
+
 }  // namespace ferry

@@ -78,6 +78,8 @@ CudaIpcConnection::~CudaIpcConnection() {
       FERRY_LOG(Error, Transport) << describe() << ": copies still in flight at destruction after "
                                   << env().connectionTimeout.count() << " s; freeing anyway";
     for (auto& e : events_) (void)cudaEventDestroy(e);
+    for (auto& point : flushPoints_) (void)cudaEventDestroy(point.second);
+    for (auto e : spareEvents_) (void)cudaEventDestroy(e);
     (void)cudaFreeHost(ring_);
     (void)cudaStreamDestroy(stream_);
   } catch (const std::exception& e) {
@@ -132,6 +134,43 @@ void CudaIpcConnection::doFlush(std::chrono::duration<double> timeout) {
     throw TimeoutError(describe() + ": flush: the copies issued so far did not complete within " +
                        std::to_string(timeout.count()) + " s");
   streamBusy_ = false;
+  flushedUpTo_ = flushTickets_;  // the stream is idle: every flush point so far is behind it
+  for (auto& point : flushPoints_) spareEvents_.push_back(point.second);
+  flushPoints_.clear();
+}
+
+std::uint64_t CudaIpcConnection::doBeginFlush() {
+  const std::uint64_t ticket = ++flushTickets_;
+  if (!streamBusy_ && flushPoints_.empty()) {
+    flushedUpTo_ = ticket;  // nothing queued since the stream was last seen idle
+    return ticket;
+  }
+  DeviceGuard guard(device_);
+  cudaEvent_t event = nullptr;
+  if (spareEvents_.empty()) {
+    FERRY_CUDA_CHECK(cudaEventCreateWithFlags(&event, cudaEventDisableTiming));
+  } else {
+    event = spareEvents_.back();
+    spareEvents_.pop_back();
+  }
+  FERRY_CUDA_CHECK(cudaEventRecord(event, stream_));
+  flushPoints_.emplace_back(ticket, event);
+  return ticket;
+}
+
+bool CudaIpcConnection::doFlushComplete(std::uint64_t ticket) {
+  if (ticket <= flushedUpTo_) return true;
+  DeviceGuard guard(device_);
+  while (!flushPoints_.empty()) {
+    const auto [point, event] = flushPoints_.front();
+    const cudaError_t err = cudaEventQuery(event);
+    if (err == cudaErrorNotReady) break;
+    if (err != cudaSuccess) detail::throwCudaError(err, "cudaEventQuery", SourceLocation::current());
+    flushedUpTo_ = point;
+    spareEvents_.push_back(event);
+    flushPoints_.pop_front();
+  }
+  return ticket <= flushedUpTo_;
 }
 
 }  // namespace ferry

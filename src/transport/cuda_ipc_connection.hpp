@@ -7,10 +7,14 @@
 // the copy engine reads the slot when it runs, after the earlier copies have landed, so the value
 // is visible at the destination only after the data. A slot is reused only after the event recorded
 // behind its copy has completed (a bounded wait), so a value is never overwritten before it is read.
-// flush polls the stream (cudaStreamQuery) until it is idle or the timeout passes.
+// flush polls the stream (cudaStreamQuery) until it is idle or the timeout passes; beginFlush
+// records an event on the stream instead, and flushComplete queries the events, oldest first.
 #include <cuda_runtime_api.h>
 
 #include <array>
+#include <deque>
+#include <utility>
+#include <vector>
 
 #include "ferry/connection.hpp"
 
@@ -31,6 +35,8 @@ class CudaIpcConnection final : public Connection {
   void doWrite(void* dst, const void* src, std::uint64_t bytes) override;
   void doUpdateAndSync(std::uint64_t* dst, bool dstInHostMemory, std::uint64_t newValue) override;
   void doFlush(std::chrono::duration<double> timeout) override;
+  std::uint64_t doBeginFlush() override;
+  bool doFlushComplete(std::uint64_t ticket) override;
 
  private:
   // Waits until event completes; TimeoutError naming `what` after timeout.
@@ -43,6 +49,12 @@ class CudaIpcConnection final : public Connection {
   std::array<bool, kStagingSlots> inFlight_{};
   std::uint64_t next_ = 0;
   bool streamBusy_ = false;  // something was queued on stream_ since it was last seen idle
+  // Asynchronous flushes: points not yet seen complete (ticket, event), oldest first; events to
+  // reuse; tickets handed out; every ticket up to flushedUpTo_ is complete.
+  std::deque<std::pair<std::uint64_t, cudaEvent_t>> flushPoints_;
+  std::vector<cudaEvent_t> spareEvents_;
+  std::uint64_t flushTickets_ = 0;
+  std::uint64_t flushedUpTo_ = 0;
 };
 
 }  // namespace ferry

@@ -1,5 +1,12 @@
+#include <cuda_runtime_api.h>
+
+#include <algorithm>
 #include <array>
 #include <atomic>
+#include <vector>
+
+#include "core/cuda_check.hpp"
+#include "ferry/device/arch/atomics.hpp"
 
 #include "core/logger.hpp"
 #include "ferry/env.hpp"
@@ -22,7 +29,37 @@ struct PortChannelService::Impl {
   // it loads `count` (acquire): adding channels while the proxy runs needs no lock.
   std::array<ChannelEntry, PortRequest::kMaxChannels> channels;
   std::atomic<std::uint32_t> count{0};
-  std::unique_ptr<Proxy> proxy;
+  // Per channel, in mapped pinned memory: s + 1 once the flush pushed at FIFO slot s is complete
+  // (the GPU's flush() waits for it). Flushes in progress are kept in `flushing` (proxy thread only)
+  // so that the proxy serves other channels meanwhile.
+  std::uint64_t* flushed = nullptr;
+  std::uint64_t* flushedDevice = nullptr;
+  struct Flushing {
+    std::uint32_t channel;
+    std::uint64_t slot;
+    std::uint64_t ticket;
+  };
+  std::vector<Flushing> flushing;
+  std::unique_ptr<Proxy> proxy;  // last: stopped before the rest goes
+
+  ~Impl() {
+    proxy.reset();
+    if (flushed != nullptr) (void)cudaFreeHost(flushed);
+  }
+
+  void publishFlushed(std::uint32_t channel, std::uint64_t slot) {
+    if (atomicLoad(&flushed[channel], memory_order_relaxed) < slot + 1)
+      atomicStore(&flushed[channel], slot + 1, memory_order_release);
+  }
+
+  // onPoll: publishes the flushes that completed, in the order they were asked for.
+  void progressFlushes() {
+    std::erase_if(flushing, [&](const Flushing& f) {
+      if (!channels[f.channel].semaphore->connection()->flushComplete(f.ticket)) return false;
+      publishFlushed(f.channel, f.slot);
+      return true;
+    });
+  }
 
   ProxyHandlerResult handle(ProxyTrigger trigger) {
     const PortRequest r = PortRequest::decode(trigger);
@@ -34,7 +71,14 @@ struct PortChannelService::Impl {
     const auto& conn = c.semaphore->connection();
     if (r.kinds & PortRequest::Put) conn->write(c.dst, r.dstOffset, c.src, r.srcOffset, r.bytes);
     if (r.kinds & PortRequest::Signal) c.semaphore->signal();
-    if (r.kinds & PortRequest::Flush) conn->flush();
+    if (r.kinds & PortRequest::Flush) {
+      const std::uint64_t slot = proxy->fifo().tail();  // the slot being handled
+      const std::uint64_t ticket = conn->beginFlush();
+      if (conn->flushComplete(ticket))
+        publishFlushed(r.channel, slot);
+      else
+        flushing.push_back({r.channel, slot, ticket});
+    }
     return ProxyHandlerResult::Continue;
   }
 };
@@ -43,6 +87,15 @@ PortChannelService::PortChannelService(int fifoSize) : impl_(std::make_unique<Im
   ProxyOptions options;
   options.fifo.size = fifoSize;
   options.fifo.memory = FifoMemory::Gpu;
+  void* flushed = nullptr;
+  FERRY_CUDA_CHECK(cudaHostAlloc(&flushed, sizeof(std::uint64_t) * PortRequest::kMaxChannels,
+                                 cudaHostAllocMapped | cudaHostAllocPortable));
+  impl_->flushed = static_cast<std::uint64_t*>(flushed);
+  std::fill_n(impl_->flushed, PortRequest::kMaxChannels, std::uint64_t{0});
+  FERRY_CUDA_CHECK(cudaHostGetDevicePointer(reinterpret_cast<void**>(&impl_->flushedDevice), flushed, 0));
+  options.onPoll = [impl = impl_.get()] {
+    if (!impl->flushing.empty()) impl->progressFlushes();
+  };
   impl_->proxy =
       std::make_unique<Proxy>([impl = impl_.get()](ProxyTrigger t) { return impl->handle(t); }, options);
 }
@@ -76,6 +129,7 @@ PortChannel PortChannelService::addChannel(std::shared_ptr<Host2DeviceSemaphore>
   h.fifo = impl_->proxy->fifo().deviceHandle();
   h.semaphore = semaphore->deviceHandle();
   h.channel = id;
+  h.flushed = impl_->flushedDevice;
   return PortChannel(h);
 }
 

@@ -114,6 +114,14 @@ struct Proxy::Impl {
     bool dozing = false;  // idle for options.idleAfter: sleeping between polls
     std::chrono::steady_clock::time_point idleSince;
     while (!stopRequested.load(std::memory_order_relaxed)) {
+      if (options.onPoll) {
+        try {
+          options.onPoll();
+        } catch (...) {
+          fail(std::current_exception(), "onPoll threw");
+          break;
+        }
+      }
       std::optional<ProxyTrigger> trigger = fifo.poll();
       if (!trigger) {
         if (dozing) {

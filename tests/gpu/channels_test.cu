@@ -133,7 +133,7 @@ struct RankSetup {
   unsigned long long* wrongDev = nullptr;
 
   RankSetup(const UniqueId& id, int r, int size) : rank(r), n(size) {
-    cudaSetDevice(rank);
+    cudaSetDevice(rankDevice(rank));
     boot = TcpBootstrap::create(id, rank, n);
     comm = std::make_unique<Communicator>(boot);
     send = gpuCallocShared<unsigned char>(kSlot);
@@ -219,7 +219,7 @@ std::vector<std::pair<std::size_t, std::size_t>> roundsOfSizes() {  // (offset, 
 class GpuChannels : public ::testing::TestWithParam<int> {
  protected:
   void SetUp() override {
-    if (gpuCountWithoutInit() < GetParam()) GTEST_SKIP() << "needs " << GetParam() << " GPUs";
+    if (std::string why = whyCannotRun(GetParam()); !why.empty()) GTEST_SKIP() << why;
   }
 };
 
@@ -283,6 +283,7 @@ double medianMs(std::vector<float> v) {
 
 TEST_P(GpuChannels, Bench) {
   const int n = GetParam();
+  if (ranksShareGpus(n)) GTEST_SKIP() << "ranks share GPUs: nothing real to time";
   UniqueId id = UniqueId::create();
   runRanksOk(n, [&](int rank) {
     RankSetup s(id, rank, n);
@@ -318,7 +319,7 @@ TEST_P(GpuChannels, Bench) {
     s.boot->barrier();
     // Bandwidth: the same bytes to every peer at once (all pairs), and rank 0 -> 1 alone (pair).
     cudaDeviceProp prop;
-    cudaGetDeviceProperties(&prop, rank);
+    cudaGetDeviceProperties(&prop, rankDevice(rank));
     for (std::size_t bytes : {1ul << 20, 8ul << 20, 64ul << 20}) {
       const int peersNow = n - 1;
       dim3 grid(prop.multiProcessorCount / peersNow, peersNow);

@@ -159,13 +159,17 @@ TEST_P(GpuP2P, UngroupedStreamOfOddSizesAndOffsets) {
       const std::size_t es = sizeOf(m.type), bytes = m.count * es, off = m.offsetElems * es;
       DeviceBuffer buf(r.device, bytes + off);
       const auto data = message(from, to, k, bytes);
-      if (rank == from) {
+      if (rank == from)
         cudaMemcpy(buf.as<char>() + off, data.data(), bytes, cudaMemcpyHostToDevice);
-        r.comm->send(buf.as<char>() + off, m.count, m.type, to, r.stream);
-      } else {
+      else
         cudaMemset(buf.ptr, kPoison, bytes + off);
+      // The copy and the memset run on the legacy stream, which r.stream (non-blocking) does not
+      // wait for; both may return before they are done.
+      cudaDeviceSynchronize();
+      if (rank == from)
+        r.comm->send(buf.as<char>() + off, m.count, m.type, to, r.stream);
+      else
         r.comm->recv(buf.as<char>() + off, m.count, m.type, from, r.stream);
-      }
       ASSERT_EQ(cudaStreamSynchronize(r.stream), cudaSuccess) << "message " << k;
       if (rank == to) {
         std::vector<unsigned char> got(bytes + off), poison(off, kPoison);

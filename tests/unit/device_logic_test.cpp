@@ -4,6 +4,7 @@
 
 #include <atomic>
 #include <random>
+#include <chrono>
 #include <thread>
 #include <vector>
 
@@ -231,6 +232,45 @@ TEST(PortChannelHandle, SplitsLargePutsAndFlushWaitsForTheProxy) {
   EXPECT_EQ(covered, big);
   ASSERT_EQ(seen.size(), 7u);
   EXPECT_EQ(seen[6].kinds, std::uint32_t{PortRequest::Flush});
+}
+
+// With the service's flushed words, flush() returns when the proxy publishes the flush's slot, not
+// when the FIFO slot retires (the proxy may retire it long before the copies are done).
+TEST(PortChannelHandle, FlushWaitsForTheFlushedWordOfItsChannel) {
+  constexpr int kSize = 8;
+  std::vector<ProxyTrigger> slots(kSize);
+  std::uint64_t head = 0, tail = 0, tailCache = 0;
+  std::vector<std::uint64_t> flushed(8, 0);
+  PortChannelDeviceHandle ch;
+  ch.fifo = {slots.data(), &head, &tail, &tailCache, kSize, {0, 1, 5'000'000'000ull}};
+  ch.channel = 5;
+  ch.flushed = flushed.data();
+  std::atomic<bool> stop{false}, published{false};
+  std::thread proxy([&] {
+    while (!stop) {
+      ProxyTrigger& t = slots[tail % kSize];
+      const std::uint64_t fst = atomicLoad(&t.fst, memory_order_acquire);
+      if (!(fst & kTriggerFullBit)) continue;
+      const PortRequest r = PortRequest::decode({fst & ~kTriggerFullBit, t.snd});
+      const std::uint64_t slot = tail;
+      atomicStore(&t.fst, std::uint64_t{0}, memory_order_relaxed);
+      atomicStore(&tail, tail + 1, memory_order_release);  // retired at once, as the service does
+      if (r.kinds & PortRequest::Flush) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(30));  // the copies take a while
+        published = true;
+        atomicStore(&flushed[r.channel], slot + 1, memory_order_release);
+      }
+    }
+  });
+  ch.put(0, 0, 100);
+  ch.flush();
+  EXPECT_TRUE(published.load()) << "flush returned before the proxy published it";
+  published = false;
+  ch.putWithSignalAndFlush(0, 0, 100);
+  EXPECT_TRUE(published.load()) << "putWithSignalAndFlush returned before the proxy published it";
+  stop = true;
+  proxy.join();
+  EXPECT_EQ(flushed[5], 3u);  // slots 0 (put), 1 (flush), 2 (put, signal, flush)
 }
 
 // The copy engine's requests: every field survives the trip, and the FIFO's bit stays free.

@@ -159,6 +159,29 @@ TEST(Proxy, DozesWhenIdleAndWakesForTheNextTrigger) {
   EXPECT_LT(used, 0.2) << "the idle proxy used " << used << " s of CPU in 0.4 s";
 }
 
+// onPoll runs on the proxy thread between triggers and while idle (for work a handler left in
+// progress); what it throws stops the proxy like a handler error.
+TEST(Proxy, OnPollRunsWhileIdleAndItsErrorStopsTheProxy) {
+  std::atomic<int> polls{0};
+  std::atomic<bool> fail{false};
+  ProxyOptions options = hostProxy(8);
+  options.onPoll = [&] {
+    ++polls;
+    if (fail) throw std::runtime_error("planted");
+  };
+  Proxy proxy([](ProxyTrigger) { return ProxyHandlerResult::Continue; }, options);
+  proxy.start();
+  FifoDeviceHandle h = proxy.fifo().deviceHandle();
+  h.sync(h.push(testing::makeTrigger(0, 0)));
+  const int before = polls.load();
+  std::this_thread::sleep_for(20ms);
+  EXPECT_GT(polls.load(), before) << "onPoll did not run while the FIFO was empty";
+  fail = true;
+  for (int i = 0; i < 2000 && proxy.running(); ++i) std::this_thread::sleep_for(1ms);
+  EXPECT_FALSE(proxy.running());
+  EXPECT_THROW(proxy.stop(), std::runtime_error);
+}
+
 TEST(Proxy, StopResultEndsTheThreadAfterPoppingThatTrigger) {
   std::vector<std::uint64_t> seen;
   Proxy proxy(

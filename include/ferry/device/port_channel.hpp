@@ -8,7 +8,8 @@
 //   signal              increment the peer's semaphore after every earlier put of this channel has
 //                       landed; the peer's wait() then sees that data
 //   flush               return once every earlier put and signal of this channel has completed at the
-//                       destination (the GPU may reuse its source buffer)
+//                       destination (the GPU may reuse its source buffer); other channels' requests
+//                       proceed meanwhile
 //   wait / poll         consume a signal sent by the peer's channel
 //
 //   // rank 0, thread 0: send, tell, and make the source reusable
@@ -66,6 +67,10 @@ struct PortChannelDeviceHandle {
   FifoDeviceHandle fifo;
   SemaphoreDeviceHandle semaphore;  // inbound is increased by the peer's proxy
   std::uint32_t channel = 0;
+  // The service's per-channel words (host memory the GPU reads): slot + 1 once the flush pushed at
+  // FIFO slot `slot` is complete. The proxy serves other channels while a flush is in progress, so
+  // flushes of several channels overlap. Null: flush waits for the FIFO slot to retire instead.
+  const std::uint64_t* flushed = nullptr;
 
   // All calls: one thread. Puts larger than one trigger can carry are split; only the last part
   // carries the signal or flush, so the peer is told once, after all of it.
@@ -80,13 +85,22 @@ struct PortChannelDeviceHandle {
   }
   FERRY_HOST_DEVICE FERRY_INLINE void putWithSignalAndFlush(std::uint64_t dstOffset, std::uint64_t srcOffset,
                                                             std::uint64_t bytes) {
-    fifo.sync(push(PortRequest::Put | PortRequest::Signal | PortRequest::Flush, dstOffset, srcOffset, bytes));
+    awaitFlush(push(PortRequest::Put | PortRequest::Signal | PortRequest::Flush, dstOffset, srcOffset, bytes));
   }
-  FERRY_HOST_DEVICE FERRY_INLINE void flush() { fifo.sync(push(PortRequest::Flush, 0, 0, 0)); }
+  FERRY_HOST_DEVICE FERRY_INLINE void flush() { awaitFlush(push(PortRequest::Flush, 0, 0, 0)); }
   FERRY_HOST_DEVICE FERRY_INLINE void wait() { semaphore.wait(); }
   FERRY_HOST_DEVICE FERRY_INLINE bool poll() { return semaphore.poll(); }
 
  private:
+  FERRY_HOST_DEVICE FERRY_INLINE void awaitFlush(std::uint64_t slot) {
+    if (flushed == nullptr) {
+      fifo.sync(slot);
+      return;
+    }
+    spinUntil([&] { return atomicLoad(flushed + channel, memory_order_acquire) > slot; }, fifo.wait,
+              "PortChannel::flush", slot);
+  }
+
   // Returns the slot of the last trigger pushed.
   FERRY_HOST_DEVICE FERRY_INLINE std::uint64_t push(std::uint32_t kinds, std::uint64_t dstOffset,
                                                     std::uint64_t srcOffset, std::uint64_t bytes) {
