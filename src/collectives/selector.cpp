@@ -62,6 +62,11 @@ std::array<std::string, kCollectiveCount> parseForcedAlgorithms(std::string_view
   return out;
 }
 
+bool TuningRow::matches(const CollectiveCall& call) const {
+  return collective == call.collective && (worldSize == 0 || worldSize == call.worldSize) &&
+         (!type || *type == call.type) && (!registered || *registered == call.registered());
+}
+
 Selector::Selector(std::vector<TuningRow> rows, std::vector<const Algorithm*> plans)
     : rows_(std::move(rows)), plans_(std::move(plans)) {}
 
@@ -92,9 +97,7 @@ const Algorithm& Selector::select(const CollectiveCall& call, const CommLimits& 
     if (a->collective() == call.collective && a->whyNot(call, limits).empty()) return *a;
   const std::uint64_t bytes = call.bytes();
   for (const TuningRow& row : rows_) {
-    if (row.collective != call.collective || (row.worldSize != 0 && row.worldSize != call.worldSize) ||
-        bytes > row.maxBytes)
-      continue;
+    if (!row.matches(call) || bytes > row.maxBytes) continue;
     const Algorithm* a = findAlgorithm(row.algorithm);
     if (a && a->whyNot(call, limits).empty()) return *a;
   }

@@ -5,15 +5,17 @@
 //   2. the first loaded plan (FERRY_PLAN_DIR) of the collective that can run the call: a plan is
 //      for one world size and a range of message sizes, and the user who loads it wants it there;
 //   3. the first row of the tuning table (FERRY_TUNING_FILE, then the built-in defaults) whose
-//      collective and world size match, whose maxBytes is at least the call's bytes, and whose
-//      algorithm can run the call;
+//      collective and world size match (and data type, and registration, where the row names
+//      them), whose maxBytes is at least the call's bytes, and whose algorithm can run the call;
 //   4. the first algorithm of the collective (registry order) that can run it.
 //
 // Tuning file (what `ferry-bench --tune` writes):
 //   {"version": 1, "rows": [
 //     {"collective": "allreduce", "world_size": 4, "max_bytes": 65536, "algorithm": "allreduce_ll"},
 //     ...]}
-// world_size 0 (or left out) matches any size.
+// world_size 0 (or left out) matches any size. Optional keys narrow a row: "datatype" (e.g. "bf16")
+// to calls of that type, "registered" (true or false) to calls whose buffers are (or are not) all
+// registered with Comm::registerBuffer.
 #include <array>
 #include <optional>
 #include <string>
@@ -29,7 +31,11 @@ struct TuningRow {
   int worldSize = 0;  // 0: any
   std::uint64_t maxBytes = 0;
   std::string algorithm;
+  std::optional<DataType> type;     // unset: any
+  std::optional<bool> registered;   // unset: either
   bool operator==(const TuningRow&) const = default;
+  // The row applies to the call (everything but whether its algorithm can run it).
+  bool matches(const CollectiveCall& call) const;
 };
 
 // The built-in table: measured on 4x H200 (NVSwitch); see docs/collectives.md.

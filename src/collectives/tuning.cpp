@@ -63,6 +63,15 @@ std::vector<TuningRow> parseTuning(std::string_view text, std::string_view sourc
         throw fail(where + ".world_size", "must be an integer in [0, " + std::to_string(kMaxRanks) + "]");
       row.worldSize = r["world_size"].get<int>();
     }
+    if (r.contains("datatype")) {
+      const auto type = r["datatype"].is_string() ? parseDataType(r["datatype"].get<std::string>()) : std::nullopt;
+      if (!type) throw fail(where + ".datatype", "not a data type name (e.g. \"bf16\", \"float32\")");
+      row.type = *type;
+    }
+    if (r.contains("registered")) {
+      if (!r["registered"].is_boolean()) throw fail(where + ".registered", "must be true or false");
+      row.registered = r["registered"].get<bool>();
+    }
     if (!r.contains("max_bytes") || !r["max_bytes"].is_number_unsigned())
       throw fail(where + ".max_bytes", "missing or not a non-negative integer");
     row.maxBytes = r["max_bytes"].get<std::uint64_t>();
@@ -91,11 +100,15 @@ std::vector<TuningRow> loadTuningFile(const std::string& path) {
 
 std::string tuningToJson(const std::vector<TuningRow>& rows) {
   nlohmann::json doc = {{"version", 1}, {"rows", nlohmann::json::array()}};
-  for (const auto& r : rows)
-    doc["rows"].push_back({{"collective", std::string(toString(r.collective))},
-                           {"world_size", r.worldSize},
-                           {"max_bytes", r.maxBytes},
-                           {"algorithm", r.algorithm}});
+  for (const auto& r : rows) {
+    nlohmann::json row = {{"collective", std::string(toString(r.collective))},
+                          {"world_size", r.worldSize},
+                          {"max_bytes", r.maxBytes},
+                          {"algorithm", r.algorithm}};
+    if (r.type) row["datatype"] = std::string(toString(*r.type));
+    if (r.registered) row["registered"] = *r.registered;
+    doc["rows"].push_back(std::move(row));
+  }
   return doc.dump(2) + "\n";
 }
 

@@ -324,8 +324,10 @@ TEST_P(GpuCollectives, CopyEngineAlgorithmsOverManyRoundsAndInAGraph) {
       r.comm->setAlgorithm(coll, "");
     }
 
+    // The reduce-scatter runs the direct algorithm: zero-copy calls in a graph too.
     const CallShape shapes[] = {{Collective::AllReduce, DataType::Float32, ReduceOp::Sum, 300001, rank, n, 0, 0},
-                                {Collective::AllGather, DataType::Float16, ReduceOp::Sum, 70001, rank, n, 0, 0}};
+                                {Collective::AllGather, DataType::Float16, ReduceOp::Sum, 70001, rank, n, 0, 0},
+                                {Collective::ReduceScatter, DataType::BFloat16, ReduceOp::Sum, 20001, rank, n, 0, 0}};
     std::vector<std::unique_ptr<CallBuffers>> bufs;
     std::vector<BufferRegistration> regs;
     for (const auto& s : shapes) {
@@ -335,12 +337,12 @@ TEST_P(GpuCollectives, CopyEngineAlgorithmsOverManyRoundsAndInAGraph) {
     }
     r.comm->setAlgorithm(Collective::AllReduce, "allreduce_ce");
     r.comm->setAlgorithm(Collective::AllGather, "allgather_ce");
+    r.comm->setAlgorithm(Collective::ReduceScatter, "reducescatter_direct");
     cudaGraph_t graph;
     ASSERT_EQ(cudaStreamBeginCapture(r.stream, cudaStreamCaptureModeThreadLocal), cudaSuccess);
     for (std::size_t k = 0; k < std::size(shapes); ++k) issue(*r.comm, shapes[k], bufs[k]->send, bufs[k]->recv, r.stream);
     ASSERT_EQ(cudaStreamEndCapture(r.stream, &graph), cudaSuccess);
-    r.comm->setAlgorithm(Collective::AllReduce, "");
-    r.comm->setAlgorithm(Collective::AllGather, "");
+    for (Collective c : {Collective::AllReduce, Collective::AllGather, Collective::ReduceScatter}) r.comm->setAlgorithm(c, "");
     cudaGraphExec_t exec;
     ASSERT_EQ(cudaGraphInstantiate(&exec, graph, 0), cudaSuccess);
     replayAndCheck(r, shapes, bufs, exec, 3, false);
@@ -386,7 +388,9 @@ TEST_P(GpuCollectives, CapturedInAGraphAndReplayed) {
     const CallShape shapes[] = {{Collective::AllReduce, DataType::BFloat16, ReduceOp::Sum, count, rank, n, 0, 0},
                                 {Collective::AllReduce, DataType::Float32, ReduceOp::Max, 300, rank, n, 0, 0},
                                 {Collective::AllGather, DataType::Float16, ReduceOp::Sum, count, rank, n, 0, 0},
-                                {Collective::ReduceScatter, DataType::Float32, ReduceOp::Avg, count, rank, n, 0, 0}};
+                                {Collective::ReduceScatter, DataType::Float32, ReduceOp::Avg, count, rank, n, 0, 0},
+                                {Collective::AllToAll, DataType::Int32, ReduceOp::Sum, 3001, rank, n, 0, 0},
+                                {Collective::Broadcast, DataType::BFloat16, ReduceOp::Sum, count, rank, n, n - 1, 0}};
     std::vector<std::unique_ptr<CallBuffers>> bufs;
     for (const auto& s : shapes) bufs.push_back(std::make_unique<CallBuffers>(r.device, s, false));
     cudaGraph_t graph;

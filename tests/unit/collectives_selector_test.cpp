@@ -222,6 +222,30 @@ TEST(Selector, WorldSizeZeroMatchesAny) {
   }
 }
 
+TEST(Selector, RowsNamingADataTypeApplyOnlyToIt) {
+  TuningRow bf16Row{Collective::AllReduce, 0, kAny, "allreduce_two_shot"};
+  bf16Row.type = DataType::BFloat16;
+  const Selector s({bf16Row, {Collective::AllReduce, 0, kAny, "allreduce_ll"}});
+  CollectiveCall call = callOf(Collective::AllReduce, 1024);
+  call.type = DataType::BFloat16;
+  EXPECT_EQ(selected(s, call), "allreduce_two_shot");
+  call.type = DataType::Float32;
+  EXPECT_EQ(selected(s, call), "allreduce_ll");
+}
+
+TEST(Selector, RowsNamingRegistrationApplyOnlyToCallsThatMatchIt) {
+  TuningRow registeredRow{Collective::AllGather, 0, kAny, "allgather_push"};
+  registeredRow.registered = true;
+  TuningRow unregisteredRow{Collective::AllGather, 0, kAny, "allgather_ll"};
+  unregisteredRow.registered = false;
+  const Selector s({registeredRow, unregisteredRow});
+  CollectiveCall call = callOf(Collective::AllGather, 1024);
+  EXPECT_EQ(selected(s, call), "allgather_ll");
+  call.sendId = 1;
+  call.recvId = 2;
+  EXPECT_EQ(selected(s, call), "allgather_push");
+}
+
 TEST(Selector, RowsOfOtherCollectivesDoNotApply) {
   const Selector s({{Collective::AllGather, 0, kAny, "allgather_push"}});
   // No row of allreduce: the first allreduce algorithm that can run it.
@@ -367,8 +391,33 @@ TEST(ParseTuning, AcceptsOptionalWorldSizeAndCollectiveSpellings) {
   EXPECT_TRUE(parseTuning(table(""), "inline").empty());
 }
 
+TEST(ParseTuning, ReadsTheOptionalDataTypeAndRegistration) {
+  const auto rows = parseTuning(table("{\"collective\": \"allreduce\", \"datatype\": \"bf16\", \"registered\": true, "
+                                      "\"max_bytes\": 100, \"algorithm\": \"allreduce_ce\"}"),
+                                "inline");
+  ASSERT_EQ(rows.size(), 1u);
+  EXPECT_EQ(rows[0].type, DataType::BFloat16);
+  EXPECT_EQ(rows[0].registered, true);
+  EXPECT_CONTAINS(invalidUsageOf([] {
+                    parseTuning(table("{\"collective\": \"allreduce\", \"datatype\": \"bf17\", \"max_bytes\": 1, "
+                                      "\"algorithm\": \"allreduce_ll\"}"),
+                                "inline");
+                  }),
+                  "rows[0].datatype");
+  EXPECT_CONTAINS(invalidUsageOf([] {
+                    parseTuning(table("{\"collective\": \"allreduce\", \"registered\": 1, \"max_bytes\": 1, "
+                                      "\"algorithm\": \"allreduce_ll\"}"),
+                                "inline");
+                  }),
+                  "rows[0].registered");
+}
+
 TEST(ParseTuning, RoundTripsThroughJson) {
   std::vector<TuningRow> rows = defaultTuning();
+  TuningRow narrow{Collective::ReduceScatter, 4, 1 << 20, "reducescatter_ce"};
+  narrow.type = DataType::Fp8E5M2;
+  narrow.registered = false;
+  rows.push_back(narrow);
   rows.insert(rows.begin(), {Collective::AllToAll, 4, 12345, "alltoall_push"});
   rows.insert(rows.begin(), {Collective::Broadcast, 8, 0, "broadcast_ll"});
   EXPECT_EQ(parseTuning(tuningToJson(rows), "round trip"), rows);

@@ -110,6 +110,7 @@ class Runner {
   };
   struct TuningChoice {
     Collective collective;
+    DataType type;
     std::uint64_t bytes;
     std::string algorithm;
   };
@@ -305,7 +306,7 @@ class Runner {
 
   // Times every algorithm that can run the call (each checked first) and keeps the fastest.
   TuningChoice tune(CallShape s, const Buffers& b) {
-    TuningChoice best{s.collective, s.count * sizeOf(s.type) * (perRank(s.collective) ? r_.worldSize : 1), ""};
+    TuningChoice best{s.collective, s.type, s.count * sizeOf(s.type) * (perRank(s.collective) ? r_.worldSize : 1), ""};
     double bestUs = 1e300;
     for (const std::string& name : Comm::algorithmNames(s.collective)) {
       comm_->setAlgorithm(s.collective, name);
@@ -435,15 +436,19 @@ class Runner {
   }
 
   void writeTuning(const std::vector<TuningChoice>& choices) {
-    // One row per run of sizes with the same winner, up to the last size it won.
+    // One row per run of sizes with the same winner, up to the last size it won, for the data type
+    // and the registration (-R) it was measured with.
     nlohmann::json doc = {{"version", 1}, {"rows", nlohmann::json::array()}};
     for (std::size_t i = 0; i < choices.size(); ++i) {
       const auto& c = choices[i];
       if (c.algorithm.empty()) continue;
-      const bool last = i + 1 == choices.size() || choices[i + 1].collective != c.collective;
+      const bool last = i + 1 == choices.size() || choices[i + 1].collective != c.collective ||
+                        choices[i + 1].type != c.type || choices[i + 1].bytes <= c.bytes;  // a new sweep
       if (!last && choices[i + 1].algorithm == c.algorithm) continue;
       doc["rows"].push_back({{"collective", std::string(toString(c.collective))},
                              {"world_size", r_.worldSize},
+                             {"datatype", std::string(toString(c.type))},
+                             {"registered", o_.registered},
                              {"max_bytes", last ? ~0ull : c.bytes},
                              {"algorithm", c.algorithm}});
     }
