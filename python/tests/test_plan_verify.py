@@ -131,3 +131,35 @@ def test_main_exits_zero_on_a_proven_plan(tmp_path, capsys):
     path.write_text(__import__("json").dumps(allreduce_two_shot(4)))
     assert main([str(path)]) == 0
     assert capsys.readouterr().out.strip() == "verify: 0 findings in 1 plan (all proven)"
+
+
+def _port_allgather(n: int, edit) -> dict:
+    """allgather(n) over port channels, edited by ``edit(doc)``."""
+    def to_port(d):
+        for r in d["ranks"]:
+            for c in r["channels"]:
+                c["type"] = "port"
+        edit(d)
+    return mutated(allgather(n), to_port)
+
+
+def test_port_put_source_reused_before_flush_is_a_race_at_the_write():
+    # Rank 0 overwrites its input (the put's source) right after the put, before any flush or signal.
+    def edit(d):
+        ops_of(d, 0).insert(2, {"op": "copy", "src": ref("output", 0), "dst": ref("input", 0)})
+    found = findings_of(_port_allgather(2, edit))
+    races = [f for f in found if f.kind == "race"]
+    assert [(f.rank, f.thread_block, f.op_index) for f in races] == [(0, 0, 2)]
+    assert "port-channel put by rank 0 tb 0 op 1" in races[0].message
+
+
+def test_port_put_source_reused_after_flush_is_clean():
+    def edit(d):
+        ops_of(d, 0).insert(2, {"op": "flush", "channel": 0})
+        ops_of(d, 0).insert(3, {"op": "copy", "src": ref("output", 0), "dst": ref("input", 0)})
+    # The copy rewrites the same value (output[0] holds input[0]), so only ordering is at stake.
+    assert [f for f in findings_of(_port_allgather(2, edit)) if f.kind == "race"] == []
+
+
+def test_port_allgather_with_signals_verifies_clean():
+    assert findings_of(_port_allgather(4, lambda d: None)) == []

@@ -11,8 +11,9 @@ Ops recorded on an end run on that end's rank:
     >>> ch.pair.wait(tb=0)                                       # ... for rank 1 after this wait
     >>> prog.rank(1).reduce([r1.input[0], r1.scratch[0]], r1.output[0], tb=0)
 
-Which end may do what: put/signal/wait on every type; get and ``remote`` reads on memory channels
-only; flush on port channels only; put_packets on memory and port channels.
+Which end may do what: put/signal/wait on every type; get, ``remote`` reads and ``reduce`` on memory
+channels only; flush on port channels only; put_packets on memory and port channels; ``broadcast``
+(one local chunk put to several peers, each over its own channel) on any.
 @pre a channel end carries its signals from one thread block, so that "the n-th wait consumes the
      n-th signal" is well defined.
 """
@@ -89,6 +90,28 @@ class Channel:
         if dst.buffer != "scratch":
             raise ValueError(f"rank {self.rank} put_packets: dst must be the peer's scratch, not {dst.buffer}")
         self._transfer("put_packets", src, dst, tb)
+
+    def reduce(self, src: ChunkRef, dst: ChunkRef, *, tb: int) -> None:
+        """Local ``dst`` = ``dst`` reduced with the peer's ``src``, read over this channel (memory
+        channels): the plan's ``reduce`` op with sources [dst, the peer's src]."""
+        self._need("reduce", MemoryChannel)
+        self.check_peer_ref("reduce", src)
+        self.program.rank(self.rank).reduce([dst, self.remote(src)], dst, tb=tb)
+
+    @staticmethod
+    def broadcast(channels: list[Channel], src: ChunkRef, dst: ChunkRef, *, tb: int) -> None:
+        """Puts local ``src`` to ``dst``'s chunks on every channel's peer (one put each, in order), then
+        signals each channel: each peer's matching wait sees the data."""
+        if not channels:
+            raise ValueError("broadcast: no channels")
+        rank = channels[0].rank
+        for ch in channels:
+            ch.check_end(rank, "broadcast")
+        peer_dst = [ChunkRef(ch.peer, dst.buffer, dst.index, dst.count) for ch in channels]
+        for ch, ref in zip(channels, peer_dst):
+            ch.put(src, ref, tb=tb)
+        for ch in channels:
+            ch.signal(tb=tb)
 
     def remote(self, ref: ChunkRef) -> RemoteRef:
         """The peer's chunks ``ref`` as a source of reduce / read_reduce_copy_send (memory channels)."""

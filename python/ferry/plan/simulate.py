@@ -11,6 +11,10 @@ Happens-before is tracked with vector clocks, one component per (rank, thread bl
 signal -> the matching wait, the packet write -> the unpack that consumes it, and barriers (which
 join every thread block of the rank). Each chunk remembers its last write and the reads since; an
 access that is not ordered after a conflicting access of another thread block is a race.
+
+A put on a port channel is performed later by a proxy: its source may be read at any time until the
+thread block's next flush or signal on that channel. A write to the source before that (by the same
+thread block too), or not ordered after it, is a race.
 """
 
 from __future__ import annotations
@@ -74,6 +78,9 @@ class Simulator:
         self.unpacked: dict[Slot, int] = {}       # scratch slot -> packet writes consumed
         self.events: list[Event] = []
         self._reported: set = set()
+        # Sources of port-channel puts: [slots, put location, (gid, epoch) once flushed or signalled].
+        self.port_reads: list[list] = []
+        self.open_port_reads: dict[tuple, list] = {}  # (rank, channel) -> entries not yet completed
 
     # -- scheduling -------------------------------------------------------------------------------
 
@@ -125,8 +132,13 @@ class Simulator:
 
     def _op_put(self, t, op):
         peer = self._peer(t, op.channel)
-        for s, d in zip(self._slots(t.rank, op.src), self._slots(peer, op.dst)):
+        sources = self._slots(t.rank, op.src)
+        for s, d in zip(sources, self._slots(peer, op.dst)):
             self._write(t, d, self._read(t, s))
+        if self._is_port(t, op.channel):
+            entry = [set(sources), self._loc(t), None]
+            self.port_reads.append(entry)
+            self.open_port_reads.setdefault((t.rank, op.channel), []).append(entry)
 
     def _op_get(self, t, op):
         peer = self._peer(t, op.channel)
@@ -138,6 +150,7 @@ class Simulator:
             self._write(t, d, self._read(t, s))
 
     def _op_signal(self, t, op):
+        self._complete_port_reads(t, op.channel)  # a signal follows the landing of earlier puts
         self.signals.setdefault((t.rank, op.channel), []).append((tuple(t.clock), self._loc(t)))
 
     def _op_wait(self, t, op):
@@ -147,7 +160,11 @@ class Simulator:
         self.waits[key] = n + 1
 
     def _op_flush(self, t, op):
-        pass  # puts complete when they run here, so a flush orders nothing more
+        self._complete_port_reads(t, op.channel)
+
+    def _complete_port_reads(self, t, channel: int) -> None:
+        for entry in self.open_port_reads.pop((t.rank, channel), []):
+            entry[2] = (t.gid, t.clock[t.gid])
 
     def _op_reduce(self, t, op):
         self._reduce_into(t, op)
@@ -200,6 +217,9 @@ class Simulator:
         return self.memory.get(s, garbage(s))
 
     def _write(self, t: _Thread, s: Slot, value: Value) -> None:
+        for sources, put_loc, done in self.port_reads:
+            if s in sources and (done is None or t.clock[done[0]] < done[1]):
+                self._port_race(t, s, put_loc)
         acc = self.access.setdefault(s, _Access())
         if acc.write and acc.write[0] != t.gid and t.clock[acc.write[0]] < acc.write[1]:
             self._race(t, s, "writes", "write", acc.write[2])
@@ -224,6 +244,9 @@ class Simulator:
     def _peer(self, t: _Thread, channel: int) -> int:
         return self.plan.ranks[t.rank].channels[channel].peer
 
+    def _is_port(self, t: _Thread, channel: int) -> bool:
+        return self.plan.ranks[t.rank].channels[channel].type == "port"
+
     def _loc(self, t: _Thread) -> Loc:
         return (t.rank, t.tb, t.pc)
 
@@ -237,6 +260,15 @@ class Simulator:
         self._reported.add(key)
         self._event("race", t, f"{verb} rank {s[0]} {s[1]}[{s[2]}] unordered with the {other} by "
                     f"{_where(other_loc)} (no program order, barrier, signal/wait or packet orders them)")
+
+    def _port_race(self, t: _Thread, s: Slot, put_loc: Loc) -> None:
+        key = (self._loc(t), put_loc)
+        if key in self._reported:
+            return
+        self._reported.add(key)
+        self._event("race", t, f"writes rank {s[0]} {s[1]}[{s[2]}], the source of the port-channel put by "
+                    f"{_where(put_loc)}, which the proxy may still be reading (flush or signal that channel "
+                    f"before the source is overwritten, and order this write after it)")
 
     def _why_blocked(self, t: _Thread) -> str:
         op = t.ops[t.pc]
