@@ -37,6 +37,8 @@ CopyEngine::CopyEngine(int rank, int worldSize, int device) : rank_(rank), world
       FERRY_CUDA_CHECK(cudaStreamCreateWithFlags(&streams_[s], cudaStreamNonBlocking));
       for (auto& set : events_) FERRY_CUDA_CHECK(cudaEventCreateWithFlags(&set[s], cudaEventDisableTiming));
     }
+    FERRY_CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&locks_), sizeof(std::uint32_t) * kCeStreams));
+    FERRY_CUDA_CHECK(cudaMemset(locks_, 0, sizeof(std::uint32_t) * kCeStreams));
     ProxyOptions options;
     options.fifo.device = device_;
     options.fifo.rank = rank_;
@@ -44,6 +46,7 @@ CopyEngine::CopyEngine(int rank, int worldSize, int device) : rank_(rank), world
     options.idleSleep = std::chrono::microseconds(20);
     proxy_ = std::make_unique<Proxy>([this](ProxyTrigger t) { return handleTrigger(t); }, options);
   } catch (...) {
+    if (locks_ != nullptr) (void)cudaFree(locks_);
     for (int s = 0; s < worldSize_; ++s) {
       for (auto& set : events_)
         if (set[s] != nullptr) (void)cudaEventDestroy(set[s]);
@@ -73,6 +76,7 @@ CopyEngine::~CopyEngine() {
     for (auto& set : events_) (void)cudaEventDestroy(set[s]);
     (void)cudaStreamDestroy(streams_[s]);
   }
+  (void)cudaFree(locks_);
   (void)cudaSetDevice(previous);
 }
 
@@ -90,7 +94,14 @@ CopyEngineHandle CopyEngine::handle() {
     }
     proxy_->start();
   }
-  return CopyEngineHandle{proxy_->fifo().deviceHandle()};
+  return CopyEngineHandle{proxy_->fifo().deviceHandle(), locks_};
+}
+
+void CopyEngine::waitStream(int stream) const {
+  if (!pollReady([&] { return cudaStreamQuery(streams_[stream]); }, env().deviceTimeout, "cudaStreamQuery"))
+    throw TimeoutError("rank " + std::to_string(rank_) + ": copy engine: the copies to rank " +
+                       std::to_string(stream) + " did not complete within FERRY_DEVICE_TIMEOUT (" +
+                       std::to_string(env().deviceTimeout.count()) + " s); is that rank's GPU healthy?");
 }
 
 void CopyEngine::waitEvent(cudaEvent_t event, int stream, const char* what) const {
@@ -129,12 +140,9 @@ ProxyHandlerResult CopyEngine::handleTrigger(ProxyTrigger trigger) {
       for (int s = 0; s < worldSize_; ++s) waitEvent(events_[r.value][s], s, "flush");
       break;
     case CeKind::FlushAll:
-      for (int s = 0; s < worldSize_; ++s) {
-        if (!pollReady([&] { return cudaStreamQuery(streams_[s]); }, env().deviceTimeout, "cudaStreamQuery"))
-          throw TimeoutError("rank " + std::to_string(rank_) + ": copy engine: the copies to rank " +
-                             std::to_string(s) + " did not complete within FERRY_DEVICE_TIMEOUT");
-      }
+      for (int s = 0; s < worldSize_; ++s) waitStream(s);
       break;
+    case CeKind::FlushStream: waitStream(static_cast<int>(r.stream)); break;
     default: throw bad("unknown request kind " + std::to_string(static_cast<unsigned>(r.kind)));
   }
   return ProxyHandlerResult::Continue;

@@ -29,12 +29,14 @@ class CopyEngine {
  private:
   ProxyHandlerResult handleTrigger(ProxyTrigger trigger);
   void waitEvent(cudaEvent_t event, int stream, const char* what) const;
+  void waitStream(int stream) const;
 
   int rank_;
   int worldSize_;
   int device_;
   std::array<cudaStream_t, kCeStreams> streams_{};
   std::array<std::array<cudaEvent_t, kCeStreams>, kCeMarks> events_{};
+  std::uint32_t* locks_ = nullptr;  // device memory: CopyEngineHandle::locks
   std::unique_ptr<Proxy> proxy_;
   std::mutex startMutex_;
   // Per stream, a CopyTo waiting for its CopyFrom (proxy thread only): the two halves of a copy

@@ -11,6 +11,8 @@
 // Signals: a channel's n-th signal in call m stores signalValue(m, n, 1) in its flag row of the
 // peer's flags; the n-th wait waits for at least that. LL packets carry the call number as flag.
 // Avg runs the plan with sum and divides each rank's output once at the end.
+#include "collectives/copy_engine.hpp"
+#include "collectives/copy_engine_host.hpp"
 #include "collectives/direct_call.cuh"
 #include "collectives/kernel_util.cuh"
 #include "collectives/launch.hpp"
@@ -34,6 +36,7 @@ struct ExecArgs {
   std::uint64_t elementBytes = 0;
   std::uint64_t scratchStride = 0;   // bytes from one scratch chunk to the next
   std::uint64_t outputElements = 0;  // for avg
+  CopyEngineHandle ce;  // for the ops of port channels (ExecOp::proxy)
   bool merge = false;  // a multi-chunk reference is one contiguous piece everywhere
   bool direct = false;
   bool ll = false;
@@ -113,6 +116,15 @@ FERRY_DEVICE FERRY_INLINE void runOp(const ExecOp& op, const ExecArgs& a, const 
   const auto kind = static_cast<OpKind>(op.kind);
   switch (kind) {
     case OpKind::Put:
+      if (op.proxy) {  // one thread asks the copy engine; the block goes on
+        const ExecRef* refs[2] = {&op.src, &op.dst};
+        if (tid == 0)
+          forPieces(a, refs, 2, op.src.count, [&](std::uint64_t j, std::uint64_t n) {
+            a.ce.copy(op.peer, chunkAt(b, a, c, op.dst, j), chunkAt(b, a, c, op.src, j), n * es);
+          });
+        break;
+      }
+      [[fallthrough]];
     case OpKind::Get:
     case OpKind::Copy: {
       const ExecRef* refs[2] = {&op.src, &op.dst};
@@ -123,6 +135,7 @@ FERRY_DEVICE FERRY_INLINE void runOp(const ExecOp& op, const ExecArgs& a, const 
     }
     case OpKind::Signal:
       __syncthreads();
+      if (tid == 0 && op.proxy) a.ce.flushStream(op.peer);  // the channel's puts have landed
       if (tid == 0)
         atomicStore(flagCell(c.peerFlags[op.peer], op.slot, c.rank), signalValue(m, op.seq, 1), memory_order_release);
       break;
@@ -134,7 +147,9 @@ FERRY_DEVICE FERRY_INLINE void runOp(const ExecOp& op, const ExecArgs& a, const 
                   "plan: wait on a channel", want);
       }
       break;
-    case OpKind::Flush: break;  // port channels run as SM copies, complete at the block's sync
+    case OpKind::Flush:
+      if (tid == 0 && op.proxy) a.ce.flushStream(op.peer);
+      break;
     case OpKind::Barrier: gridBarrier(c); break;
     case OpKind::PutPackets: {
       const ExecRef* refs[2] = {&op.src, &op.dst};
@@ -260,6 +275,11 @@ void launchPlan(const Plan& plan, const RankProgram& program, const DeviceProgra
     a.mine.sendOffset = call.sendOffset;
     a.mine.recvId = call.recvId;
     a.mine.recvOffset = call.recvOffset;
+  }
+  if (program.usesCopyEngine) {
+    if (context.copyEngine == nullptr)
+      throw Error(ErrorCode::InternalError, describe(call) + ": " + name + ": the Comm has no copy engine");
+    a.ce = context.copyEngine->handle();
   }
   const CollectiveContext c = forCall(context, call);
   const auto grid = static_cast<unsigned>(program.threadBlocks());

@@ -137,7 +137,14 @@ class Compiler {
     checkProtocol(op, tb, i);
     ExecOp e;
     e.kind = static_cast<std::uint8_t>(op.kind);
-    if (op.channel != kNoChannel) e.peer = static_cast<std::int8_t>(peerOf(op.channel));
+    if (op.channel != kNoChannel) {
+      e.peer = static_cast<std::int8_t>(peerOf(op.channel));
+      const bool port = me_.channels[static_cast<std::size_t>(op.channel)].type == ChannelType::Port;
+      if (port && (op.kind == OpKind::Put || op.kind == OpKind::Signal || op.kind == OpKind::Flush)) {
+        e.proxy = 1;
+        out_.usesCopyEngine = true;
+      }
+    }
     switch (op.kind) {
       case OpKind::Put:
       case OpKind::PutPackets:

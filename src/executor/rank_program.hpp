@@ -34,6 +34,7 @@ struct ExecOp {
   std::uint32_t firstRef = 0;  // reduce/read_reduce_copy_send: refs[firstRef, +nsrcs) are the
   std::uint16_t nsrcs = 0;     // sources, then refs[firstRef + nsrcs, +nsends) the sends' peer
   std::uint16_t nsends = 0;    // destinations
+  std::uint8_t proxy = 0;      // put/signal/flush on a port channel: the Comm's copy engine moves it
 };
 
 // Flag rows a plan's channels may use: rows 1 .. kMaxChannelSlots of the Comm's flags (row 0 is
@@ -53,6 +54,7 @@ struct RankProgram {
   // PlanAlgorithm::add): the call's buffers must be registered, and the kernel learns the peers'
   // addresses at its start (direct mode).
   bool touchesPeerBuffers = false;
+  bool usesCopyEngine = false;  // some op of this rank puts, signals or flushes on a port channel
   int threadBlocks() const { return static_cast<int>(tbFirst.size()) - 1; }
 };
 

@@ -278,7 +278,7 @@ TEST(CeRequest, EncodeDecodeRoundTripAtTheLimits) {
   std::mt19937_64 rng(12);
   for (int i = 0; i < 100000; ++i) {
     CeRequest r;
-    r.kind = static_cast<CeKind>(1 + rng() % 5);
+    r.kind = static_cast<CeKind>(1 + rng() % 6);
     r.stream = static_cast<std::uint32_t>(rng() % kCeStreams);
     r.value = rng() & CeRequest::kMaxValue;
     r.address = rng();

@@ -122,6 +122,19 @@ TEST(RankProgram, PortChannelsGetTheirOwnRows) {
   EXPECT_EQ(p.ops[5].slot, 2);  // port, first
 }
 
+TEST(RankProgram, PortChannelOpsGoThroughTheCopyEngine) {
+  Json plan = twoShot();
+  const RankProgram memoryOnly = compileRankProgram(loadPlan(plan.dump()), 0);
+  EXPECT_FALSE(memoryOnly.usesCopyEngine);
+  for (int r = 0; r < 2; ++r) plan["ranks"][r]["channels"][1]["type"] = "port";
+  const RankProgram p = compileRankProgram(loadPlan(plan.dump()), 0);
+  EXPECT_TRUE(p.usesCopyEngine);
+  EXPECT_EQ(p.ops[0].proxy, 0);  // put, memory channel
+  EXPECT_EQ(p.ops[4].proxy, 1);  // put, port channel
+  EXPECT_EQ(p.ops[5].proxy, 1);  // its signal: after the put has landed
+  EXPECT_EQ(p.ops[6].proxy, 0);  // a wait is the same on every channel
+}
+
 TEST(RankProgram, OneThreadBlockPerChannelEnd) {
   Json plan = twoShot();
   plan["ranks"][0]["thread_blocks"].push_back({{"id", 1}, {"ops", {{{"op", "signal"}, {"channel", 0}}}}});

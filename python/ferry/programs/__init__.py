@@ -5,7 +5,7 @@ and compiles with ``python -m ferry.dsl compile ferry/programs/NAME.py --ranks N
 from pathlib import Path
 
 PROGRAMS = ("allreduce_allpairs_packets", "allreduce_two_shot", "allreduce_ring", "allgather_allpairs",
-            "reducescatter_allpairs", "alltoall_allpairs")
+            "allgather_port", "reducescatter_allpairs", "alltoall_allpairs")
 
 
 def path_of(name: str) -> Path:

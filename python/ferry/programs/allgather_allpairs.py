@@ -4,10 +4,10 @@ into every peer's output, one thread block per peer; a signal/wait per pair mark
 from ferry.dsl import CollectiveProgram, MemoryChannel
 
 
-def program(world_size: int) -> CollectiveProgram:
+def program(world_size: int, *, name: str = "allgather_allpairs", channel=MemoryChannel) -> CollectiveProgram:
     w = world_size
-    with CollectiveProgram("allgather_allpairs", "allgather", world_size=w, input_chunks=1) as prog:
-        ch = {(r, p): MemoryChannel(r, p) for r in range(w) for p in range(w) if r != p}
+    with CollectiveProgram(name, "allgather", world_size=w, input_chunks=1) as prog:
+        ch = {(r, p): channel(r, p) for r in range(w) for p in range(w) if r != p}
         for r in range(w):
             me = prog.rank(r)
             me.copy(me.input[0], me.output[r], tb=0)

@@ -32,6 +32,12 @@ FERRY_HOST_DEVICE FERRY_INLINE T atomicFetchAdd(T* ptr, T value, cuda::memory_or
   return cuda::atomic_ref<T, Scope>(*ptr).fetch_add(value, order);
 }
 
+// True when *ptr held `expected` and now holds `desired`.
+template <class T, cuda::thread_scope Scope = cuda::thread_scope_system>
+FERRY_HOST_DEVICE FERRY_INLINE bool atomicCompareExchange(T* ptr, T expected, T desired, cuda::memory_order order) {
+  return cuda::atomic_ref<T, Scope>(*ptr).compare_exchange_strong(expected, desired, order);
+}
+
 template <cuda::thread_scope Scope = cuda::thread_scope_system>
 FERRY_HOST_DEVICE FERRY_INLINE void atomicFence(cuda::memory_order order) {
   cuda::atomic_thread_fence(order, Scope);
