@@ -3,6 +3,7 @@
 #include <chrono>
 #include <string>
 #include <thread>
+#include <utility>
 
 #include "core/cuda_check.hpp"
 #include "core/logger.hpp"
@@ -97,17 +98,14 @@ CopyEngineHandle CopyEngine::handle() {
   return CopyEngineHandle{proxy_->fifo().deviceHandle(), locks_};
 }
 
-void CopyEngine::waitStream(int stream) const {
-  if (!pollReady([&] { return cudaStreamQuery(streams_[stream]); }, env().deviceTimeout, "cudaStreamQuery"))
-    throw TimeoutError("rank " + std::to_string(rank_) + ": copy engine: the copies to rank " +
-                       std::to_string(stream) + " did not complete within FERRY_DEVICE_TIMEOUT (" +
-                       std::to_string(env().deviceTimeout.count()) + " s); is that rank's GPU healthy?");
-}
-
-void CopyEngine::waitEvent(cudaEvent_t event, int stream, const char* what) const {
-  if (!pollReady([&] { return cudaEventQuery(event); }, env().deviceTimeout, "cudaEventQuery"))
-    throw TimeoutError("rank " + std::to_string(rank_) + ": copy engine: " + what + " of the copies to rank " +
-                       std::to_string(stream) + " did not complete within FERRY_DEVICE_TIMEOUT (" +
+void CopyEngine::awaitCopies(int stream, cudaEvent_t upTo) const {
+  const bool done = upTo != nullptr
+                        ? pollReady([&] { return cudaEventQuery(upTo); }, env().deviceTimeout, "cudaEventQuery")
+                        : pollReady([&] { return cudaStreamQuery(streams_[stream]); }, env().deviceTimeout,
+                                    "cudaStreamQuery");
+  if (!done)
+    throw TimeoutError("rank " + std::to_string(rank_) + ": copy engine: the copies to rank " + std::to_string(stream) +
+                       (upTo != nullptr ? " before a flush mark" : "") + " did not complete within FERRY_DEVICE_TIMEOUT (" +
                        std::to_string(env().deviceTimeout.count()) + " s); is that rank's GPU healthy?");
 }
 
@@ -119,14 +117,12 @@ ProxyHandlerResult CopyEngine::handleTrigger(ProxyTrigger trigger) {
   if (r.stream >= static_cast<std::uint32_t>(worldSize_)) throw bad("stream " + std::to_string(r.stream) + " out of range");
   switch (r.kind) {
     case CeKind::CopyTo:
-      if (pendingCopy_[r.stream]) throw bad("a copy's destination was not followed by its source");
+      if (pending_[r.stream]) throw bad("a copy's destination was not followed by its source");
       pending_[r.stream] = r;
-      pendingCopy_[r.stream] = true;
       break;
     case CeKind::CopyFrom: {
-      if (!pendingCopy_[r.stream]) throw bad("a copy's source came without its destination");
-      pendingCopy_[r.stream] = false;
-      const CeRequest& to = pending_[r.stream];
+      if (!pending_[r.stream]) throw bad("a copy's source came without its destination");
+      const CeRequest to = *std::exchange(pending_[r.stream], std::nullopt);
       FERRY_CUDA_CHECK(cudaMemcpyAsync(reinterpret_cast<void*>(to.address), reinterpret_cast<const void*>(r.address),
                                        to.value, cudaMemcpyDefault, streams_[r.stream]));
       break;
@@ -137,12 +133,12 @@ ProxyHandlerResult CopyEngine::handleTrigger(ProxyTrigger trigger) {
       break;
     case CeKind::Flush:
       if (r.value >= kCeMarks) throw bad("event set " + std::to_string(r.value) + " out of range");
-      for (int s = 0; s < worldSize_; ++s) waitEvent(events_[r.value][s], s, "flush");
+      for (int s = 0; s < worldSize_; ++s) awaitCopies(s, events_[r.value][s]);
       break;
     case CeKind::FlushAll:
-      for (int s = 0; s < worldSize_; ++s) waitStream(s);
+      for (int s = 0; s < worldSize_; ++s) awaitCopies(s);
       break;
-    case CeKind::FlushStream: waitStream(static_cast<int>(r.stream)); break;
+    case CeKind::FlushStream: awaitCopies(static_cast<int>(r.stream)); break;
     default: throw bad("unknown request kind " + std::to_string(static_cast<unsigned>(r.kind)));
   }
   return ProxyHandlerResult::Continue;

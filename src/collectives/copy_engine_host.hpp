@@ -8,6 +8,7 @@
 #include <array>
 #include <memory>
 #include <mutex>
+#include <optional>
 
 #include "collectives/copy_engine.hpp"
 #include "ferry/proxy.hpp"
@@ -28,8 +29,9 @@ class CopyEngine {
 
  private:
   ProxyHandlerResult handleTrigger(ProxyTrigger trigger);
-  void waitEvent(cudaEvent_t event, int stream, const char* what) const;
-  void waitStream(int stream) const;
+  // Returns once the copies queued on `stream` (up to event `upTo`, or all) are complete; a
+  // TimeoutError naming this rank and the peer after FERRY_DEVICE_TIMEOUT.
+  void awaitCopies(int stream, cudaEvent_t upTo = nullptr) const;
 
   int rank_;
   int worldSize_;
@@ -41,8 +43,7 @@ class CopyEngine {
   std::mutex startMutex_;
   // Per stream, a CopyTo waiting for its CopyFrom (proxy thread only): the two halves of a copy
   // pair up by stream, so producers that use different streams may push at the same time.
-  std::array<bool, kCeStreams> pendingCopy_{};
-  std::array<CeRequest, kCeStreams> pending_{};
+  std::array<std::optional<CeRequest>, kCeStreams> pending_{};
 };
 
 }  // namespace ferry

@@ -1,12 +1,10 @@
 // The data plane across processes, one per GPU, on 2 and 4 GPUs: memory from gpuAlloc registered,
 // sent and mapped through the Communicator; MemoryChannel puts and LL16 packets from every rank to
-// every other rank at once; PortChannel puts, signals and flushes through the proxy and copy engine;
-// signal round trips; put bandwidth per pair and all pairs at once (printed as BENCH lines). Every
-// byte is checked against each sender's seeded pattern; receive buffers are poisoned first.
+// every other rank at once; PortChannel puts, signals and flushes through the proxy and copy engine
+// (their latency and bandwidth are ferry-perf's to measure: tools/ferry-perf). Every byte is checked against each sender's seeded pattern; receive buffers are poisoned first.
 #include <gtest/gtest.h>
 
 #include <algorithm>
-#include <chrono>
 #include <random>
 
 #include "ferry/bootstrap.hpp"
@@ -90,28 +88,6 @@ __global__ void allPairsPortPut(PortChannelDeviceHandle* chans, int self, std::s
   else
     ch.putWithSignal(self * kSlot + off, 0, n);
   ch.wait();
-}
-
-template <class Handle>
-__global__ void signalRoundTrip(Handle ch, bool first, int rounds) {
-  for (int r = 0; r < rounds; ++r) {
-    if (first) {
-      ch.signal();
-      ch.wait();
-    } else {
-      ch.wait();
-      ch.signal();
-    }
-  }
-}
-
-// Grid (blocks per peer, peers): row y writes to peer y.
-__global__ void memoryPut(MemoryChannelDeviceHandle* chans, int self, std::size_t n) {
-  MemoryChannelDeviceHandle& ch = chans[blockIdx.y];
-  ch.put(self * kSlot, 0, n, blockIdx.x * blockDim.x + threadIdx.x, gridDim.x * blockDim.x);
-}
-__global__ void portPut(PortChannelDeviceHandle* chans, int self, std::size_t n) {
-  if (threadIdx.x == 0) chans[blockIdx.x].putWithSignalAndFlush(self * kSlot, 0, n);
 }
 
 // Everything one rank sets up: buffers, connections, semaphores, channels to every peer.
@@ -272,76 +248,6 @@ TEST_P(GpuChannels, PortChannelPutSignalFlush) {
             << "round " << round << " off " << off << " bytes " << bytes;
         s.boot->barrier();
       }
-    }
-  });
-}
-
-double medianMs(std::vector<float> v) {
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
-}
-
-TEST_P(GpuChannels, Bench) {
-  const int n = GetParam();
-  if (ranksShareGpus(n)) GTEST_SKIP() << "ranks share GPUs: nothing real to time";
-  UniqueId id = UniqueId::create();
-  runRanksOk(n, [&](int rank) {
-    RankSetup s(id, rank, n);
-    cudaEvent_t e0, e1;
-    cudaEventCreate(&e0);
-    cudaEventCreate(&e1);
-    auto timeMs = [&](auto launch) {
-      std::vector<float> t;
-      for (int i = 0; i < 9; ++i) {
-        s.boot->barrier();
-        cudaEventRecord(e0);
-        launch();
-        cudaEventRecord(e1);
-        cudaEventSynchronize(e1);
-        float ms = 0;
-        cudaEventElapsedTime(&ms, e0, e1);
-        if (i >= 2) t.push_back(ms);
-      }
-      return medianMs(t);
-    };
-    // Round trips between ranks 0 and 1 only; the others take part in timeMs's barriers.
-    constexpr int kRounds = 10000;
-    MemoryChannelDeviceHandle mc = s.memory[0].deviceHandle();
-    PortChannelDeviceHandle pc = s.port[0].deviceHandle();
-    double ms = timeMs([&] {
-      if (rank < 2) signalRoundTrip<<<1, 1>>>(mc, rank == 0, kRounds);
-    });
-    if (rank == 0) std::printf("BENCH n=%d memory_channel_round_trip_us %.3f\n", n, ms * 1e3 / kRounds);
-    ms = timeMs([&] {
-      if (rank < 2) signalRoundTrip<<<1, 1>>>(pc, rank == 0, kRounds / 10);
-    });
-    if (rank == 0) std::printf("BENCH n=%d port_channel_round_trip_us %.3f\n", n, ms * 1e3 / (kRounds / 10));
-    s.boot->barrier();
-    // Bandwidth: the same bytes to every peer at once (all pairs), and rank 0 -> 1 alone (pair).
-    cudaDeviceProp prop;
-    cudaGetDeviceProperties(&prop, rankDevice(rank));
-    for (std::size_t bytes : {1ul << 20, 8ul << 20, 64ul << 20}) {
-      const int peersNow = n - 1;
-      dim3 grid(prop.multiProcessorCount / peersNow, peersNow);
-      ms = timeMs([&] { memoryPut<<<grid, 1024>>>(s.memoryDev, rank, bytes); });
-      if (rank == 0)
-        std::printf("BENCH n=%d memory_channel_put_all_pairs bytes=%zu GBps_per_gpu %.1f\n", n, bytes,
-                    bytes * peersNow / (ms * 1e6));
-      ms = timeMs([&] { portPut<<<peersNow, 32>>>(s.portDev, rank, bytes); });
-      if (rank == 0)
-        std::printf("BENCH n=%d port_channel_put_all_pairs bytes=%zu GBps_per_gpu %.1f\n", n, bytes,
-                    bytes * peersNow / (ms * 1e6));
-      if (rank == 0) {
-        ms =
-            timeMs([&] { memoryPut<<<dim3(prop.multiProcessorCount, 1), 1024>>>(s.memoryDev, rank, bytes); });
-        std::printf("BENCH n=%d memory_channel_put_pair bytes=%zu GBps %.1f\n", n, bytes, bytes / (ms * 1e6));
-        ms = timeMs([&] { portPut<<<1, 32>>>(s.portDev, rank, bytes); });
-        std::printf("BENCH n=%d port_channel_put_pair bytes=%zu GBps %.1f\n", n, bytes, bytes / (ms * 1e6));
-      } else {
-        for (int i = 0; i < 9; ++i) s.boot->barrier();  // rank 0's pair runs
-        for (int i = 0; i < 9; ++i) s.boot->barrier();
-      }
-      GPU_CHECK(cudaDeviceSynchronize());
     }
   });
 }

@@ -7,6 +7,7 @@
 
 #include <chrono>
 #include <cstdlib>
+#include <functional>
 #include <random>
 #include <thread>
 
@@ -128,12 +129,22 @@ std::string label(const CallShape& s, const std::string& algo, bool inPlace) {
          " root " + std::to_string(s.root) + " rank " + std::to_string(s.rank);
 }
 
-// Replays a captured graph of the calls `shapes` (out of place, on `bufs`) `replays` times, each
-// on new random inputs and poisoned outputs, and checks every output element after each replay.
+// Captures the calls `shapes` (out of place, on `bufs`) in one CUDA graph (beforeIssue(k), if
+// given, runs before call k is issued), then replays it `replays` times, each on new random inputs
+// and poisoned outputs, and checks every output element after each replay.
 // reordered: the algorithms may reduce in another order than rank order.
 template <std::size_t N>
-void replayAndCheck(Rank& r, const CallShape (&shapes)[N], const std::vector<std::unique_ptr<CallBuffers>>& bufs,
-                    cudaGraphExec_t exec, int replays, bool reordered) {
+void captureReplayAndCheck(Rank& r, const CallShape (&shapes)[N], const std::vector<std::unique_ptr<CallBuffers>>& bufs,
+                           int replays, bool reordered, const std::function<void(std::size_t)>& beforeIssue = {}) {
+  cudaGraph_t graph;
+  ASSERT_EQ(cudaStreamBeginCapture(r.stream, cudaStreamCaptureModeThreadLocal), cudaSuccess);
+  for (std::size_t k = 0; k < N; ++k) {
+    if (beforeIssue) beforeIssue(k);
+    issue(*r.comm, shapes[k], bufs[k]->send, bufs[k]->recv, r.stream);
+  }
+  ASSERT_EQ(cudaStreamEndCapture(r.stream, &graph), cudaSuccess);
+  cudaGraphExec_t exec;
+  ASSERT_EQ(cudaGraphInstantiate(&exec, graph, 0), cudaSuccess);
   for (std::uint64_t replay = 1; replay <= static_cast<std::uint64_t>(replays); ++replay) {
     std::vector<std::vector<char>> wants;
     for (std::size_t k = 0; k < N; ++k) {
@@ -162,6 +173,8 @@ void replayAndCheck(Rank& r, const CallShape (&shapes)[N], const std::vector<std
     }
     r.boot->barrier();  // the next replay's inputs are written after everyone has checked
   }
+  cudaGraphExecDestroy(exec);
+  cudaGraphDestroy(graph);
 }
 
 class GpuCollectives : public ::testing::TestWithParam<int> {
@@ -281,19 +294,9 @@ TEST_P(GpuCollectives, PlansCapturedInAGraphAndReplayed) {
       regs.push_back(r.comm->registerBuffer(bufs.back()->sendBuf.ptr, bufs.back()->sendBuf.bytes));
       regs.push_back(r.comm->registerBuffer(bufs.back()->recvBuf.ptr, bufs.back()->recvBuf.bytes));
     }
-    cudaGraph_t graph;
-    ASSERT_EQ(cudaStreamBeginCapture(r.stream, cudaStreamCaptureModeThreadLocal), cudaSuccess);
-    for (std::size_t k = 0; k < std::size(shapes); ++k) {
-      r.comm->setAlgorithm(Collective::AllReduce, plans[k]);
-      issue(*r.comm, shapes[k], bufs[k]->send, bufs[k]->recv, r.stream);
-    }
-    ASSERT_EQ(cudaStreamEndCapture(r.stream, &graph), cudaSuccess);
+    captureReplayAndCheck(r, shapes, bufs, 5, true,
+                          [&](std::size_t k) { r.comm->setAlgorithm(Collective::AllReduce, plans[k]); });
     r.comm->setAlgorithm(Collective::AllReduce, "");
-    cudaGraphExec_t exec;
-    ASSERT_EQ(cudaGraphInstantiate(&exec, graph, 0), cudaSuccess);
-    replayAndCheck(r, shapes, bufs, exec, 5, true);
-    cudaGraphExecDestroy(exec);
-    cudaGraphDestroy(graph);
     for (const auto& reg : regs) r.comm->deregisterBuffer(reg);
   });
 }
@@ -338,16 +341,8 @@ TEST_P(GpuCollectives, CopyEngineAlgorithmsOverManyRoundsAndInAGraph) {
     r.comm->setAlgorithm(Collective::AllReduce, "allreduce_ce");
     r.comm->setAlgorithm(Collective::AllGather, "allgather_ce");
     r.comm->setAlgorithm(Collective::ReduceScatter, "reducescatter_direct");
-    cudaGraph_t graph;
-    ASSERT_EQ(cudaStreamBeginCapture(r.stream, cudaStreamCaptureModeThreadLocal), cudaSuccess);
-    for (std::size_t k = 0; k < std::size(shapes); ++k) issue(*r.comm, shapes[k], bufs[k]->send, bufs[k]->recv, r.stream);
-    ASSERT_EQ(cudaStreamEndCapture(r.stream, &graph), cudaSuccess);
+    captureReplayAndCheck(r, shapes, bufs, 3, false);
     for (Collective c : {Collective::AllReduce, Collective::AllGather, Collective::ReduceScatter}) r.comm->setAlgorithm(c, "");
-    cudaGraphExec_t exec;
-    ASSERT_EQ(cudaGraphInstantiate(&exec, graph, 0), cudaSuccess);
-    replayAndCheck(r, shapes, bufs, exec, 3, false);
-    cudaGraphExecDestroy(exec);
-    cudaGraphDestroy(graph);
     for (const auto& reg : regs) r.comm->deregisterBuffer(reg);
   });
 }
@@ -393,15 +388,7 @@ TEST_P(GpuCollectives, CapturedInAGraphAndReplayed) {
                                 {Collective::Broadcast, DataType::BFloat16, ReduceOp::Sum, count, rank, n, n - 1, 0}};
     std::vector<std::unique_ptr<CallBuffers>> bufs;
     for (const auto& s : shapes) bufs.push_back(std::make_unique<CallBuffers>(r.device, s, false));
-    cudaGraph_t graph;
-    ASSERT_EQ(cudaStreamBeginCapture(r.stream, cudaStreamCaptureModeThreadLocal), cudaSuccess);
-    for (std::size_t k = 0; k < std::size(shapes); ++k) issue(*r.comm, shapes[k], bufs[k]->send, bufs[k]->recv, r.stream);
-    ASSERT_EQ(cudaStreamEndCapture(r.stream, &graph), cudaSuccess);
-    cudaGraphExec_t exec;
-    ASSERT_EQ(cudaGraphInstantiate(&exec, graph, 0), cudaSuccess);
-    replayAndCheck(r, shapes, bufs, exec, 5, false);
-    cudaGraphExecDestroy(exec);
-    cudaGraphDestroy(graph);
+    captureReplayAndCheck(r, shapes, bufs, 5, false);
   });
 }
 

@@ -12,6 +12,7 @@
 #include <stdexcept>
 
 #include "common/collective_data.hpp"
+#include "common/cuda_check.hpp"
 #include "ferry/env.hpp"
 #include "ferry/errors.hpp"
 #include "ferry/version.hpp"
@@ -19,11 +20,6 @@
 
 namespace ferry::tools {
 namespace {
-
-void cudaCheck(cudaError_t e, const char* what) {
-  if (e != cudaSuccess) throw std::runtime_error(std::string(what) + ": " + cudaGetErrorString(e));
-}
-#define BENCH_CUDA(call) cudaCheck((call), #call)
 
 bool perRank(Collective c) {
   return c == Collective::AllGather || c == Collective::ReduceScatter || c == Collective::AllToAll;
@@ -43,7 +39,7 @@ std::vector<std::uint64_t> sizes(const BenchOptions& o) {
 // Device memory that frees itself.
 struct DeviceMemory {
   void* ptr = nullptr;
-  explicit DeviceMemory(std::size_t bytes) { BENCH_CUDA(cudaMalloc(&ptr, std::max<std::size_t>(bytes, 256))); }
+  explicit DeviceMemory(std::size_t bytes) { FERRY_TOOL_CUDA(cudaMalloc(&ptr, std::max<std::size_t>(bytes, 256))); }
   ~DeviceMemory() { cudaFree(ptr); }
   DeviceMemory(const DeviceMemory&) = delete;
   DeviceMemory& operator=(const DeviceMemory&) = delete;
@@ -52,10 +48,10 @@ struct DeviceMemory {
 class Runner {
  public:
   Runner(const BenchOptions& o, const RankInfo& r) : o_(o), r_(r) {
-    BENCH_CUDA(cudaSetDevice(r.localRank));
-    BENCH_CUDA(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
-    BENCH_CUDA(cudaEventCreate(&start_));
-    BENCH_CUDA(cudaEventCreate(&stop_));
+    FERRY_TOOL_CUDA(cudaSetDevice(r.localRank));
+    FERRY_TOOL_CUDA(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
+    FERRY_TOOL_CUDA(cudaEventCreate(&start_));
+    FERRY_TOOL_CUDA(cudaEventCreate(&stop_));
     comm_ = std::make_unique<Comm>(r.bootstrap);
     barrierBuf_ = std::make_unique<DeviceMemory>(64);
     if (o.nccl) loadNccl();
@@ -202,15 +198,15 @@ class Runner {
     std::vector<char> host(s.sendCount() * es);
     fillSend(s.type, host.data(), s.sendCount(), s.rank, s.seed);
     if (!(inPlace && s.collective == Collective::ReduceScatter))
-      BENCH_CUDA(cudaMemset(recv, 0xFF, s.recvCount() * es));
+      FERRY_TOOL_CUDA(cudaMemset(recv, 0xFF, s.recvCount() * es));
     const bool hasSend = s.collective != Collective::Broadcast || s.rank == s.root;
-    if (hasSend) BENCH_CUDA(cudaMemcpy(const_cast<void*>(send), host.data(), host.size(), cudaMemcpyHostToDevice));
-    BENCH_CUDA(cudaDeviceSynchronize());
+    if (hasSend) FERRY_TOOL_CUDA(cudaMemcpy(const_cast<void*>(send), host.data(), host.size(), cudaMemcpyHostToDevice));
+    FERRY_TOOL_CUDA(cudaDeviceSynchronize());
     r_.bootstrap->barrier();
     issueFerry(s, send, recv);
-    BENCH_CUDA(cudaStreamSynchronize(stream_));
+    FERRY_TOOL_CUDA(cudaStreamSynchronize(stream_));
     std::vector<char> got(s.recvCount() * es), want(s.recvCount() * es);
-    BENCH_CUDA(cudaMemcpy(got.data(), recv, got.size(), cudaMemcpyDeviceToHost));
+    FERRY_TOOL_CUDA(cudaMemcpy(got.data(), recv, got.size(), cudaMemcpyDeviceToHost));
     expectedRecv(s, want.data());
     return countWrong(s.type, got.data(), want.data(), s.recvCount());
   }
@@ -219,31 +215,31 @@ class Runner {
   // same library first, so every rank starts the timed calls together.
   double time(const std::function<void()>& call, const std::function<void()>& align) {
     for (int i = 0; i < o_.warmup; ++i) call();
-    BENCH_CUDA(cudaStreamSynchronize(stream_));
+    FERRY_TOOL_CUDA(cudaStreamSynchronize(stream_));
     cudaGraphExec_t exec = nullptr;
     if (o_.graph) {
       cudaGraph_t graph;
-      BENCH_CUDA(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal));
+      FERRY_TOOL_CUDA(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal));
       for (int i = 0; i < o_.iters; ++i) call();
-      BENCH_CUDA(cudaStreamEndCapture(stream_, &graph));
-      BENCH_CUDA(cudaGraphInstantiate(&exec, graph, 0));
-      BENCH_CUDA(cudaGraphDestroy(graph));
-      BENCH_CUDA(cudaGraphLaunch(exec, stream_));  // uploads the graph
-      BENCH_CUDA(cudaStreamSynchronize(stream_));
+      FERRY_TOOL_CUDA(cudaStreamEndCapture(stream_, &graph));
+      FERRY_TOOL_CUDA(cudaGraphInstantiate(&exec, graph, 0));
+      FERRY_TOOL_CUDA(cudaGraphDestroy(graph));
+      FERRY_TOOL_CUDA(cudaGraphLaunch(exec, stream_));  // uploads the graph
+      FERRY_TOOL_CUDA(cudaStreamSynchronize(stream_));
     }
     std::vector<double> us;
     for (int k = 0; k < o_.samples; ++k) {
       r_.bootstrap->barrier();
       align();
-      BENCH_CUDA(cudaEventRecord(start_, stream_));
+      FERRY_TOOL_CUDA(cudaEventRecord(start_, stream_));
       if (exec)
-        BENCH_CUDA(cudaGraphLaunch(exec, stream_));
+        FERRY_TOOL_CUDA(cudaGraphLaunch(exec, stream_));
       else
         for (int i = 0; i < o_.iters; ++i) call();
-      BENCH_CUDA(cudaEventRecord(stop_, stream_));
-      BENCH_CUDA(cudaEventSynchronize(stop_));
+      FERRY_TOOL_CUDA(cudaEventRecord(stop_, stream_));
+      FERRY_TOOL_CUDA(cudaEventSynchronize(stop_));
       float ms = 0;
-      BENCH_CUDA(cudaEventElapsedTime(&ms, start_, stop_));
+      FERRY_TOOL_CUDA(cudaEventElapsedTime(&ms, start_, stop_));
       us.push_back(ms * 1000.0 / o_.iters);
     }
     if (exec) cudaGraphExecDestroy(exec);

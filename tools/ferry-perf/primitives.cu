@@ -13,6 +13,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "common/cuda_check.hpp"
 #include "ferry/communicator.hpp"
 #include "ferry/device/memory_channel.hpp"
 #include "ferry/device/port_channel.hpp"
@@ -27,12 +28,6 @@ namespace ferry::tools {
 namespace {
 
 constexpr unsigned char kPoison = 0x5A;
-
-#define PERF_CUDA(call)                                                                               \
-  do {                                                                                                \
-    const cudaError_t err_ = (call);                                                                  \
-    if (err_ != cudaSuccess) throw CudaError(std::string(#call) + ": " + cudaGetErrorString(err_), err_); \
-  } while (0)
 
 // Byte i of what rank r sends.
 __host__ __device__ inline unsigned char pattern(int r, std::uint64_t i) {
@@ -163,13 +158,13 @@ struct Setup {
       ph.push_back(port.back().deviceHandle());
     }
     service->start();
-    PERF_CUDA(cudaMalloc(&memoryDev, sizeof(MemoryChannelDeviceHandle) * std::max<std::size_t>(1, mh.size())));
-    PERF_CUDA(cudaMalloc(&portDev, sizeof(PortChannelDeviceHandle) * std::max<std::size_t>(1, ph.size())));
-    PERF_CUDA(cudaMemcpy(memoryDev, mh.data(), sizeof(mh[0]) * mh.size(), cudaMemcpyHostToDevice));
-    PERF_CUDA(cudaMemcpy(portDev, ph.data(), sizeof(ph[0]) * ph.size(), cudaMemcpyHostToDevice));
-    PERF_CUDA(cudaMalloc(&wrongDev, sizeof(unsigned long long)));
-    PERF_CUDA(cudaEventCreate(&e0));
-    PERF_CUDA(cudaEventCreate(&e1));
+    FERRY_TOOL_CUDA(cudaMalloc(&memoryDev, sizeof(MemoryChannelDeviceHandle) * std::max<std::size_t>(1, mh.size())));
+    FERRY_TOOL_CUDA(cudaMalloc(&portDev, sizeof(PortChannelDeviceHandle) * std::max<std::size_t>(1, ph.size())));
+    FERRY_TOOL_CUDA(cudaMemcpy(memoryDev, mh.data(), sizeof(mh[0]) * mh.size(), cudaMemcpyHostToDevice));
+    FERRY_TOOL_CUDA(cudaMemcpy(portDev, ph.data(), sizeof(ph[0]) * ph.size(), cudaMemcpyHostToDevice));
+    FERRY_TOOL_CUDA(cudaMalloc(&wrongDev, sizeof(unsigned long long)));
+    FERRY_TOOL_CUDA(cudaEventCreate(&e0));
+    FERRY_TOOL_CUDA(cudaEventCreate(&e1));
     boot->barrier();
   }
   ~Setup() {
@@ -189,12 +184,12 @@ struct Setup {
     std::vector<double> t;
     for (int i = 0; i < samples + 2; ++i) {
       boot->barrier();
-      PERF_CUDA(cudaEventRecord(e0));
+      FERRY_TOOL_CUDA(cudaEventRecord(e0));
       launch();
-      PERF_CUDA(cudaEventRecord(e1));
-      PERF_CUDA(cudaEventSynchronize(e1));
+      FERRY_TOOL_CUDA(cudaEventRecord(e1));
+      FERRY_TOOL_CUDA(cudaEventSynchronize(e1));
       float ms = 0;
-      PERF_CUDA(cudaEventElapsedTime(&ms, e0, e1));
+      FERRY_TOOL_CUDA(cudaEventElapsedTime(&ms, e0, e1));
       if (i >= 2) t.push_back(ms);
     }
     return median(t);
@@ -204,16 +199,16 @@ struct Setup {
   // rank), and returns the wrong bytes in this rank's slots, added over all ranks (same on all).
   std::uint64_t check(std::uint64_t bytes, const std::function<void()>& put) {
     fillPattern<<<132, 512>>>(send.get(), bytes, rank);
-    PERF_CUDA(cudaMemset(recv.get(), kPoison, slot * n));
-    PERF_CUDA(cudaMemset(wrongDev, 0, sizeof(unsigned long long)));
-    PERF_CUDA(cudaDeviceSynchronize());
+    FERRY_TOOL_CUDA(cudaMemset(recv.get(), kPoison, slot * n));
+    FERRY_TOOL_CUDA(cudaMemset(wrongDev, 0, sizeof(unsigned long long)));
+    FERRY_TOOL_CUDA(cudaDeviceSynchronize());
     boot->barrier();
     put();
-    PERF_CUDA(cudaDeviceSynchronize());
+    FERRY_TOOL_CUDA(cudaDeviceSynchronize());
     boot->barrier();
     countWrong<<<132, 512>>>(recv.get(), slot, n, rank, bytes, wrongDev);
     unsigned long long mine = 0;
-    PERF_CUDA(cudaMemcpy(&mine, wrongDev, sizeof(mine), cudaMemcpyDeviceToHost));
+    FERRY_TOOL_CUDA(cudaMemcpy(&mine, wrongDev, sizeof(mine), cudaMemcpyDeviceToHost));
     std::vector<unsigned long long> all(n);
     all[rank] = mine;
     boot->allGather(all.data(), sizeof(mine));
@@ -238,23 +233,23 @@ void fifoLatencies(const PerfOptions& o, std::vector<PerfRow>& rows) {
   });
   proxy.start();
   std::uint64_t* flags = nullptr;  // [0] go, [1] echo: mapped pinned memory
-  PERF_CUDA(cudaHostAlloc(&flags, 2 * sizeof(std::uint64_t), cudaHostAllocMapped));
+  FERRY_TOOL_CUDA(cudaHostAlloc(&flags, 2 * sizeof(std::uint64_t), cudaHostAllocMapped));
   std::uint64_t* flagsDev = nullptr;
-  PERF_CUDA(cudaHostGetDevicePointer(&flagsDev, flags, 0));
+  FERRY_TOOL_CUDA(cudaHostGetDevicePointer(&flagsDev, flags, 0));
   auto* go = reinterpret_cast<volatile std::uint64_t*>(flags);
   auto* echo = reinterpret_cast<volatile std::uint64_t*>(flags + 1);
 
   cudaEvent_t e0, e1;
-  PERF_CUDA(cudaEventCreate(&e0));
-  PERF_CUDA(cudaEventCreate(&e1));
+  FERRY_TOOL_CUDA(cudaEventCreate(&e0));
+  FERRY_TOOL_CUDA(cudaEventCreate(&e1));
   std::vector<double> trips;
   for (int s = 0; s < o.samples + 2; ++s) {
-    PERF_CUDA(cudaEventRecord(e0));
+    FERRY_TOOL_CUDA(cudaEventRecord(e0));
     fifoRoundTrip<<<1, 1>>>(proxy.fifo().deviceHandle(), rounds);
-    PERF_CUDA(cudaEventRecord(e1));
-    PERF_CUDA(cudaEventSynchronize(e1));
+    FERRY_TOOL_CUDA(cudaEventRecord(e1));
+    FERRY_TOOL_CUDA(cudaEventSynchronize(e1));
     float ms = 0;
-    PERF_CUDA(cudaEventElapsedTime(&ms, e0, e1));
+    FERRY_TOOL_CUDA(cudaEventElapsedTime(&ms, e0, e1));
     if (s >= 2) trips.push_back(ms * 1e3 / rounds);
   }
   rows.push_back({"fifo_round_trip", 0, median(trips), "us"});
@@ -277,7 +272,7 @@ void fifoLatencies(const PerfOptions& o, std::vector<PerfRow>& rows) {
     }
     echoes.push_back(std::chrono::duration<double, std::micro>(Clock::now() - t0).count());
   }
-  PERF_CUDA(cudaDeviceSynchronize());
+  FERRY_TOOL_CUDA(cudaDeviceSynchronize());
   *go = 0;
   handled.store(0);  // the round trips above counted too
   pushOnGo<<<1, 1>>>(proxy.fifo().deviceHandle(), flagsDev, rounds);
@@ -287,7 +282,7 @@ void fifoLatencies(const PerfOptions& o, std::vector<PerfRow>& rows) {
     }
     pickups.push_back(std::chrono::duration<double, std::micro>(pickedAt[i] - t0).count());
   }
-  PERF_CUDA(cudaDeviceSynchronize());
+  FERRY_TOOL_CUDA(cudaDeviceSynchronize());
   const double echoUs = median(echoes), pickupUs = median(pickups);
   rows.push_back({"host_gpu_flag_round_trip", 0, echoUs, "us"});
   rows.push_back({"fifo_pickup_estimate", 0, std::max(0.0, pickupUs - echoUs / 2), "us"});
@@ -305,8 +300,8 @@ int runPrimitives(const PerfOptions& o, const RankInfo& info, int devices) {
   Setup s(info, maxBytes);
   cudaDeviceProp prop{};
   int device = 0;
-  PERF_CUDA(cudaGetDevice(&device));
-  PERF_CUDA(cudaGetDeviceProperties(&prop, device));
+  FERRY_TOOL_CUDA(cudaGetDevice(&device));
+  FERRY_TOOL_CUDA(cudaGetDeviceProperties(&prop, device));
   std::vector<PerfRow> rows;
 
   // Round trips between ranks 0 and 1 (peer index 0 of each is the other).
@@ -349,7 +344,7 @@ int runPrimitives(const PerfOptions& o, const RankInfo& info, int devices) {
     });
     rows.push_back({"port_channel_put_pair", bytes, bytes / (ms * 1e6), "GB/s", portWrong});
   }
-  PERF_CUDA(cudaDeviceSynchronize());
+  FERRY_TOOL_CUDA(cudaDeviceSynchronize());
 
   if (rank == 0) {
     std::printf("# ferry-perf: %d ranks on %d GPU(s) (%s)%s\n", n, devices, prop.name,
