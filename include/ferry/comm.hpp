@@ -42,9 +42,9 @@
 
 namespace ferry {
 
-enum class Collective : int { AllReduce, AllGather, ReduceScatter, AllToAll, Broadcast };
-inline constexpr int kCollectiveCount = 5;
-// "allreduce", "allgather", "reducescatter", "alltoall", "broadcast".
+enum class Collective : int { AllReduce, AllGather, ReduceScatter, AllToAll, Broadcast, Reduce };
+inline constexpr int kCollectiveCount = 6;
+// "allreduce", "allgather", "reducescatter", "alltoall", "broadcast", "reduce".
 FERRY_API std::string_view toString(Collective c) noexcept;
 // The names above; also with '_' ("all_reduce"), case-insensitively.
 FERRY_API std::optional<Collective> parseCollective(std::string_view name) noexcept;
@@ -85,6 +85,10 @@ class FERRY_API Comm {
   // recv[i] = root's send[i]; send is read on the root only (may be null elsewhere).
   void broadcast(const void* send, void* recv, std::size_t count, DataType type, int root,
                  cudaStream_t stream);
+  // root's recv[i] = op over ranks of send[i]; recv is written on the root only (may be null
+  // elsewhere). In place: send == recv.
+  void reduce(const void* send, void* recv, std::size_t count, DataType type, ReduceOp op, int root,
+              cudaStream_t stream);
 
   // Point-to-point: `count` elements from this rank's `buffer` to rank `peer`'s recv, which must
   // name the same count and type. Sends and recvs between a pair of ranks match in the order they

@@ -47,6 +47,7 @@ std::vector<const Algorithm*> allGatherAlgorithms();
 std::vector<const Algorithm*> reduceScatterAlgorithms();
 std::vector<const Algorithm*> allToAllAlgorithms();
 std::vector<const Algorithm*> broadcastAlgorithms();
+std::vector<const Algorithm*> reduceAlgorithms();
 // The zero-copy algorithms of every collective (direct.cu), on registered buffers only.
 std::vector<const Algorithm*> directAlgorithms();
 // The copy-engine algorithms (ce_collectives.cu), on registered buffers only.

@@ -10,6 +10,12 @@
 //                       all-gather steps, each rank writing only into the next rank's scratch. Its
 //                       sums run in ring order, not rank order, so float results may differ from the
 //                       other algorithms' in the last bits (every rank still gets the same bits).
+//
+// Reduce algorithms, the first two on the same kernels with a root (root < 0: allreduce):
+//   reduce_ll           every rank but the root writes its input into the root's packet slot; the
+//                       root reduces what arrived.
+//   reduce_two_shot     reduce-scatter as above, then every rank pushes its reduced chunk to the
+//                       root only, so the root's links carry each byte twice rather than R - 1 times.
 #include "collectives/algorithm.hpp"
 #include "collectives/kernel_util.cuh"
 #include "collectives/launch.hpp"
@@ -24,20 +30,30 @@ FERRY_DEVICE FERRY_INLINE LL16Packet* slotPackets(char* region, const Collective
   return reinterpret_cast<LL16Packet*>(llHalf(region, c, m) + static_cast<std::uint64_t>(slot) * c.llSlotBytes);
 }
 
+// The peers a rank sends its input (or reduced chunk) to: every one, or a reduce's root.
+FERRY_DEVICE FERRY_INLINE unsigned receiversOf(int rank, int root) {
+  return root < 0 ? ~0u : rank == root ? 0u : 1u << root;
+}
+
 template <class T, ReduceOp Op>
 __global__ void __launch_bounds__(kThreads)
-    allReduceLL(CollectiveContext c, const char* send, char* recv, std::uint64_t bytes) {
+    allReduceLL(CollectiveContext c, const char* send, char* recv, std::uint64_t bytes, int root) {
   const std::uint64_t m = beginCall(c);
   const auto flag = static_cast<std::uint32_t>(m);
   const int R = c.nranks, r = c.rank;
+  const unsigned receivers = receiversOf(r, root);
   const Range part = splitRange((bytes + 7) / 8, gridDim.x, blockIdx.x, 1);
-  awaitPeersStarted(c, m);
+  if (receivers != 0) awaitPeersStarted(c, m, receivers);
   for (std::uint64_t w = part.begin + threadIdx.x; w < part.end; w += kThreads) {
     const std::uint64_t v = loadWord(send, w, bytes);
     for (int i = 1; i < R; ++i) {
       const int p = (r + i) % R;
-      slotPackets(c.peerLl[p], c, m, r)[w].write(v, flag);
+      if (receivers >> p & 1) slotPackets(c.peerLl[p], c, m, r)[w].write(v, flag);
     }
+  }
+  if (root >= 0 && r != root) {
+    endCall(c, m);
+    return;
   }
   for (std::uint64_t w = part.begin + threadIdx.x; w < part.end; w += kThreads) {
     std::uint64_t acc = 0;
@@ -53,13 +69,16 @@ __global__ void __launch_bounds__(kThreads)
 
 // Scratch half: [phase-1 slots: R x slotBytes][phase-2 slots: R x slotBytes]. Slot q of phase 1
 // holds the part of this rank's chunk that rank q sent; slot q of phase 2, rank q's reduced chunk.
+// root >= 0 (reduce): phase 2 goes to the root only, and only the root copies out.
 template <class T, ReduceOp Op>
 __global__ void __launch_bounds__(kThreads)
     allReduceTwoShot(CollectiveContext c, const char* send, char* recv, std::uint64_t count,
-                     std::uint64_t slotBytes) {
+                     std::uint64_t slotBytes, int root) {
   constexpr std::uint64_t sz = sizeof(T), grain = 16 / sz;
   const std::uint64_t m = beginCall(c);
   const int R = c.nranks, r = c.rank;
+  const unsigned receivers = receiversOf(r, root);
+  const bool outputHere = root < 0 || r == root;
   const std::uint64_t roundElems = slotBytes / sz * R;
   const std::uint64_t rounds = (count + roundElems - 1) / roundElems;
   char* mine = scratchHalf(c.scratch, c, m);
@@ -90,12 +109,16 @@ __global__ void __launch_bounds__(kThreads)
       char* dst[kMaxRanks + 1];
       for (int q = 0; q < R; ++q) src[q] = q == r ? send + el.begin * sz : mine + q * slotBytes + part.begin * sz;
       int nd = 0;
-      dst[nd++] = recv + el.begin * sz;
-      for (int i = 1; i < R; ++i)
-        dst[nd++] = scratchHalf(c.peerScratch[(r + i) % R], c, m) + (R + r) * slotBytes + part.begin * sz;
+      if (outputHere) dst[nd++] = recv + el.begin * sz;
+      for (int i = 1; i < R; ++i) {
+        const int p = (r + i) % R;
+        if (receivers >> p & 1) dst[nd++] = scratchHalf(c.peerScratch[p], c, m) + (R + r) * slotBytes + part.begin * sz;
+      }
       reduceSources<T, Op>(dst, nd, src, R, R, el.size(), threadIdx.x, kThreads);
     }
-    exchangeSignals(c, signalValue(m, k, 2));
+    // Each receiver waits for every rank that sends it a reduced chunk.
+    signalAndWait(c, signalValue(m, k, 2), receivers, outputHere ? ~0u : 0u);
+    if (!outputHere) continue;
     for (int i = 1; i < R; ++i) {
       const int q = (r + i) % R;
       const Range el = clip(q);
@@ -178,10 +201,14 @@ __global__ void __launch_bounds__(kThreads)
   endCall(c, m);
 }
 
+// A reduce's root, or -1 for an allreduce: what the shared kernels take.
+int rootOf(const CollectiveCall& call) { return call.collective == Collective::Reduce ? call.root : -1; }
+
 class AllReduceLL final : public Algorithm {
  public:
-  const char* name() const override { return "allreduce_ll"; }
-  Collective collective() const override { return Collective::AllReduce; }
+  AllReduceLL(const char* name, Collective c) : name_(name), collective_(c) {}
+  const char* name() const override { return name_; }
+  Collective collective() const override { return collective_; }
   std::string whyNot(const CollectiveCall& call, const CommLimits& limits) const override {
     if (call.bytes() > limits.llSlotDataBytes)
       return std::to_string(call.bytes()) + " bytes exceed the LL slot of " +
@@ -194,13 +221,17 @@ class AllReduceLL final : public Algorithm {
     dispatchTypeOp(call.type, call.op, [&]<class T, ReduceOp Op>() {
       allReduceLL<T, Op><<<grid, kThreads, 0, call.stream>>>(forCall(context, call),
                                                              static_cast<const char*>(call.send),
-                                                             static_cast<char*>(call.recv), bytes);
+                                                             static_cast<char*>(call.recv), bytes, rootOf(call));
     });
     checkLaunch(call, name());
   }
   void preload() const override {
     forEveryTypeOp([&]<class T, ReduceOp Op>() { preloadKernel(allReduceLL<T, Op>); });
   }
+
+ private:
+  const char* name_;
+  Collective collective_;
 };
 
 class AllReduceRing final : public Algorithm {
@@ -240,8 +271,9 @@ class AllReduceRing final : public Algorithm {
 
 class AllReduceTwoShot final : public Algorithm {
  public:
-  const char* name() const override { return "allreduce_two_shot"; }
-  Collective collective() const override { return Collective::AllReduce; }
+  AllReduceTwoShot(const char* name, Collective c) : name_(name), collective_(c) {}
+  const char* name() const override { return name_; }
+  Collective collective() const override { return collective_; }
   std::string whyNot(const CollectiveCall&, const CommLimits& limits) const override {
     if (slotBytes(limits) < 16) return "the scratch is too small (FERRY_SCRATCH_BYTES)";
     return {};
@@ -253,7 +285,8 @@ class AllReduceTwoShot final : public Algorithm {
     dispatchTypeOp(call.type, call.op, [&]<class T, ReduceOp Op>() {
       allReduceTwoShot<T, Op><<<grid, kThreads, 0, call.stream>>>(forCall(context, call),
                                                                   static_cast<const char*>(call.send),
-                                                                  static_cast<char*>(call.recv), call.count, slot);
+                                                                  static_cast<char*>(call.recv), call.count, slot,
+                                                                  rootOf(call));
     });
     checkLaunch(call, name());
   }
@@ -262,6 +295,8 @@ class AllReduceTwoShot final : public Algorithm {
   }
 
  private:
+  const char* name_;
+  Collective collective_;
   static std::uint64_t slotBytes(const CommLimits& limits) {
     return limits.scratchHalfBytes / (2 * static_cast<std::uint64_t>(limits.worldSize)) / 16 * 16;
   }
@@ -270,10 +305,16 @@ class AllReduceTwoShot final : public Algorithm {
 }  // namespace
 
 std::vector<const Algorithm*> allReduceAlgorithms() {
-  static const AllReduceLL ll;
-  static const AllReduceTwoShot twoShot;
+  static const AllReduceLL ll("allreduce_ll", Collective::AllReduce);
+  static const AllReduceTwoShot twoShot("allreduce_two_shot", Collective::AllReduce);
   static const AllReduceRing ring;
   return {&ll, &twoShot, &ring};
+}
+
+std::vector<const Algorithm*> reduceAlgorithms() {
+  static const AllReduceLL ll("reduce_ll", Collective::Reduce);
+  static const AllReduceTwoShot twoShot("reduce_two_shot", Collective::Reduce);
+  return {&ll, &twoShot};
 }
 
 }  // namespace ferry

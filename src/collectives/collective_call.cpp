@@ -19,6 +19,7 @@ const char* apiName(Collective c) {
     case Collective::ReduceScatter: return "reduceScatter";
     case Collective::AllToAll: return "allToAll";
     case Collective::Broadcast: return "broadcast";
+    case Collective::Reduce: return "reduce";
   }
   return "collective";
 }
@@ -98,23 +99,23 @@ void validateCall(const CollectiveCall& call, int device) {
     throw bad("datatype " + std::to_string(static_cast<int>(call.type)) + " is not a ferry::DataType");
   if (call.reduces() && !isValid(call.op))
     throw bad("reduce op " + std::to_string(static_cast<int>(call.op)) + " is not a ferry::ReduceOp");
-  if (call.collective == Collective::Broadcast && (call.root < 0 || call.root >= call.worldSize))
+  if (call.rooted() && (call.root < 0 || call.root >= call.worldSize))
     throw bad("root " + std::to_string(call.root) + " is out of range [0, " + std::to_string(call.worldSize) + ")");
   const std::size_t esize = call.elementBytes();
   if (call.count > std::numeric_limits<std::size_t>::max() / esize / static_cast<std::size_t>(call.worldSize))
     throw bad("count " + std::to_string(call.count) + " is too large (its byte size overflows)");
   if (call.count == 0) return;  // nothing to do, nothing to check (as NCCL)
-  const bool needsSend = call.usesSend();
+  const bool needsSend = call.usesSend(), needsRecv = call.usesRecv();
   if (needsSend && call.send == nullptr) throw bad("send buffer is null");
-  if (call.recv == nullptr) throw bad("recv buffer is null");
+  if (needsRecv && call.recv == nullptr) throw bad("recv buffer is null");
   auto misaligned = [&](const void* p) { return reinterpret_cast<std::uintptr_t>(p) % esize != 0; };
   if (needsSend && misaligned(call.send))
     throw bad("send buffer " + hex(call.send) +
               " is not aligned to the element size " + std::to_string(esize));
-  if (misaligned(call.recv))
+  if (needsRecv && misaligned(call.recv))
     throw bad("recv buffer " + hex(call.recv) +
               " is not aligned to the element size " + std::to_string(esize));
-  if (needsSend && !call.inPlace()) {
+  if (needsSend && needsRecv && !call.inPlace()) {
     const auto s = reinterpret_cast<std::uintptr_t>(call.send), r = reinterpret_cast<std::uintptr_t>(call.recv);
     const std::size_t sb = call.sendElements() * esize, rb = call.recvElements() * esize;
     if (s < r + rb && r < s + sb)
@@ -125,7 +126,7 @@ void validateCall(const CollectiveCall& call, int device) {
                 ")");
   }
   if (needsSend) checkDeviceMemory(call.send, "send buffer", device, call.stream, bad);
-  checkDeviceMemory(call.recv, "recv buffer", device, call.stream, bad);
+  if (needsRecv) checkDeviceMemory(call.recv, "recv buffer", device, call.stream, bad);
 }
 
 std::string describe(const PeerCall& call) {

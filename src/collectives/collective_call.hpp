@@ -29,22 +29,29 @@ struct CollectiveCall {
   std::uint64_t sendId = 0, sendOffset = 0, recvId = 0, recvOffset = 0;
 
   std::size_t elementBytes() const { return sizeOf(type); }
+  // The collective has a root (broadcast, reduce).
+  bool rooted() const { return collective == Collective::Broadcast || collective == Collective::Reduce; }
   // This rank uses its send buffer (every collective but a broadcast off the root).
   bool usesSend() const { return collective != Collective::Broadcast || rank == root; }
+  // This rank uses its recv buffer (every collective but a reduce off the root).
+  bool usesRecv() const { return collective != Collective::Reduce || rank == root; }
   // Every buffer this rank uses is registered: what the direct (zero-copy) algorithms need.
-  bool registered() const { return recvId != 0 && (!usesSend() || sendId != 0); }
+  bool registered() const { return (!usesRecv() || recvId != 0) && (!usesSend() || sendId != 0); }
   // Elements of the send and recv buffers.
   std::size_t sendElements() const;
   std::size_t recvElements() const;
   // The larger of the two buffers, in bytes: what the selector goes by.
   std::size_t bytes() const;
   bool inPlace() const;
-  bool reduces() const { return collective == Collective::AllReduce || collective == Collective::ReduceScatter; }
+  bool reduces() const {
+    return collective == Collective::AllReduce || collective == Collective::ReduceScatter ||
+           collective == Collective::Reduce;
+  }
 };
 
 // Error(InvalidUsage) naming the rank, the collective and the argument for: a null buffer where
 // one is needed, a count whose byte size overflows, a type outside the enum, an op outside the enum
-// (checked only for the collectives that reduce), a root out of range, buffers not aligned to the
+// (checked only for the collectives that reduce), a root out of range (broadcast, reduce), buffers not aligned to the
 // element size, send and recv that overlap other than in place, and a pointer that is not device
 // memory of `device` (when device >= 0 and the stream is not being captured; the check asks CUDA).
 void validateCall(const CollectiveCall& call, int device);

@@ -138,6 +138,7 @@ struct Comm::Impl {
     call.worldSize = bootstrap->size();
     validateCall(call, device);
     if (call.count == 0) return;
+    if (!call.usesRecv()) call.recv = nullptr;  // a reduce's non-root recv: never read nor written
     DeviceScope scope(device);
     if (call.worldSize == 1) {
       // The answer is the input itself (avg over one rank included).
@@ -154,9 +155,11 @@ struct Comm::Impl {
         call.sendId = hit.id;
         call.sendOffset = hit.offset;
       }
-      const auto hit = registry->find(call.recv, call.recvElements() * es);
-      call.recvId = hit.id;
-      call.recvOffset = hit.offset;
+      if (call.usesRecv()) {
+        const auto hit = registry->find(call.recv, call.recvElements() * es);
+        call.recvId = hit.id;
+        call.recvOffset = hit.offset;
+      }
     }
     const Algorithm& algorithm = selector.select(call, resources->limits());
     algorithm.launch(call, resources->context());
@@ -273,6 +276,11 @@ void Comm::allToAll(const void* send, void* recv, std::size_t count, DataType ty
 
 void Comm::broadcast(const void* send, void* recv, std::size_t count, DataType type, int root, cudaStream_t stream) {
   impl_->run({Collective::Broadcast, send, recv, count, type, ReduceOp::Sum, root, stream});
+}
+
+void Comm::reduce(const void* send, void* recv, std::size_t count, DataType type, ReduceOp op, int root,
+                  cudaStream_t stream) {
+  impl_->run({Collective::Reduce, send, recv, count, type, op, root, stream});
 }
 
 void Comm::send(const void* buffer, std::size_t count, DataType type, int peer, cudaStream_t stream) {

@@ -35,7 +35,7 @@ constexpr std::array<TypeInfo, kDataTypeCount> kTypes{{{"int8", 1, false},
                                                        {"f8e5m2", 1, true}}};
 constexpr std::array<std::string_view, kReduceOpCount> kOps{"sum", "prod", "max", "min", "avg"};
 constexpr std::array<std::string_view, kCollectiveCount> kCollectives{"allreduce", "allgather", "reducescatter",
-                                                                      "alltoall", "broadcast"};
+                                                                      "alltoall", "broadcast", "reduce"};
 
 }  // namespace
 

@@ -87,6 +87,7 @@ FERRY_DEVICE FERRY_INLINE const char* collectiveName(int op) {
     case 2: return "reduceScatter";
     case 3: return "allToAll";
     case 4: return "broadcast";
+    case 5: return "reduce";
   }
   return "collective";
 }

@@ -4,6 +4,8 @@
 //   allreduce_direct      rank r reduces chunk r of every rank's input (in rank order) and writes
 //                         the result into chunk r of every rank's output: reduce-scatter and
 //                         all-gather in one pass.
+//   reduce_direct         the same into the root's output only: the root's links carry each byte
+//                         twice (its chunks in, everyone's result out), not R - 1 times.
 //   reducescatter_direct  rank r reduces block r of every rank's input into its own output.
 //   allgather_direct      rank r writes its input into block r of every rank's output.
 //   alltoall_direct       rank r writes block p of its input into block r of rank p's output
@@ -29,21 +31,25 @@ FERRY_DEVICE FERRY_INLINE Range blockShare(std::uint64_t count, int R, int j, st
   return {min(j * chunk + part.begin, count), min(j * chunk + part.end, count)};
 }
 
+// root < 0: allreduce (every rank's output); otherwise reduce into root's output.
 template <class T, ReduceOp Op>
 __global__ void __launch_bounds__(kThreads)
-    allReduceDirect(CollectiveContext c, CallBuffers mine, const char* send, char* recv, std::uint64_t count) {
+    allReduceDirect(CollectiveContext c, CallBuffers mine, const char* send, char* recv, std::uint64_t count,
+                    int root) {
   __shared__ DirectBuffers b;
   constexpr std::uint64_t sz = sizeof(T);
-  const std::uint64_t m = beginDirect(c, mine, send, recv, b);
+  const std::uint64_t m = beginDirect(c, mine, send, recv, b, root < 0 ? ~0u : 1u << root);
   const int R = c.nranks;
   const Range el = blockShare(count, R, c.rank, 16 / sz);
   const char* src[kMaxRanks];
   char* dst[kMaxRanks];
+  int nd = 0;
   for (int q = 0; q < R; ++q) {
     src[q] = b.send[q] + el.begin * sz;
-    dst[q] = b.recv[q] + el.begin * sz;
+    // Null only for a reduce's root after an abort (beginDirect's stand-in): nothing to write.
+    if ((root < 0 || q == root) && b.recv[q] != nullptr) dst[nd++] = b.recv[q] + el.begin * sz;
   }
-  reduceSources<T, Op>(dst, R, src, R, R, el.size(), threadIdx.x, kThreads);
+  if (nd > 0) reduceSources<T, Op>(dst, nd, src, R, R, el.size(), threadIdx.x, kThreads);
   finishDirect(c, m);
 }
 
@@ -108,17 +114,19 @@ class DirectAlgorithm : public Algorithm {
     // A broadcast's non-root ranks may pass any send pointer; the kernel must never see it.
     const auto* send = call.usesSend() ? static_cast<const char*>(call.send) : nullptr;
     auto* recv = static_cast<char*>(call.recv);
-    const std::uint64_t perRank = call.bytes() / (call.collective == Collective::AllReduce ||
-                                                          call.collective == Collective::Broadcast
-                                                      ? static_cast<std::uint64_t>(call.worldSize)
-                                                      : 1);
+    const bool chunked = call.collective == Collective::AllReduce || call.collective == Collective::Reduce ||
+                         call.collective == Collective::Broadcast;
+    const std::uint64_t perRank = call.bytes() / (chunked ? static_cast<std::uint64_t>(call.worldSize) : 1);
     const unsigned grid = gridFor(perRank, 32 << 10, 1, 64);
     switch (collective_) {
       case Collective::AllReduce:
+      case Collective::Reduce: {
+        const int root = collective_ == Collective::Reduce ? call.root : -1;
         dispatchTypeOp(call.type, call.op, [&]<class T, ReduceOp Op>() {
-          allReduceDirect<T, Op><<<grid, kThreads, 0, call.stream>>>(c, published(call), send, recv, call.count);
+          allReduceDirect<T, Op><<<grid, kThreads, 0, call.stream>>>(c, published(call), send, recv, call.count, root);
         });
         break;
+      }
       case Collective::ReduceScatter:
         dispatchTypeOp(call.type, call.op, [&]<class T, ReduceOp Op>() {
           reduceScatterDirect<T, Op><<<grid, kThreads, 0, call.stream>>>(c, published(call), send, recv, call.count);
@@ -142,6 +150,7 @@ class DirectAlgorithm : public Algorithm {
   void preload() const override {
     switch (collective_) {
       case Collective::AllReduce:
+      case Collective::Reduce:
         forEveryTypeOp([&]<class T, ReduceOp Op>() { preloadKernel(allReduceDirect<T, Op>); });
         break;
       case Collective::ReduceScatter:
@@ -165,7 +174,8 @@ std::vector<const Algorithm*> directAlgorithms() {
                                         {"allgather_direct", Collective::AllGather},
                                         {"reducescatter_direct", Collective::ReduceScatter},
                                         {"alltoall_direct", Collective::AllToAll},
-                                        {"broadcast_direct", Collective::Broadcast}};
+                                        {"broadcast_direct", Collective::Broadcast},
+                                        {"reduce_direct", Collective::Reduce}};
   std::vector<const Algorithm*> v;
   for (const auto& a : all) v.push_back(&a);
   return v;

@@ -34,7 +34,7 @@ inline CallBuffers published(const CollectiveCall& call) {
 // Empty when every buffer of the call is registered; otherwise why not, for Algorithm::whyNot.
 inline std::string notRegistered(const CollectiveCall& call) {
   if (call.registered()) return {};
-  return std::string(call.recvId == 0 ? "the recv" : "the send") +
+  return std::string(call.usesRecv() && call.recvId == 0 ? "the recv" : "the send") +
          " buffer is not registered (Comm::registerBuffer, on every rank)";
 }
 
@@ -72,8 +72,11 @@ FERRY_DEVICE FERRY_INLINE char* resolveBuffer(const CollectiveContext& c, int pe
 }
 
 // Returns m, the call's number; fills `out` (shared memory) for the whole block.
+// recvPeers: the peers whose recv buffer the kernel writes (bit p: peer p; a reduce needs only the
+// root's); a peer without one there is an error.
 FERRY_DEVICE FERRY_INLINE std::uint64_t beginDirect(const CollectiveContext& c, const CallBuffers& mine,
-                                                    const char* send, char* recv, DirectBuffers& out) {
+                                                    const char* send, char* recv, DirectBuffers& out,
+                                                    unsigned recvPeers = ~0u) {
   const std::uint64_t m = c.state->epoch + 1;
   const int p = static_cast<int>(threadIdx.x);
   if (p < c.nranks && p != c.rank) {
@@ -97,7 +100,7 @@ FERRY_DEVICE FERRY_INLINE std::uint64_t beginDirect(const CollectiveContext& c, 
         directFail(c, p, "this call is direct here but not (its buffers are not registered?) on", theirs.epoch);
       out.send[p] = resolveBuffer(c, p, theirs.sendId, theirs.sendOffset);
       out.recv[p] = resolveBuffer(c, p, theirs.recvId, theirs.recvOffset);
-      if (out.recv[p] == nullptr) directFail(c, p, "no registered recv buffer from", 0);
+      if (out.recv[p] == nullptr && (recvPeers >> p & 1)) directFail(c, p, "no registered recv buffer from", 0);
     }
   } else if (p == c.rank) {
     out.send[p] = const_cast<char*>(send);

@@ -12,6 +12,7 @@ std::vector<const Algorithm*> allGatherAlgorithms() { return {}; }
 std::vector<const Algorithm*> reduceScatterAlgorithms() { return {}; }
 std::vector<const Algorithm*> allToAllAlgorithms() { return {}; }
 std::vector<const Algorithm*> broadcastAlgorithms() { return {}; }
+std::vector<const Algorithm*> reduceAlgorithms() { return {}; }
 std::vector<const Algorithm*> directAlgorithms() { return {}; }
 std::vector<const Algorithm*> copyEngineAlgorithms() { return {}; }
 

@@ -9,7 +9,7 @@ const std::vector<const Algorithm*>& allAlgorithms() {
     const auto direct = directAlgorithms();
     const auto copyEngine = copyEngineAlgorithms();
     for (auto group : {allReduceAlgorithms(), allGatherAlgorithms(), reduceScatterAlgorithms(),
-                       allToAllAlgorithms(), broadcastAlgorithms()}) {
+                       allToAllAlgorithms(), broadcastAlgorithms(), reduceAlgorithms()}) {
       v.insert(v.end(), group.begin(), group.end());
       if (group.empty()) continue;
       for (const auto& extra : {direct, copyEngine})

@@ -28,6 +28,9 @@ std::vector<TuningRow> defaultTuning() {
       {Collective::Broadcast, 0, 256 * KiB, "broadcast_ll"},
       {Collective::Broadcast, 0, ~0ull, "broadcast_direct"},
       {Collective::Broadcast, 0, ~0ull, "broadcast_push"},
+      {Collective::Reduce, 0, 256 * KiB, "reduce_ll"},
+      {Collective::Reduce, 0, ~0ull, "reduce_direct"},
+      {Collective::Reduce, 0, ~0ull, "reduce_two_shot"},
   };
 }
 

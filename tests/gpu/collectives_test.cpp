@@ -24,7 +24,7 @@ namespace {
 
 using tools::CallShape;
 
-constexpr unsigned char kPoison = 0xFF;  // NaN in every float type, -1 in every integer
+constexpr unsigned char kPoison = tools::kPoisonByte;
 
 // ferry reads its environment once per process, at first use (which can come before main, in
 // the parent that forks the ranks): set what this binary needs during static initialization.
@@ -58,8 +58,10 @@ void issue(Comm& comm, const CallShape& s, const void* send, void* recv, cudaStr
     case Collective::ReduceScatter: comm.reduceScatter(send, recv, s.count, s.type, s.op, stream); break;
     case Collective::AllToAll: comm.allToAll(send, recv, s.count, s.type, stream); break;
     case Collective::Broadcast: comm.broadcast(send, recv, s.count, s.type, s.root, stream); break;
+    case Collective::Reduce: comm.reduce(send, recv, s.count, s.type, s.op, s.root, stream); break;
   }
 }
+
 
 // Device buffers for one call; in place, send points into recv as the API's in-place rule says.
 struct CallBuffers {
@@ -107,7 +109,7 @@ std::size_t runAndCheck(Rank& r, const CallShape& s, bool inPlace, CheckOptions 
   }
   std::vector<char> send(s.sendCount() * es), want(s.recvCount() * es), got(s.recvCount() * es);
   tools::fillSend(s.type, send.data(), s.sendCount(), s.rank, s.seed);
-  const bool hasSend = s.collective != Collective::Broadcast || s.rank == s.root;
+  const bool hasSend = s.hasSend();
   // Poison first, then the input on top: in place, whatever of the output is not input stays poison.
   // (In-place reduceScatter's output lies inside its input: nothing of it can be poisoned.)
   if (!(inPlace && s.collective == Collective::ReduceScatter)) cudaMemset(b.recv, kPoison, s.recvCount() * es);
@@ -118,7 +120,7 @@ std::size_t runAndCheck(Rank& r, const CallShape& s, bool inPlace, CheckOptions 
   const cudaError_t err = cudaStreamSynchronize(r.stream);
   EXPECT_EQ(err, cudaSuccess) << cudaGetErrorString(err);
   cudaMemcpy(got.data(), b.recv, got.size(), cudaMemcpyDeviceToHost);
-  tools::expectedRecv(s, want.data());
+  tools::expectedRecv(s, want.data(), inPlace);
   if (options.reordered) return tools::countWrongReordered(s.type, s.op, s.worldSize, got.data(), want.data(), s.recvCount());
   return tools::countWrong(s.type, got.data(), want.data(), s.recvCount());
 }
@@ -193,14 +195,13 @@ TEST_P(GpuCollectives, EveryAlgorithmTypeOpAndPlacement) {
     std::size_t calls = 0, skipped = 0;
     for (int c = 0; c < kCollectiveCount; ++c) {
       const auto coll = static_cast<Collective>(c);
-      const bool reduces = coll == Collective::AllReduce || coll == Collective::ReduceScatter;
       for (const std::string& algo : Comm::algorithmNames(coll)) {
         if (algo.starts_with("plan:")) continue;  // EveryPlan's
         // The zero-copy and copy-engine algorithms run on buffers registered for the call (on every rank).
         const bool direct = algo.ends_with("_direct") || algo.ends_with("_ce");
         r.comm->setAlgorithm(coll, algo);
         for (int t = 0; t < kDataTypeCount; ++t) {
-          for (int o = 0; o < (reduces ? kReduceOpCount : 1); ++o) {
+          for (int o = 0; o < (tools::reduces(coll) ? kReduceOpCount : 1); ++o) {
             for (std::size_t count : {1ul, 3ul, 1023ul, 4099ul, 70001ul}) {
               for (bool inPlace : {false, true}) {
                 CallShape s{coll, static_cast<DataType>(t), static_cast<ReduceOp>(o), count, rank, n,
@@ -241,14 +242,13 @@ TEST_P(GpuCollectives, EveryPlanTypeOpAndPlacement) {
     int plans = 0;
     for (int c = 0; c < kCollectiveCount; ++c) {
       const auto coll = static_cast<Collective>(c);
-      const bool reduces = coll == Collective::AllReduce || coll == Collective::ReduceScatter;
       for (const std::string& algo : Comm::algorithmNames(coll)) {
         if (!algo.starts_with("plan:")) continue;
         ++plans;
         r.comm->setAlgorithm(coll, algo);
         std::size_t calls = 0, refused = 0;
         for (int t = 0; t < kDataTypeCount; ++t) {
-          for (int o = 0; o < (reduces ? kReduceOpCount : 1); ++o) {
+          for (int o = 0; o < (tools::reduces(coll) ? kReduceOpCount : 1); ++o) {
             for (std::size_t count : {1ul, 3ul, 1023ul, 4099ul, 70001ul}) {
               for (bool inPlace : {false, true}) {
                 CallShape s{coll, static_cast<DataType>(t), static_cast<ReduceOp>(o), count, rank, n,
@@ -373,7 +373,7 @@ TEST_P(GpuCollectives, ThousandBackToBackCallsOfChangingSize) {
   });
 }
 
-// Three collectives captured in one CUDA graph, replayed with new inputs each time.
+// Every collective captured in one CUDA graph, replayed with new inputs each time.
 TEST_P(GpuCollectives, CapturedInAGraphAndReplayed) {
   const int n = GetParam();
   UniqueId id = UniqueId::create();
@@ -385,7 +385,9 @@ TEST_P(GpuCollectives, CapturedInAGraphAndReplayed) {
                                 {Collective::AllGather, DataType::Float16, ReduceOp::Sum, count, rank, n, 0, 0},
                                 {Collective::ReduceScatter, DataType::Float32, ReduceOp::Avg, count, rank, n, 0, 0},
                                 {Collective::AllToAll, DataType::Int32, ReduceOp::Sum, 3001, rank, n, 0, 0},
-                                {Collective::Broadcast, DataType::BFloat16, ReduceOp::Sum, count, rank, n, n - 1, 0}};
+                                {Collective::Broadcast, DataType::BFloat16, ReduceOp::Sum, count, rank, n, n - 1, 0},
+                                {Collective::Reduce, DataType::Float16, ReduceOp::Sum, 300, rank, n, 1, 0},
+                                {Collective::Reduce, DataType::Float32, ReduceOp::Min, count, rank, n, 0, 0}};
     std::vector<std::unique_ptr<CallBuffers>> bufs;
     for (const auto& s : shapes) bufs.push_back(std::make_unique<CallBuffers>(r.device, s, false));
     captureReplayAndCheck(r, shapes, bufs, 5, false);

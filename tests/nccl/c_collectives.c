@@ -1,6 +1,6 @@
 /* The NCCL API from plain C, on GPUs: N ranks (forked processes, rank r on GPU r % GPUs) run every
- * collective, every datatype and every op through nccl.h, plus grouped send/recv in a ring and a
- * forwarded ncclReduce, each checked element by element (output poisoned first) against values
+ * collective, every datatype and every op through nccl.h, plus grouped send/recv in a ring and an
+ * allreduce with a PreMulSum op (forwarded to the real NCCL), each checked element by element (output poisoned first) against values
  * computed here. Inputs are small integers, so every result is exact in every type.
  *
  *   nccl_c_collectives NRANKS     exit 0: all correct; 77: not enough GPUs (unless
@@ -248,7 +248,18 @@ static int runRank(int rank, int nranks, ncclUniqueId id, int sharing) {
       for (size_t i = 0; i < COUNT; ++i) encode(t, reduceAt(t, op, nranks, rank * COUNT + i), b.want + i * es);
       CHECK(ncclReduceScatter(b.send, b.recv, COUNT, (ncclDataType_t)t, (ncclRedOp_t)op, comm, stream));
       finish(&b, stream, rank, what);
-      calls += 2;
+
+      /* Off the root, recvbuff must stay as it was (poisoned). */
+      const int root = (t + op) % nranks;
+      snprintf(what, sizeof(what), "ncclReduce %s %s root %d", kTypeNames[t], kOpNames[op], root);
+      prepare(&b, t, COUNT, COUNT, rank);
+      if (rank == root)
+        for (size_t i = 0; i < COUNT; ++i) encode(t, reduceAt(t, op, nranks, i), b.want + i * es);
+      else
+        memset(b.want, 0xFF, b.recvBytes);
+      CHECK(ncclReduce(b.send, b.recv, COUNT, (ncclDataType_t)t, (ncclRedOp_t)op, root, comm, stream));
+      finish(&b, stream, rank, what);
+      calls += 3;
     }
     snprintf(what, sizeof(what), "ncclAllGather %s", kTypeNames[t]);
     prepare(&b, t, COUNT, COUNT * nranks, rank);
@@ -282,18 +293,20 @@ static int runRank(int rank, int nranks, ncclUniqueId id, int sharing) {
     finish(&b, stream, rank, what);
     calls += 4;
   }
-  /* ncclReduce is forwarded to the real NCCL: right, or (ranks sharing a GPU, which NCCL refuses,
-   * or no real NCCL) a clean error. */
+  /* An op from ncclRedOpCreatePreMulSum is forwarded to the real NCCL: right (each input times 2,
+   * then summed), or (ranks sharing a GPU, which NCCL refuses, or no real NCCL) a clean error. */
   struct Bufs b;
   prepare(&b, ncclFloat32, COUNT, COUNT, rank);
-  for (size_t i = 0; i < COUNT; ++i) encode(ncclFloat32, rank == 0 ? reduceAt(ncclFloat32, ncclSum, nranks, i) : NAN, b.want + i * 4);
-  if (rank != 0) memset(b.want, 0xFF, b.recvBytes);
-  const ncclResult_t r = ncclReduce(b.send, b.recv, COUNT, ncclFloat32, ncclSum, 0, comm, stream);
+  for (size_t i = 0; i < COUNT; ++i) encode(ncclFloat32, 2 * reduceAt(ncclFloat32, ncclSum, nranks, i), b.want + i * 4);
+  float two = 2.0f;
+  ncclRedOp_t premul;
+  CHECK(ncclRedOpCreatePreMulSum(&premul, &two, ncclFloat32, ncclScalarHostImmediate, comm));
+  const ncclResult_t r = ncclAllReduce(b.send, b.recv, COUNT, ncclFloat32, premul, comm, stream);
   if (r == ncclSuccess) {
-    finish(&b, stream, rank, "ncclReduce (forwarded)");
+    finish(&b, stream, rank, "ncclAllReduce with a PreMulSum op (forwarded)");
     ++calls;
   } else {
-    printf("rank %d: ncclReduce not run (%s)%s\n", rank, ncclGetLastError(NULL),
+    printf("rank %d: PreMulSum allreduce not run (%s)%s\n", rank, ncclGetLastError(NULL),
            sharing ? "; expected: ranks share a GPU" : "");
     if (!sharing && strstr(ncclGetLastError(NULL), "no real NCCL") == NULL) ++failures;
     cudaFree(b.send);
@@ -301,6 +314,7 @@ static int runRank(int rank, int nranks, ncclUniqueId id, int sharing) {
     free(b.host);
     free(b.want);
   }
+  CHECK(ncclRedOpDestroy(premul, comm));
   if (abortPhase(comm, rank, nranks, stream) != 0) ++failures;
   CHECK(ncclCommFinalize(comm));
   CHECK(ncclCommDestroy(comm));

@@ -120,7 +120,8 @@ INSTANTIATE_TEST_SUITE_P(
                       DefaultChoice{Collective::AllGather, "allgather_ll", "allgather_push"},
                       DefaultChoice{Collective::ReduceScatter, "reducescatter_ll", "reducescatter_push"},
                       DefaultChoice{Collective::AllToAll, "alltoall_ll", "alltoall_push"},
-                      DefaultChoice{Collective::Broadcast, "broadcast_ll", "broadcast_push"}),
+                      DefaultChoice{Collective::Broadcast, "broadcast_ll", "broadcast_push"},
+                      DefaultChoice{Collective::Reduce, "reduce_ll", "reduce_two_shot"}),
     [](const auto& info) { return std::string(toString(info.param.collective)); });
 
 // Above the LL sizes, calls on registered buffers go zero-copy; below, LL still wins.
@@ -147,6 +148,20 @@ TEST(Selector, DirectBroadcastOffTheRootNeedsOnlyTheRecvRegistered) {
   call.send = nullptr;
   call.recvId = 3;
   EXPECT_EQ(selected(s, call), "broadcast_direct");
+}
+
+TEST(Selector, DirectReduceOffTheRootNeedsOnlyTheSendRegistered) {
+  const Selector s(defaultTuning());
+  CollectiveCall call = callOfBytes(Collective::Reduce, 64 << 20);
+  call.rank = 1;
+  call.root = 0;
+  call.recv = nullptr;
+  call.sendId = 3;
+  EXPECT_TRUE(call.registered());
+  EXPECT_EQ(selected(s, call), "reduce_direct");
+  call.rank = 0;  // the root needs its recv registered too
+  EXPECT_FALSE(call.registered());
+  EXPECT_EQ(selected(s, call), "reduce_two_shot");
 }
 
 TEST(Selector, DirectAllToAllRefusesInPlace) {

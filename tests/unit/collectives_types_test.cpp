@@ -120,7 +120,8 @@ TEST(CollectiveNames, RoundTripWithUnderscoresInAnyCase) {
       {Collective::AllGather, "allgather", "All_Gather"},
       {Collective::ReduceScatter, "reducescatter", "REDUCE_SCATTER"},
       {Collective::AllToAll, "alltoall", "all_to_all"},
-      {Collective::Broadcast, "broadcast", "Broadcast"}};
+      {Collective::Broadcast, "broadcast", "Broadcast"},
+      {Collective::Reduce, "reduce", "REDUCE"}};
   static_assert(std::size(collectives) == std::size_t{kCollectiveCount});
   for (const auto& [c, name, spelling] : collectives) {
     EXPECT_EQ(toString(c), name);
@@ -130,7 +131,7 @@ TEST(CollectiveNames, RoundTripWithUnderscoresInAnyCase) {
 }
 
 TEST(CollectiveNames, UnknownNamesAndValuesAreRejected) {
-  for (const char* name : {"", "_", "reduce", "all-reduce", "allreduces", "gather"})
+  for (const char* name : {"", "_", "reduces", "all-reduce", "allreduces", "gather"})
     EXPECT_FALSE(parseCollective(name).has_value()) << "'" << name << "'";
   EXPECT_EQ(toString(static_cast<Collective>(kCollectiveCount)), "invalid");
   EXPECT_EQ(toString(static_cast<Collective>(-1)), "invalid");

@@ -24,14 +24,15 @@ struct CollectiveCase {
   const char* api;  // the Comm method, as messages name it
 };
 
-// Rank 2 of 4 (broadcast root 0), 16 floats, buffers far apart: valid for every collective.
+// Rank 2 of 4 (broadcast root 0, reduce root 2: the ranks that read send and write recv), 16 floats,
+// buffers far apart: valid for every collective.
 CollectiveCall validCall(Collective c) {
   CollectiveCall call;
   call.collective = c;
   call.count = 16;
   call.type = DataType::Float32;
   call.op = ReduceOp::Sum;
-  call.root = 0;
+  call.root = c == Collective::Reduce ? 2 : 0;
   call.rank = 2;
   call.worldSize = 4;
   call.send = fakeConst(0x100000);
@@ -100,10 +101,10 @@ TEST_P(ValidateCall, InvalidOpIsRejectedOnlyWhereItIsUsed) {
   EXPECT_CONTAINS(msg, "reduce op 5");
 }
 
-TEST_P(ValidateCall, RootOutOfRangeIsRejectedOnBroadcast) {
+TEST_P(ValidateCall, RootOutOfRangeIsRejectedWhereThereIsARoot) {
   for (int root : {-1, 4}) {
     call_.root = root;
-    if (!isBroadcast()) {
+    if (!call_.rooted()) {
       EXPECT_NO_THROW(validateCall(call_, kNoDevice)) << "root " << root << " is not used";
       continue;
     }
@@ -213,6 +214,18 @@ TEST(ValidateBroadcast, NonRootSendIsIgnored) {
   }
 }
 
+// A non-root reduce rank never touches recv: null, misaligned or overlapping send, it is ignored.
+TEST(ValidateReduce, NonRootRecvIsIgnored) {
+  CollectiveCall call = validCall(Collective::Reduce);
+  call.root = 0;
+  for (std::uintptr_t recv : {std::uintptr_t{0}, std::uintptr_t{0x200002}, std::uintptr_t{0x100004}}) {
+    call.recv = fake(recv);
+    EXPECT_NO_THROW(validateCall(call, kNoDevice)) << recv;
+  }
+  call.send = nullptr;
+  EXPECT_CONTAINS(rejection(call), "rank 2: reduce: send buffer is null");
+}
+
 // The in-place rule of one collective is an overlap for another: allGather's send must be the
 // rank's own block of recv, not its start (rank 2 here).
 TEST(ValidateAllGather, SendAtStartOfRecvIsNotInPlace) {
@@ -240,7 +253,8 @@ INSTANTIATE_TEST_SUITE_P(Collectives, ValidateCall,
                                            CollectiveCase{Collective::AllGather, "allGather"},
                                            CollectiveCase{Collective::ReduceScatter, "reduceScatter"},
                                            CollectiveCase{Collective::AllToAll, "allToAll"},
-                                           CollectiveCase{Collective::Broadcast, "broadcast"}),
+                                           CollectiveCase{Collective::Broadcast, "broadcast"},
+                                           CollectiveCase{Collective::Reduce, "reduce"}),
                          [](const auto& info) { return std::string(info.param.api); });
 
 // --- Sizes --------------------------------------------------------------------------------------
@@ -270,7 +284,8 @@ INSTANTIATE_TEST_SUITE_P(Collectives, CallSizes,
                                            Sizes{Collective::AllGather, 10, 40},
                                            Sizes{Collective::ReduceScatter, 40, 10},
                                            Sizes{Collective::AllToAll, 40, 40},
-                                           Sizes{Collective::Broadcast, 10, 10}),
+                                           Sizes{Collective::Broadcast, 10, 10},
+                                           Sizes{Collective::Reduce, 10, 10}),
                          [](const auto& info) { return std::string(toString(info.param.collective)); });
 
 // send and recv (validatePeerCall): rank 1 of 4 sending 8 floats to rank 3.

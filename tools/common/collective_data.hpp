@@ -26,6 +26,15 @@
 
 namespace ferry::tools {
 
+// What outputs are filled with before a call: NaN in every float type, -1 in every integer.
+inline constexpr unsigned char kPoisonByte = 0xFF;
+
+// The collectives that take a reduce op, and those that take a root.
+inline bool reduces(Collective c) {
+  return c == Collective::AllReduce || c == Collective::ReduceScatter || c == Collective::Reduce;
+}
+inline bool rooted(Collective c) { return c == Collective::Broadcast || c == Collective::Reduce; }
+
 // What a call looks like from one rank, in the API's terms.
 struct CallShape {
   Collective collective = Collective::AllReduce;
@@ -47,6 +56,8 @@ struct CallShape {
                ? count * static_cast<std::size_t>(worldSize)
                : count;
   }
+  // This rank reads its send buffer (all but a broadcast's non-root ranks).
+  bool hasSend() const { return collective != Collective::Broadcast || rank == root; }
 };
 
 namespace detail {
@@ -105,8 +116,9 @@ inline void fillSend(DataType type, void* out, std::size_t count, int rank, std:
   });
 }
 
-// What shape.rank's recv buffer must hold afterwards.
-inline void expectedRecv(const CallShape& s, void* out) {
+// What shape.rank's recv buffer must hold afterwards, when it was filled with kPoisonByte before the
+// call (and then, in place, with the input). A reduce's non-root ranks must leave it as it was.
+inline void expectedRecv(const CallShape& s, void* out, bool inPlace = false) {
   detail::withType(s.type, s.op, [&]<class T, ReduceOp Op>() {
     T* o = static_cast<T*>(out);
     const std::size_t n = s.count;
@@ -126,6 +138,14 @@ inline void expectedRecv(const CallShape& s, void* out) {
             o[i] = detail::valueOf<T>(s.seed, static_cast<int>(i / n), static_cast<std::size_t>(s.rank) * n + i % n);
             break;
           case Collective::Broadcast: o[i] = detail::valueOf<T>(s.seed, s.root, i); break;
+          case Collective::Reduce:
+            if (s.rank == s.root)
+              o[i] = reduceAt(i);
+            else if (inPlace)
+              o[i] = detail::valueOf<T>(s.seed, s.rank, i);
+            else
+              std::memset(static_cast<void*>(o + i), kPoisonByte, sizeof(T));
+            break;
         }
       }
     });

@@ -67,9 +67,8 @@ class Runner {
     std::uint64_t wrongTotal = 0;
     std::vector<TuningChoice> tuned;
     for (Collective c : o_.collectives) {
-      const bool reduces = c == Collective::AllReduce || c == Collective::ReduceScatter;
       for (DataType t : o_.types) {
-        for (ReduceOp op : reduces ? o_.ops : std::vector<ReduceOp>{ReduceOp::Sum}) {
+        for (ReduceOp op : reduces(c) ? o_.ops : std::vector<ReduceOp>{ReduceOp::Sum}) {
           printTitle(c, t, op);
           Buffers buf = buffersFor(c, t);
           for (std::uint64_t size : sizes(o_)) {
@@ -177,6 +176,7 @@ class Runner {
       case Collective::ReduceScatter: comm_->reduceScatter(send, recv, s.count, s.type, s.op, stream_); break;
       case Collective::AllToAll: comm_->allToAll(send, recv, s.count, s.type, stream_); break;
       case Collective::Broadcast: comm_->broadcast(send, recv, s.count, s.type, s.root, stream_); break;
+      case Collective::Reduce: comm_->reduce(send, recv, s.count, s.type, s.op, s.root, stream_); break;
     }
   }
 
@@ -188,6 +188,7 @@ class Runner {
       case Collective::ReduceScatter: nccl_->reduceScatter(send, recv, s.count, t, op, stream_); break;
       case Collective::AllToAll: nccl_->allToAll(send, recv, s.count, t, stream_); break;
       case Collective::Broadcast: nccl_->broadcast(send, recv, s.count, t, s.root, stream_); break;
+      case Collective::Reduce: nccl_->reduce(send, recv, s.count, t, op, s.root, stream_); break;
     }
   }
 
@@ -198,16 +199,15 @@ class Runner {
     std::vector<char> host(s.sendCount() * es);
     fillSend(s.type, host.data(), s.sendCount(), s.rank, s.seed);
     if (!(inPlace && s.collective == Collective::ReduceScatter))
-      FERRY_TOOL_CUDA(cudaMemset(recv, 0xFF, s.recvCount() * es));
-    const bool hasSend = s.collective != Collective::Broadcast || s.rank == s.root;
-    if (hasSend) FERRY_TOOL_CUDA(cudaMemcpy(const_cast<void*>(send), host.data(), host.size(), cudaMemcpyHostToDevice));
+      FERRY_TOOL_CUDA(cudaMemset(recv, kPoisonByte, s.recvCount() * es));
+    if (s.hasSend()) FERRY_TOOL_CUDA(cudaMemcpy(const_cast<void*>(send), host.data(), host.size(), cudaMemcpyHostToDevice));
     FERRY_TOOL_CUDA(cudaDeviceSynchronize());
     r_.bootstrap->barrier();
     issueFerry(s, send, recv);
     FERRY_TOOL_CUDA(cudaStreamSynchronize(stream_));
     std::vector<char> got(s.recvCount() * es), want(s.recvCount() * es);
     FERRY_TOOL_CUDA(cudaMemcpy(got.data(), recv, got.size(), cudaMemcpyDeviceToHost));
-    expectedRecv(s, want.data());
+    expectedRecv(s, want.data(), inPlace);
     return countWrong(s.type, got.data(), want.data(), s.recvCount());
   }
 
@@ -259,8 +259,7 @@ class Runner {
     Measure m;
     if (o_.check) m.wrong = check(s, b, inPlace);
     auto [send, recv] = pointers(s, b, inPlace);
-    const bool hasSend = s.collective != Collective::Broadcast || s.rank == s.root;
-    m.us = time([&] { issueFerry(s, hasSend ? send : nullptr, recv); }, [&] { alignFerry(); });
+    m.us = time([&] { issueFerry(s, s.hasSend() ? send : nullptr, recv); }, [&] { alignFerry(); });
     return m;
   }
 
@@ -352,7 +351,7 @@ class Runner {
   void printTitle(Collective c, DataType t, ReduceOp op) {
     if (r_.rank != 0) return;
     std::printf("#\n# %s %s %s\n", std::string(toString(c)).c_str(), std::string(toString(t)).c_str(),
-                c == Collective::AllReduce || c == Collective::ReduceScatter ? std::string(toString(op)).c_str() : "");
+                reduces(c) ? std::string(toString(op)).c_str() : "");
     std::printf("#                                                      out-of-place                       in-place          ");
     std::printf("%s\n", nccl_ ? "              NCCL" : "");
     std::printf("#       size         count      type   redop    root     time   algbw   busbw #wrong     time   algbw   busbw #wrong");
@@ -372,11 +371,10 @@ class Runner {
       const double algbw = r.bytes / m.us / 1e3;
       std::printf(" %8.2f %7.2f %7.2f %6llu", m.us, algbw, algbw * factor, static_cast<unsigned long long>(m.wrong));
     };
-    const bool reduces = r.collective == Collective::AllReduce || r.collective == Collective::ReduceScatter;
     std::printf("%12llu  %12llu  %8s  %6s  %6d", static_cast<unsigned long long>(r.bytes),
                 static_cast<unsigned long long>(r.count), std::string(toString(r.type)).c_str(),
-                reduces ? std::string(toString(r.op)).c_str() : "none",
-                r.collective == Collective::Broadcast ? r.root : -1);
+                reduces(r.collective) ? std::string(toString(r.op)).c_str() : "none",
+                rooted(r.collective) ? r.root : -1);
     cols(r.outOfPlace);
     cols(r.inPlace);
     if (nccl_) {
@@ -468,7 +466,8 @@ class Runner {
 double busFactor(Collective c, int n) {
   switch (c) {
     case Collective::AllReduce: return 2.0 * (n - 1) / n;
-    case Collective::Broadcast: return 1.0;
+    case Collective::Broadcast:
+    case Collective::Reduce: return 1.0;
     default: return static_cast<double>(n - 1) / n;
   }
 }

@@ -46,7 +46,7 @@ int main(int argc, char** argv) {
   std::string what = "allreduce", minB = "1K", maxB = "1G", stepB, types = "bf16", ops = "sum";
   int ngpus = 0, check = 1, graph = 1;
   bool list = false, noNccl = false, noInPlace = false;
-  app.add_option("collective", what, "allreduce, allgather, reducescatter, alltoall, broadcast, or all")
+  app.add_option("collective", what, "allreduce, allgather, reducescatter, alltoall, broadcast, reduce, or all")
       ->capture_default_str();
   app.add_option("-b,--minbytes", minB, "smallest size (bytes; K, M, G suffixes)")->capture_default_str();
   app.add_option("-e,--maxbytes", maxB, "largest size")->capture_default_str();
@@ -54,7 +54,7 @@ int main(int argc, char** argv) {
   app.add_option("-i,--stepbytes", stepB, "size increment between rows (instead of -f)");
   app.add_option("-d,--datatype", types, "data type(s), comma-separated, or all")->capture_default_str();
   app.add_option("-o,--op", ops, "reduce op(s), comma-separated, or all")->capture_default_str();
-  app.add_option("-r,--root", o.root, "broadcast root")->capture_default_str();
+  app.add_option("-r,--root", o.root, "broadcast and reduce root")->capture_default_str();
   app.add_option("-n,--iters", o.iters, "calls per timed sample")->capture_default_str();
   app.add_option("-w,--warmup_iters", o.warmup, "warm-up calls")->capture_default_str();
   app.add_option("-N,--samples", o.samples, "timed samples (the median is reported)")->capture_default_str();

@@ -21,6 +21,7 @@ struct NcclLibrary::Api {
   Result (*allGather)(const void*, void*, std::size_t, int, Comm, cudaStream_t);
   Result (*reduceScatter)(const void*, void*, std::size_t, int, int, Comm, cudaStream_t);
   Result (*broadcast)(const void*, void*, std::size_t, int, int, Comm, cudaStream_t);
+  Result (*reduce)(const void*, void*, std::size_t, int, int, int, Comm, cudaStream_t);
   Result (*send)(const void*, std::size_t, int, int, Comm, cudaStream_t);
   Result (*recv)(void*, std::size_t, int, int, Comm, cudaStream_t);
   Result (*groupStart)();
@@ -56,6 +57,7 @@ std::unique_ptr<NcclLibrary> NcclLibrary::load(const std::string& path, std::str
   get(a.allGather, "ncclAllGather");
   get(a.reduceScatter, "ncclReduceScatter");
   get(a.broadcast, "ncclBroadcast");
+  get(a.reduce, "ncclReduce");
   get(a.send, "ncclSend");
   get(a.recv, "ncclRecv");
   get(a.groupStart, "ncclGroupStart");
@@ -102,6 +104,10 @@ void NcclLibrary::reduceScatter(const void* send, void* recv, std::size_t recvCo
 }
 void NcclLibrary::broadcast(const void* send, void* recv, std::size_t count, int type, int root, cudaStream_t s) const {
   check(api_->broadcast(send, recv, count, type, root, comm_, s), "ncclBroadcast");
+}
+void NcclLibrary::reduce(const void* send, void* recv, std::size_t count, int type, int op, int root,
+                         cudaStream_t s) const {
+  check(api_->reduce(send, recv, count, type, op, root, comm_, s), "ncclReduce");
 }
 void NcclLibrary::allToAll(const void* send, void* recv, std::size_t count, int type, cudaStream_t s) const {
   const std::size_t bytes = count * sizeOf(static_cast<DataType>(type));

@@ -384,24 +384,6 @@ NCCL_API ncclResult_t ncclRedOpDestroy(ncclRedOp_t op, ncclComm_t comm) {
   });
 }
 
-NCCL_API ncclResult_t ncclReduce(const void* sendbuff, void* recvbuff, size_t count, ncclDataType_t datatype,
-                                 ncclRedOp_t op, int root, ncclComm_t comm, cudaStream_t stream) {
-  return guarded("ncclReduce", [&] {
-    ncclComm& c = usable(comm);
-    checkDataType(datatype);
-    checkOp(c, op);
-    checkRankIn(root, c.nranks, "root");
-    checkCount(count, datatype);
-    checkBuffer(sendbuff, count, "sendbuff");
-    if (c.rank == root) checkBuffer(recvbuff, count, "recvbuff");
-    const RealNccl* real = nullptr;
-    ncclComm_t rc = realComm(c, "ncclReduce", real);
-    const ncclRedOp_t rop = op < ncclNumOps ? op : realOp(c, op, real, rc);
-    enterRealGroup(real);
-    return real->reduce(sendbuff, recvbuff, count, datatype, rop, root, rc, stream);
-  });
-}
-
 NCCL_API ncclResult_t ncclBroadcast(const void* sendbuff, void* recvbuff, size_t count, ncclDataType_t datatype,
                                     int root, ncclComm_t comm, cudaStream_t stream) {
   return guarded("ncclBroadcast", [&] {
@@ -423,7 +405,7 @@ NCCL_API ncclResult_t ncclBcast(void* buff, size_t count, ncclDataType_t datatyp
 
 namespace {
 
-// allReduce and reduceScatter: native for built-in ops, forwarded for PreMulSum ops.
+// allReduce, reduceScatter and reduce: native for built-in ops, forwarded for PreMulSum ops.
 template <class Native, class Forward>
 ncclResult_t reducing(ncclComm& c, ncclRedOp_t op, const char* api, Native&& native, Forward&& forward) {
   if (op < ncclNumOps) {
@@ -438,6 +420,27 @@ ncclResult_t reducing(ncclComm& c, ncclRedOp_t op, const char* api, Native&& nat
 }
 
 }  // namespace
+
+NCCL_API ncclResult_t ncclReduce(const void* sendbuff, void* recvbuff, size_t count, ncclDataType_t datatype,
+                                 ncclRedOp_t op, int root, ncclComm_t comm, cudaStream_t stream) {
+  return guarded("ncclReduce", [&] {
+    ncclComm& c = usable(comm);
+    checkDataType(datatype);
+    checkOp(c, op);
+    checkRankIn(root, c.nranks, "root");
+    checkCount(count, datatype);
+    checkBuffer(sendbuff, count, "sendbuff");
+    if (c.rank == root) checkBuffer(recvbuff, count, "recvbuff");
+    return reducing(
+        c, op, "ncclReduce",
+        [&](ReduceOp o) {
+          c.comm->reduce(sendbuff, c.rank == root ? recvbuff : nullptr, count, nativeType(datatype), o, root, stream);
+        },
+        [&](const RealNccl* real, ncclComm_t rc, ncclRedOp_t rop) {
+          return real->reduce(sendbuff, recvbuff, count, datatype, rop, root, rc, stream);
+        });
+  });
+}
 
 NCCL_API ncclResult_t ncclAllReduce(const void* sendbuff, void* recvbuff, size_t count, ncclDataType_t datatype,
                                     ncclRedOp_t op, ncclComm_t comm, cudaStream_t stream) {
