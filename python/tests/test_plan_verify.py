@@ -70,6 +70,24 @@ def test_two_thread_blocks_writing_one_chunk_unordered_is_a_race():
     assert "write by rank 0 tb 0 op 0" in next(f.message for f in found if f.rank == 0)
 
 
+def test_channel_signalled_by_two_thread_blocks_is_nondeterministic():
+    # Rank 0's tb 0 also signals channel 0 (after its barrier), and rank 1 waits once more: which of the
+    # two signals rank 1's first wait pairs with depends on timing.
+    def edit(d):
+        ops_of(d, 0, 0).append({"op": "signal", "channel": 0})
+        ops_of(d, 1, 1).append({"op": "wait", "channel": 0})
+    found = findings_of(mutated(allgather(2, two_blocks=True), edit))
+    assert ("nondeterministic", 0, 1, 2) in kinds(found)
+    assert "tb 0 (op 2) also signals" in next(f.message for f in found if f.kind == "nondeterministic")
+
+
+def test_scratch_chunk_filled_by_packets_twice_is_nondeterministic():
+    doc = mutated(allreduce_packets(4), lambda d: ops_of(d, 0).insert(1, dict(ops_of(d, 0)[0])))
+    found = findings_of(doc)
+    assert ("nondeterministic", 0, 0, 1) in kinds(found)
+    assert "scratch[0] of rank 1" in next(f.message for f in found if f.kind == "nondeterministic")
+
+
 def test_chunk_summed_twice_is_a_wrong_result():
     # Rank 2 lists its own input twice in the final reduce.
     doc = mutated(allreduce_allpairs(4), lambda d: ops_of(d, 2)[-1]["srcs"].append(ref("input", 0)))

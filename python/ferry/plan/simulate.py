@@ -5,7 +5,10 @@ The scheduler runs any thread block whose next op can proceed until none can:
 - ``unpack_packets``/``reduce_packets`` proceed when every scratch chunk they read has received its
   next ``put_packets`` (the n-th unpack of a chunk consumes the n-th packet write to it);
 - ``barrier`` proceeds when every thread block of the rank stands at a barrier.
-Plans that are race-free and deadlock-free are deterministic, so one schedule decides them.
+One schedule decides a plan in which each channel end has one signalling and one waiting thread block
+and each scratch chunk one packet write per call (verify.py checks both): every wait then pairs with
+a fixed signal and every unpack with a fixed write, so happens-before is the same in every schedule,
+and a blocked wait stays blocked in all of them.
 
 Happens-before is tracked with vector clocks, one component per (rank, thread block): program order,
 signal -> the matching wait, the packet write -> the unpack that consumes it, and barriers (which

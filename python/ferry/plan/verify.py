@@ -7,6 +7,12 @@ Finding kinds:
 - ``wrong_result``: an output chunk that is not exactly the collective's answer, or an input chunk
   that a plan that is not in-place left changed (checked only when the plan runs to completion);
 - ``unmatched_signal``: signals that no wait consumes (they would satisfy the next launch's waits);
+- ``nondeterministic``: a channel end signalled (or waited on) by two thread blocks, or a scratch
+  chunk that receives packets twice in one call: what such a plan computes depends on timing (which
+  signal a wait pairs with; which packet an unpack sees, since LL flags tell calls apart, not writes),
+  and the executor refuses it. Ruling these out is what lets one schedule decide the rest: every
+  wait then pairs with a fixed signal and every unpack with a fixed packet write, so happens-before,
+  and with it every race, deadlock and result, is the same in every schedule;
 - ``out_of_range`` / ``malformed``: from ``main`` only, for a file that ``load_plan`` rejects.
 
 Command line (also behind ``python -m ferry.dsl verify``): ``python -m ferry.plan.verify plan.json``
@@ -47,12 +53,44 @@ class Finding:
 
 def verify(plan: Plan) -> list[Finding]:
     """Runs ``plan`` (as returned by load_plan) symbolically on all ranks; [] means it is proven."""
+    findings = _check_single_owners(plan)
     sim = Simulator(plan)
     completed = sim.run()
-    findings = [Finding(e.kind, e.rank, e.loc[1] if e.loc else None, e.loc[2] if e.loc else None, e.message)
-                for e in sim.events]
+    findings += [Finding(e.kind, e.rank, e.loc[1] if e.loc else None, e.loc[2] if e.loc else None, e.message)
+                 for e in sim.events]
     if completed:
         findings += _check_result(plan, sim)
+    return findings
+
+
+def _check_single_owners(plan: Plan) -> list[Finding]:
+    """One thread block signals each channel end and one waits on it; one packet write per scratch chunk."""
+    findings = []
+    owners: dict[tuple, tuple] = {}    # (rank, channel, "signals" | "waits on") -> (tb, op)
+    packets: dict[tuple, tuple] = {}   # (receiving rank, scratch chunk) -> (rank, tb, op) of the put_packets
+    for r in plan.ranks:
+        for tb in r.thread_blocks:
+            for k, op in enumerate(tb.ops):
+                if op.kind in ("signal", "wait"):
+                    verb = "signals" if op.kind == "signal" else "waits on"
+                    first = owners.setdefault((r.rank, op.channel, verb), (tb.id, k))
+                    if first[0] != tb.id:
+                        findings.append(Finding(
+                            "nondeterministic", r.rank, tb.id, k,
+                            f"{verb} channel {op.channel}, which tb {first[0]} (op {first[1]}) also {verb}: which "
+                            f"signal a wait pairs with then depends on timing; give each thread block its own "
+                            f"channels"))
+                elif op.kind == "put_packets":
+                    to = r.channels[op.channel].peer
+                    for i in op.dst.indices():
+                        first = packets.setdefault((to, i), (r.rank, tb.id, k))
+                        if first != (r.rank, tb.id, k):
+                            findings.append(Finding(
+                                "nondeterministic", r.rank, tb.id, k,
+                                f"puts packets into scratch[{i}] of rank {to}, which rank {first[0]} tb {first[1]} "
+                                f"op {first[2]} also fills in this call: an unpack cannot tell the two writes "
+                                f"apart (LL flags mark the call, not the write)"))
+                            break
     return findings
 
 
