@@ -28,8 +28,14 @@ class Algorithm {
   // Empty when the algorithm can run `call` within `limits`; otherwise why not, as a phrase that
   // fits after "cannot run this call: ".
   virtual std::string whyNot(const CollectiveCall& call, const CommLimits& limits) const = 0;
-  // Queues the call on call.stream. @pre whyNot(call, ...) is empty and the call is valid.
+  // Queues the call on call.stream. @pre whyNot(call, ...) is empty and the call is valid, and its
+  // buffers are registered if needsRegisteredBuffers(call).
   virtual void launch(const CollectiveCall& call, const CollectiveContext& context) const = 0;
+  // True when the algorithm reads or writes the peers' own buffers for `call` and so needs them
+  // registered, but runs an unregistered call on registered stand-ins instead of refusing it
+  // (staging.hpp; whyNot then leaves registration out). The built-in zero-copy algorithms refuse
+  // instead: the selector has scratch algorithms for such calls.
+  virtual bool needsRegisteredBuffers(const CollectiveCall&) const { return false; }
   // Loads every kernel the algorithm may launch into the current device's context (launch.hpp,
   // preloadKernel). Comm calls it once per device, when it is made.
   virtual void preload() const {}

@@ -12,6 +12,7 @@
 #include "collectives/copy_engine_host.hpp"
 #include "collectives/p2p.hpp"
 #include "collectives/selector.hpp"
+#include "collectives/staging.hpp"
 #include "executor/device_plans.hpp"
 #include "core/cuda_check.hpp"
 #include "core/logger.hpp"
@@ -92,6 +93,8 @@ struct Comm::Impl {
   std::unique_ptr<CommResources> resources;
   std::unique_ptr<P2PResources> p2p;
   int p2pResidentBlocks = 0;  // blocks of the send/recv kernel that fit on the GPU at once
+  // Before the registry: freed after it has dropped their registrations.
+  std::unique_ptr<Staging> staging;  // registered stand-ins for unregistered calls that need them
   std::unique_ptr<BufferRegistry> registry;
   std::unique_ptr<executor::DevicePlans> plans;
   // After resources: destroyed first, so copies in flight finish before the buffers go.
@@ -121,6 +124,7 @@ struct Comm::Impl {
       p2pResidentBlocks = ferry::p2pResidentBlocks();
       preloadKernelsOnce(device);
       registry = std::make_unique<BufferRegistry>(communicator);
+      staging = std::make_unique<Staging>(*registry);
       resources->setRegistrationTable(registry->table());
       plans = std::make_unique<executor::DevicePlans>(bootstrap->rank(), bootstrap->size());
       resources->setPlans(plans.get());
@@ -162,7 +166,13 @@ struct Comm::Impl {
       }
     }
     const Algorithm& algorithm = selector.select(call, resources->limits());
-    algorithm.launch(call, resources->context());
+    if (call.registered() || !algorithm.needsRegisteredBuffers(call)) {
+      algorithm.launch(call, resources->context());
+      return;
+    }
+    const CollectiveCall staged = staging->stageIn(call);
+    algorithm.launch(staged, resources->context());
+    staging->stageOut(call, staged);
   }
 
   void addPeerCall(PeerCall call) {

@@ -70,10 +70,6 @@ std::string PlanAlgorithm::whyNot(const CollectiveCall& call, const CommLimits& 
     return p.inplace ? "the plan is for in-place calls only" : "the plan is for out-of-place calls only";
   if (p.collective == Collective::Broadcast && p.root != call.root)
     return "the plan broadcasts from rank " + std::to_string(p.root) + ", not " + std::to_string(call.root);
-  const RankProgram& prog = e->programs[static_cast<std::size_t>(call.rank)];
-  if (prog.touchesPeerBuffers && !call.registered())
-    return "the plan reads or writes peers' input or output buffers, which must be registered "
-           "(Comm::registerBuffer) on every rank";
   const ChunkGeometry g = chunkGeometry(p, call.count);
   const std::uint64_t chunkBytes = g.chunkElements * call.elementBytes();
   if (p.protocol == Protocol::LL) {
@@ -98,6 +94,11 @@ void PlanAlgorithm::launch(const CollectiveCall& call, const CollectiveContext& 
   if (dev == nullptr)
     throw Error(ErrorCode::InternalError, describe(call) + ": " + name_ + " was not uploaded to this Comm's GPU");
   launchPlan(e.plan, prog, *dev, call, context, name_.c_str());
+}
+
+bool PlanAlgorithm::needsRegisteredBuffers(const CollectiveCall& call) const {
+  const Entry* e = forWorldSize(call.worldSize);
+  return e != nullptr && e->programs[static_cast<std::size_t>(call.rank)].touchesPeerBuffers;
 }
 
 void PlanAlgorithm::preload() const { preloadPlanKernels(); }

@@ -32,6 +32,8 @@ class PlanAlgorithm final : public Algorithm {
   ferry::Collective collective() const override { return collective_; }
   std::string whyNot(const CollectiveCall& call, const CommLimits& limits) const override;
   void launch(const CollectiveCall& call, const CollectiveContext& context) const override;
+  // Plans that reach into the peers' input or output: unregistered calls run staged.
+  bool needsRegisteredBuffers(const CollectiveCall& call) const override;
   void preload() const override;
 
   // nullptr when there is no plan for this world size.

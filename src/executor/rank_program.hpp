@@ -51,8 +51,8 @@ struct RankProgram {
   std::vector<ExecRef> refs;
   std::vector<std::uint32_t> tbFirst;  // thread block b runs ops[tbFirst[b], tbFirst[b + 1])
   // Some op of some rank reads or writes a peer's input or output (set for every rank by
-  // PlanAlgorithm::add): the call's buffers must be registered, and the kernel learns the peers'
-  // addresses at its start (direct mode).
+  // PlanAlgorithm::add): the call's buffers must be registered (or staged: staging.hpp), and the
+  // kernel learns the peers' addresses at its start (direct mode).
   bool touchesPeerBuffers = false;
   bool usesCopyEngine = false;  // some op of this rank puts, signals or flushes on a port channel
   int threadBlocks() const { return static_cast<int>(tbFirst.size()) - 1; }

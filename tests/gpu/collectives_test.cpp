@@ -231,8 +231,10 @@ TEST_P(GpuCollectives, EveryAlgorithmTypeOpAndPlacement) {
 }
 
 // Every loaded plan (FERRY_PLAN_DIR: the gpu_collectives_plans test points it at the shipped
-// programs, compiled for 2 and 4 ranks), forced one at a time, on registered buffers: every type,
-// op and placement a plan takes; the placement and sizes it does not take must be refused.
+// programs, compiled for 2 and 4 ranks), forced one at a time: every type, op and placement a plan
+// takes, on registered buffers and on unregistered ones (which plans that reach into the peers'
+// buffers run on the Comm's staging buffer), alternating; the placement and sizes it does not take
+// must be refused.
 TEST_P(GpuCollectives, EveryPlanTypeOpAndPlacement) {
   const int n = GetParam();
   if (std::getenv("FERRY_PLAN_DIR") == nullptr) GTEST_SKIP() << "FERRY_PLAN_DIR is not set: no plans to run";
@@ -249,13 +251,17 @@ TEST_P(GpuCollectives, EveryPlanTypeOpAndPlacement) {
         std::size_t calls = 0, refused = 0;
         for (int t = 0; t < kDataTypeCount; ++t) {
           for (int o = 0; o < (tools::reduces(coll) ? kReduceOpCount : 1); ++o) {
-            for (std::size_t count : {1ul, 3ul, 1023ul, 4099ul, 70001ul}) {
+            const std::size_t counts[] = {1, 3, 1023, 4099, 70001};
+            for (std::size_t k = 0; k < std::size(counts); ++k) {
+              const std::size_t count = counts[k];
+              const bool registered = (k + static_cast<std::size_t>(t + o)) % 2 == 0;
               for (bool inPlace : {false, true}) {
                 CallShape s{coll, static_cast<DataType>(t), static_cast<ReduceOp>(o), count, rank, n,
                             0, 5000u + calls + refused};
                 try {
-                  const std::size_t wrong = runAndCheck(r, s, inPlace, {.reordered = true, .registered = true});
-                  EXPECT_EQ(wrong, 0u) << label(s, algo, inPlace);
+                  const std::size_t wrong =
+                      runAndCheck(r, s, inPlace, {.reordered = true, .registered = registered});
+                  EXPECT_EQ(wrong, 0u) << label(s, algo, inPlace) << (registered ? " registered" : " staged");
                   ++calls;
                 } catch (const Error& e) {
                   EXPECT_EQ(e.code(), ErrorCode::InvalidUsage) << e.what();
@@ -276,8 +282,10 @@ TEST_P(GpuCollectives, EveryPlanTypeOpAndPlacement) {
   }, {std::chrono::seconds(900)});
 }
 
-// Plans in a CUDA graph: a direct plan (the ring, on registered buffers) and a scratch-only one
-// (packets), captured once and replayed with new inputs.
+// Plans in a CUDA graph: a direct plan (the ring) on registered buffers and on unregistered ones
+// (staged: one call first, outside the capture, sets the staging buffer up), and a scratch-only one
+// (packets), captured once and replayed with new inputs. A staged call that would need a larger
+// staging buffer during a capture is refused, saying what to do.
 TEST_P(GpuCollectives, PlansCapturedInAGraphAndReplayed) {
   const int n = GetParam();
   if (std::getenv("FERRY_PLAN_DIR") == nullptr) GTEST_SKIP() << "FERRY_PLAN_DIR is not set: no plans to run";
@@ -285,17 +293,38 @@ TEST_P(GpuCollectives, PlansCapturedInAGraphAndReplayed) {
   runRanksOk(n, [&](int rank) {
     Rank r(id, rank, n);
     const CallShape shapes[] = {{Collective::AllReduce, DataType::Float32, ReduceOp::Sum, 40000, rank, n, 0, 0},
-                                {Collective::AllReduce, DataType::Int32, ReduceOp::Max, 999, rank, n, 0, 0}};
-    const char* plans[] = {"plan:allreduce_ring", "plan:allreduce_allpairs_packets"};
+                                {Collective::AllReduce, DataType::Int32, ReduceOp::Max, 999, rank, n, 0, 0},
+                                {Collective::AllReduce, DataType::BFloat16, ReduceOp::Sum, 30001, rank, n, 0, 0}};
+    const char* plans[] = {"plan:allreduce_ring", "plan:allreduce_allpairs_packets", "plan:allreduce_ring"};
     std::vector<std::unique_ptr<CallBuffers>> bufs;
     std::vector<BufferRegistration> regs;
-    for (const auto& s : shapes) {
-      bufs.push_back(std::make_unique<CallBuffers>(r.device, s, false));
+    for (std::size_t k = 0; k < std::size(shapes); ++k) {
+      bufs.push_back(std::make_unique<CallBuffers>(r.device, shapes[k], false));
+      if (k == 2) break;  // staged
       regs.push_back(r.comm->registerBuffer(bufs.back()->sendBuf.ptr, bufs.back()->sendBuf.bytes));
       regs.push_back(r.comm->registerBuffer(bufs.back()->recvBuf.ptr, bufs.back()->recvBuf.bytes));
     }
+    r.comm->setAlgorithm(Collective::AllReduce, plans[2]);
+    EXPECT_EQ(runAndCheck(r, shapes[2], false, {.reordered = true}), 0u);  // sets the staging buffer up
     captureReplayAndCheck(r, shapes, bufs, 5, true,
                           [&](std::size_t k) { r.comm->setAlgorithm(Collective::AllReduce, plans[k]); });
+
+    // Four times the data: the staging buffer would have to grow inside the capture.
+    CallShape larger = shapes[2];
+    larger.count *= 4;
+    CallBuffers big(r.device, larger, false);
+    r.comm->setAlgorithm(Collective::AllReduce, "plan:allreduce_ring");
+    ASSERT_EQ(cudaStreamBeginCapture(r.stream, cudaStreamCaptureModeThreadLocal), cudaSuccess);
+    try {
+      issue(*r.comm, larger, big.send, big.recv, r.stream);
+      ADD_FAILURE() << "a staged call that needs a larger staging buffer was captured";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("a call of this size once before capturing"), std::string::npos)
+          << e.what();
+    }
+    cudaGraph_t unused;
+    EXPECT_EQ(cudaStreamEndCapture(r.stream, &unused), cudaSuccess);
+    if (unused != nullptr) cudaGraphDestroy(unused);
     r.comm->setAlgorithm(Collective::AllReduce, "");
     for (const auto& reg : regs) r.comm->deregisterBuffer(reg);
   });

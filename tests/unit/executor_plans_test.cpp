@@ -238,7 +238,9 @@ TEST(PlanAlgorithm, WhyNotNamesEachLimit) {
   const PlanAlgorithm& a = *algos[0];
   EXPECT_STREQ(a.name(), "plan:two");
   CollectiveCall call = callOf(1024);
-  EXPECT_CONTAINS(a.whyNot(call, kLimits), "must be registered");
+  // It reaches into the peers' buffers: unregistered calls run staged, not refused.
+  EXPECT_TRUE(a.needsRegisteredBuffers(call));
+  EXPECT_EQ(a.whyNot(call, kLimits), "");
   call.sendId = call.recvId = 1;
   EXPECT_EQ(a.whyNot(call, kLimits), "");
   EXPECT_CONTAINS(a.whyNot(call, {4, 1 << 20, 1 << 20}), "plans for 2 ranks, not 4");
@@ -255,6 +257,7 @@ TEST(PlanAlgorithm, PacketPlansNeedRoomInThePacketRegion) {
   auto algos = loadPlanAlgorithms(dir.path.string());
   const CollectiveCall call = callOf(4096);  // 16 KiB of data: 32 KiB of packets
   EXPECT_EQ(algos[0]->whyNot(call, kLimits), "");
+  EXPECT_FALSE(algos[0]->needsRegisteredBuffers(call));  // peers only through scratch
   EXPECT_CONTAINS(algos[0]->whyNot(call, {2, 4096, 1 << 20}), "FERRY_LL_BYTES");
 }
 
@@ -292,7 +295,7 @@ TEST(PlanAlgorithm, SelectorTriesPlansFirst) {
   auto algos = loadPlanAlgorithms(dir.path.string());
   Selector s(defaultTuning(), {algos[0].get()});
   CollectiveCall call = callOf(1024);
-  EXPECT_STRNE(s.select(call, kLimits).name(), "plan:two");  // not registered
+  EXPECT_STREQ(s.select(call, kLimits).name(), "plan:two");  // not registered: it runs staged
   call.sendId = call.recvId = 1;
   EXPECT_STREQ(s.select(call, kLimits).name(), "plan:two");
   EXPECT_STRNE(s.select(callOf(1 << 20), kLimits).name(), "plan:two");  // past max_bytes
