@@ -111,7 +111,7 @@ class FERRY_API Comm {
   // (the *_direct algorithms, picked above the LL sizes). Collective: every rank registers its
   // buffer of the same role, in the same order (sizes may differ); a call that is registered on
   // some ranks but not on others is an error reported by the kernel. Ranges must not overlap.
-  // At most 256 registrations are live at once.
+  // At most 256 registrations are live at once (the Comm's staging buffers, docs/executor.md, count too).
   BufferRegistration registerBuffer(void* ptr, std::size_t bytes);
   // Local: waits for this GPU's queued work, then forgets the registration (deregister on every
   // rank before the next call that used it).

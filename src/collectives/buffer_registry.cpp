@@ -22,6 +22,12 @@ std::string hex(std::uint64_t p) {
 }  // namespace
 
 void RegistrationRanges::add(std::uint64_t id, const void* ptr, std::uint64_t bytes, const std::string& who) {
+  check(ptr, bytes, who);
+  const auto start = reinterpret_cast<std::uint64_t>(ptr);
+  byStart_.emplace(start, Range{start + bytes, id});
+}
+
+void RegistrationRanges::check(const void* ptr, std::uint64_t bytes, const std::string& who) const {
   const auto start = reinterpret_cast<std::uint64_t>(ptr), end = start + bytes;
   auto next = byStart_.lower_bound(start);
   auto overlapping = [&](std::map<std::uint64_t, Range>::const_iterator it) {
@@ -34,7 +40,6 @@ void RegistrationRanges::add(std::uint64_t id, const void* ptr, std::uint64_t by
                                              hex(it->first) + ", " + hex(it->second.end) +
                                              ") registered already; deregister that one first");
   }
-  byStart_.emplace(start, Range{end, id});
 }
 
 bool RegistrationRanges::remove(std::uint64_t id) {
@@ -71,33 +76,47 @@ std::uint64_t BufferRegistry::add(void* ptr, std::uint64_t bytes) {
   const std::string who = "rank " + std::to_string(rank) + ": registerBuffer";
   // Every rank checks its own side first, then all agree, so that a refusal on one rank never
   // leaves the others waiting in the exchange or pairs this rank's next buffer with their current.
-  const std::uint64_t id = nextId_ + 1;  // the same on every rank: registration is collective
-  const int slot = static_cast<int>(id % kRegSlots);
+  // The id is the next one whose table slot is free on every rank (ranks may deregister at
+  // different moments), so a long-lived registration never blocks the slots' reuse.
+  struct Proposal {
+    std::uint8_t ok;
+    std::uint8_t busy[kRegSlots / 8];  // slots of this rank's live registrations
+  };
+  static_assert(sizeof(Proposal) == 1 + kRegSlots / 8);
   std::string refusal;
-  if (ptr == nullptr || bytes == 0) refusal = "the buffer is null or empty";
-  for (const auto& [liveId, unused] : live_)
-    if (refusal.empty() && liveId % kRegSlots == static_cast<std::uint64_t>(slot))
-      refusal = "registration " + std::to_string(id) + " would share a slot with registration " +
-                std::to_string(liveId) + " that is still live (at most " + std::to_string(kRegSlots) +
-                " at once); deregister older buffers";
-  if (refusal.empty()) {
+  if (ptr == nullptr || bytes == 0) {
+    refusal = "the buffer is null or empty";
+  } else {
     try {
-      ranges_.add(id, ptr, bytes, who);
+      ranges_.check(ptr, bytes, who);
     } catch (const Error& e) {
       refusal = e.what();
     }
   }
-  std::vector<std::uint8_t> ok(static_cast<std::size_t>(size));
-  ok[rank] = refusal.empty() ? 1 : 0;
-  boot->allGather(ok.data(), 1);
+  std::vector<Proposal> proposals(static_cast<std::size_t>(size));
+  Proposal& mine = proposals[static_cast<std::size_t>(rank)];
+  mine = {};
+  mine.ok = refusal.empty() ? 1 : 0;
+  for (const auto& [liveId, unused] : live_)
+    mine.busy[liveId % kRegSlots / 8] |= static_cast<std::uint8_t>(1u << (liveId % 8));
+  boot->allGather(proposals.data(), sizeof(Proposal));
   std::string refusedBy;
-  for (int p = 0; p < size; ++p)
-    if (!ok[p]) refusedBy += (refusedBy.empty() ? "" : ", ") + std::to_string(p);
-  if (!refusedBy.empty()) {
-    if (refusal.empty()) ranges_.remove(id);
+  std::uint8_t busy[kRegSlots / 8] = {};
+  for (int p = 0; p < size; ++p) {
+    if (!proposals[p].ok) refusedBy += (refusedBy.empty() ? "" : ", ") + std::to_string(p);
+    for (int b = 0; b < kRegSlots / 8; ++b) busy[b] |= proposals[p].busy[b];
+  }
+  if (!refusedBy.empty())
     throw Error(ErrorCode::InvalidUsage, who + ": refused by rank(s) " + refusedBy + " (nothing was registered)" +
                                              (refusal.empty() ? "" : "; here: " + refusal));
-  }
+  std::uint64_t id = nextId_ + 1;
+  while (busy[id % kRegSlots / 8] >> (id % 8) & 1)
+    if (++id > nextId_ + kRegSlots)
+      throw Error(ErrorCode::InvalidUsage, who + ": " + std::to_string(kRegSlots) +
+                                               " buffers are registered on some rank already (the most at once); "
+                                               "deregister older buffers on every rank");
+  const int slot = static_cast<int>(id % kRegSlots);
+  ranges_.add(id, ptr, bytes, who);  // checked above
   nextId_ = id;
   try {
     std::vector<RegisteredMemory> all(static_cast<std::size_t>(size));

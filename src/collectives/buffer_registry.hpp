@@ -21,6 +21,8 @@ class RegistrationRanges {
   };
   // Error(InvalidUsage) naming `who` when [ptr, ptr + bytes) overlaps a registered range.
   void add(std::uint64_t id, const void* ptr, std::uint64_t bytes, const std::string& who);
+  // The same check without adding.
+  void check(const void* ptr, std::uint64_t bytes, const std::string& who) const;
   // false when no range has that id.
   bool remove(std::uint64_t id);
   // The registration that holds all of [ptr, ptr + bytes); id 0 when none does.

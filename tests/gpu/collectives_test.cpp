@@ -309,11 +309,11 @@ TEST_P(GpuCollectives, PlansCapturedInAGraphAndReplayed) {
     captureReplayAndCheck(r, shapes, bufs, 5, true,
                           [&](std::size_t k) { r.comm->setAlgorithm(Collective::AllReduce, plans[k]); });
 
-    // Four times the data: the staging buffer would have to grow inside the capture.
-    CallShape larger = shapes[2];
-    larger.count *= 4;
+    // More than the staging buffer holds (2 MiB so far), on a plan without scratch: the staging
+    // buffer would have to grow inside the capture.
+    const CallShape larger{Collective::AllGather, DataType::BFloat16, ReduceOp::Sum, 1 << 19, rank, n, 0, 0};
     CallBuffers big(r.device, larger, false);
-    r.comm->setAlgorithm(Collective::AllReduce, "plan:allreduce_ring");
+    r.comm->setAlgorithm(Collective::AllGather, "plan:allgather_allpairs");
     ASSERT_EQ(cudaStreamBeginCapture(r.stream, cudaStreamCaptureModeThreadLocal), cudaSuccess);
     try {
       issue(*r.comm, larger, big.send, big.recv, r.stream);
@@ -325,6 +325,8 @@ TEST_P(GpuCollectives, PlansCapturedInAGraphAndReplayed) {
     cudaGraph_t unused;
     EXPECT_EQ(cudaStreamEndCapture(r.stream, &unused), cudaSuccess);
     if (unused != nullptr) cudaGraphDestroy(unused);
+    EXPECT_EQ(runAndCheck(r, larger, false, {.reordered = true}), 0u);  // outside a capture it grows
+    r.comm->setAlgorithm(Collective::AllGather, "");
     r.comm->setAlgorithm(Collective::AllReduce, "");
     for (const auto& reg : regs) r.comm->deregisterBuffer(reg);
   });
@@ -516,6 +518,38 @@ TEST_P(GpuCollectives, AbortEndsAHungCallOnEveryRank) {
     Rank fresh(second, rank, n);
     const CallShape s{Collective::AllReduce, DataType::Float32, ReduceOp::Sum, 4099, rank, n, 0, 77};
     EXPECT_EQ(runAndCheck(fresh, s, false), 0u);
+  });
+}
+
+// Registration ids cycle through the table's 256 slots: a registration that lives on (as the
+// staging buffer's does) must not block them. 600 register/deregister cycles around one kept
+// buffer, then a direct call on both.
+TEST_P(GpuCollectives, RegistrationSlotsAreReusedAroundALongLivedOne) {
+  const int n = GetParam();
+  UniqueId id = UniqueId::create();
+  runRanksOk(n, [&](int rank) {
+    Rank r(id, rank, n);
+    const CallShape s{Collective::AllReduce, DataType::Float32, ReduceOp::Sum, 100000, rank, n, 0, 31};
+    CallBuffers b(r.device, s, false);
+    const BufferRegistration kept = r.comm->registerBuffer(b.sendBuf.ptr, b.sendBuf.bytes);
+    for (int i = 0; i < 600; ++i) r.comm->deregisterBuffer(r.comm->registerBuffer(b.recvBuf.ptr, b.recvBuf.bytes));
+    const BufferRegistration last = r.comm->registerBuffer(b.recvBuf.ptr, b.recvBuf.bytes);
+    EXPECT_GT(last.id, 600u);
+    r.comm->setAlgorithm(Collective::AllReduce, "allreduce_direct");
+    std::vector<char> send(s.sendCount() * 4), want(s.recvCount() * 4), got(s.recvCount() * 4);
+    tools::fillSend(s.type, send.data(), s.sendCount(), rank, s.seed);
+    cudaMemcpy(b.send, send.data(), send.size(), cudaMemcpyHostToDevice);
+    cudaMemset(b.recv, kPoison, got.size());
+    cudaDeviceSynchronize();
+    r.boot->barrier();
+    issue(*r.comm, s, b.send, b.recv, r.stream);
+    ASSERT_EQ(cudaStreamSynchronize(r.stream), cudaSuccess);
+    cudaMemcpy(got.data(), b.recv, got.size(), cudaMemcpyDeviceToHost);
+    tools::expectedRecv(s, want.data());
+    EXPECT_EQ(tools::countWrong(s.type, got.data(), want.data(), s.recvCount()), 0u);
+    r.comm->setAlgorithm(Collective::AllReduce, "");
+    r.comm->deregisterBuffer(last);
+    r.comm->deregisterBuffer(kept);
   });
 }
 
