@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
 """torch.distributed with the NCCL backend, run twice on the same GPUs: once on the real NCCL, once
 with libferry_nccl.so preloaded. Every rank saves what all_reduce, all_gather, reduce_scatter,
-all_to_all, broadcast, a send/recv ring and a few DDP training steps gave; the two runs must agree
-(copies exactly, reductions within the tolerance of a different summation order).
+all_to_all, broadcast, reduce, a send/recv ring and a few DDP training steps gave; the two runs
+must agree (copies exactly, reductions within the tolerance of a different summation order).
 
     python3 tests/nccl/torch_preload_test.py --lib build-gpu/tools/nccl/libferry_nccl.so [--nproc 4]
 
@@ -71,6 +71,9 @@ def worker(out_dir: Path) -> None:
             b = x.clone()
             dist.broadcast(b, src=world - 1)
             results[f"broadcast_{name}"] = b
+            red = x.clone()  # off the root, NCCL leaves the buffer as it was; so must ferry
+            dist.reduce(red, dst=world - 1)
+            results[f"reduce_{name}"] = red
             got = torch.empty_like(x)
             ops = [dist.P2POp(dist.isend, x, (rank + 1) % world), dist.P2POp(dist.irecv, got, (rank - 1) % world)]
             for req in dist.batch_isend_irecv(ops):
@@ -116,7 +119,7 @@ def compare(reference: Path, candidate: Path, nproc: int) -> list[str]:
             if have is None or have.shape != want.shape or have.dtype != want.dtype:
                 problems.append(f"rank {rank}: {key}: missing or of another shape/type")
                 continue
-            exact = not key.startswith(("all_reduce", "reduce_scatter", "ddp"))
+            exact = not key.startswith(("all_reduce", "reduce_scatter", "reduce_", "ddp"))
             tol = {torch.float32: 1e-5, torch.bfloat16: 2e-2, torch.float16: 2e-3}.get(want.dtype, 1e-5)
             ok = torch.equal(have, want) if exact else torch.allclose(have.float(), want.float(), rtol=tol, atol=tol * 4)
             if not ok:
