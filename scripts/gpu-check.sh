@@ -82,12 +82,16 @@ step_gpu_tests() {
   return $rc
 }
 
-# compute-sanitizer memcheck and racecheck on a 2-GPU test.
+# compute-sanitizer memcheck and racecheck on a 2-GPU test (with one GPU, both sides on it).
 step_sanitizer() {
   # Only tests without kernels that wait for each other across GPUs: under the tool kernels do not
   # run concurrently, so a spin-wait for another GPU's kernel never ends.
   local test=$PWD/$build/tests/gpu/gpu_device_primitives filter='--gtest_filter=*PutAndGet*'
   local tool rc=0
+  if [[ $(nvidia-smi -L 2>/dev/null | grep -c '^GPU') -eq 1 ]]; then
+    echo "one GPU: the test's two sides share it (GPU_TESTS_SHARE_GPUS=1)"
+    export GPU_TESTS_SHARE_GPUS=1
+  fi
   for tool in memcheck racecheck; do
     echo "--- compute-sanitizer --tool $tool"
     guarded compute-sanitizer --tool "$tool" --error-exitcode 99 "$test" "$filter" 2>&1 | tail -n 15
