@@ -404,6 +404,86 @@ TEST_P(GpuCollectives, ThousandBackToBackCallsOfChangingSize) {
   });
 }
 
+// 400 calls with no synchronization between them: random collective, algorithm (forced, every
+// built-in one), type, op, root and count, on sub-ranges of two registered arenas (so the zero-copy
+// and copy-engine algorithms run too), each call on fresh input and a poisoned output of its own.
+// Consecutive calls of different algorithms share the Comm's buffers and flags: this is where a
+// mistake in the reuse rules (device_context.hpp) would show. Every output is checked at the end.
+TEST_P(GpuCollectives, MixedAlgorithmsBackToBack) {
+  const int n = GetParam();
+  UniqueId id = UniqueId::create();
+  runRanksOk(n, [&](int rank) {
+    Rank r(id, rank, n);
+    struct Planned {
+      CallShape shape;
+      std::string algo;
+      std::size_t sendAt, recvAt;  // byte offsets into the arenas
+    };
+    std::mt19937 rng(2026);  // the same sequence on every rank
+    std::vector<Planned> calls;
+    std::size_t sendBytes = 0, recvBytes = 0;
+    auto align = [](std::size_t b) { return (b + 255) / 256 * 256; };
+    while (calls.size() < 400) {
+      const auto coll = static_cast<Collective>(rng() % kCollectiveCount);
+      const auto names = Comm::algorithmNames(coll);
+      std::string algo = names[rng() % names.size()];
+      if (algo.starts_with("plan:")) continue;
+      const auto type = static_cast<DataType>(rng() % kDataTypeCount);
+      const auto op = tools::reduces(coll) ? static_cast<ReduceOp>(rng() % kReduceOpCount) : ReduceOp::Sum;
+      const std::size_t count = 1 + (rng() % 4 == 0 ? rng() % 60000 : rng() % 3000);
+      const CallShape s{coll, type, op, count, rank, n, static_cast<int>(rng() % n), 9000u + calls.size()};
+      calls.push_back({s, algo, sendBytes, recvBytes});
+      sendBytes += align(s.sendCount() * sizeOf(type));
+      recvBytes += align(s.recvCount() * sizeOf(type));
+    }
+    DeviceBuffer sendArena(r.device, sendBytes), recvArena(r.device, recvBytes);
+    const BufferRegistration regs[] = {r.comm->registerBuffer(sendArena.ptr, sendBytes),
+                                       r.comm->registerBuffer(recvArena.ptr, recvBytes)};
+    auto* sendBase = static_cast<char*>(sendArena.ptr);
+    auto* recvBase = static_cast<char*>(recvArena.ptr);
+    std::vector<char> host(sendBytes);
+    for (const Planned& c : calls)
+      tools::fillSend(c.shape.type, host.data() + c.sendAt, c.shape.sendCount(), rank, c.shape.seed);
+    cudaMemcpy(sendBase, host.data(), sendBytes, cudaMemcpyHostToDevice);
+    cudaMemset(recvBase, kPoison, recvBytes);
+    cudaDeviceSynchronize();
+    r.boot->barrier();
+    std::vector<bool> ran;
+    for (const Planned& c : calls) {
+      r.comm->setAlgorithm(c.shape.collective, c.algo);
+      try {
+        issue(*r.comm, c.shape, sendBase + c.sendAt, recvBase + c.recvAt, r.stream);
+        ran.push_back(true);
+      } catch (const Error& e) {
+        // The forced algorithm cannot run this call (too large for it, say): refused alike everywhere.
+        EXPECT_NE(std::string(e.what()).find("cannot run this call"), std::string::npos) << e.what();
+        ran.push_back(false);
+      }
+      r.comm->setAlgorithm(c.shape.collective, "");
+    }
+    ASSERT_EQ(cudaStreamSynchronize(r.stream), cudaSuccess);
+    std::vector<char> got(recvBytes);
+    cudaMemcpy(got.data(), recvBase, recvBytes, cudaMemcpyDeviceToHost);
+    std::size_t checked = 0;
+    for (std::size_t k = 0; k < calls.size(); ++k) {
+      if (!ran[k]) continue;
+      const CallShape& s = calls[k].shape;
+      std::vector<char> want(s.recvCount() * sizeOf(s.type));
+      tools::expectedRecv(s, want.data());
+      const char* out = got.data() + calls[k].recvAt;
+      const std::size_t wrong =
+          calls[k].algo == "allreduce_ring"
+              ? tools::countWrongReordered(s.type, s.op, n, out, want.data(), s.recvCount())
+              : tools::countWrong(s.type, out, want.data(), s.recvCount());
+      EXPECT_EQ(wrong, 0u) << "call " << k << ": " << label(s, calls[k].algo, false);
+      ++checked;
+    }
+    if (rank == 0) std::printf("mixed: %zu of %zu calls ran and were checked\n", checked, calls.size());
+    EXPECT_GT(checked, calls.size() / 2);
+    for (const auto& reg : regs) r.comm->deregisterBuffer(reg);
+  });
+}
+
 // Every collective captured in one CUDA graph, replayed with new inputs each time.
 TEST_P(GpuCollectives, CapturedInAGraphAndReplayed) {
   const int n = GetParam();
