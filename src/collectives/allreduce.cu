@@ -112,7 +112,8 @@ __global__ void __launch_bounds__(kThreads)
       if (outputHere) dst[nd++] = recv + el.begin * sz;
       for (int i = 1; i < R; ++i) {
         const int p = (r + i) % R;
-        if (receivers >> p & 1) dst[nd++] = scratchHalf(c.peerScratch[p], c, m) + (R + r) * slotBytes + part.begin * sz;
+        if (receivers >> p & 1)
+          dst[nd++] = scratchHalf(c.peerScratch[p], c, m) + (R + r) * slotBytes + part.begin * sz;
       }
       reduceSources<T, Op>(dst, nd, src, R, R, el.size(), threadIdx.x, kThreads);
     }
@@ -219,9 +220,9 @@ class AllReduceLL final : public Algorithm {
     const std::uint64_t bytes = call.bytes();
     const unsigned grid = gridFor((bytes + 7) / 8, kThreads, 1, 64);
     dispatchTypeOp(call.type, call.op, [&]<class T, ReduceOp Op>() {
-      allReduceLL<T, Op><<<grid, kThreads, 0, call.stream>>>(forCall(context, call),
-                                                             static_cast<const char*>(call.send),
-                                                             static_cast<char*>(call.recv), bytes, rootOf(call));
+      allReduceLL<T, Op>
+          <<<grid, kThreads, 0, call.stream>>>(forCall(context, call), static_cast<const char*>(call.send),
+                                               static_cast<char*>(call.recv), bytes, rootOf(call));
     });
     checkLaunch(call, name());
   }
@@ -283,10 +284,9 @@ class AllReduceTwoShot final : public Algorithm {
     const std::uint64_t chunkBytes = std::min<std::uint64_t>(slot, call.bytes() / context.nranks + 16);
     const unsigned grid = gridFor(chunkBytes, 8 << 10, 1, 64);
     dispatchTypeOp(call.type, call.op, [&]<class T, ReduceOp Op>() {
-      allReduceTwoShot<T, Op><<<grid, kThreads, 0, call.stream>>>(forCall(context, call),
-                                                                  static_cast<const char*>(call.send),
-                                                                  static_cast<char*>(call.recv), call.count, slot,
-                                                                  rootOf(call));
+      allReduceTwoShot<T, Op>
+          <<<grid, kThreads, 0, call.stream>>>(forCall(context, call), static_cast<const char*>(call.send),
+                                               static_cast<char*>(call.recv), call.count, slot, rootOf(call));
     });
     checkLaunch(call, name());
   }

@@ -112,9 +112,10 @@ std::uint64_t BufferRegistry::add(void* ptr, std::uint64_t bytes) {
   std::uint64_t id = nextId_ + 1;
   while (busy[id % kRegSlots / 8] >> (id % 8) & 1)
     if (++id > nextId_ + kRegSlots)
-      throw Error(ErrorCode::InvalidUsage, who + ": " + std::to_string(kRegSlots) +
-                                               " buffers are registered on some rank already (the most at once); "
-                                               "deregister older buffers on every rank");
+      throw Error(ErrorCode::InvalidUsage,
+                  who + ": " + std::to_string(kRegSlots) +
+                      " buffers are registered on some rank already (the most at once); "
+                      "deregister older buffers on every rank");
   const int slot = static_cast<int>(id % kRegSlots);
   ranges_.add(id, ptr, bytes, who);  // checked above
   nextId_ = id;

@@ -51,9 +51,9 @@ struct CollectiveCall {
 
 // Error(InvalidUsage) naming the rank, the collective and the argument for: a null buffer where
 // one is needed, a count whose byte size overflows, a type outside the enum, an op outside the enum
-// (checked only for the collectives that reduce), a root out of range (broadcast, reduce), buffers not aligned to the
-// element size, send and recv that overlap other than in place, and a pointer that is not device
-// memory of `device` (when device >= 0 and the stream is not being captured; the check asks CUDA).
+// (checked only for the collectives that reduce), a root out of range (broadcast, reduce), buffers not
+// aligned to the element size, send and recv that overlap other than in place, and a pointer that is not
+// device memory of `device` (when device >= 0 and the stream is not being captured; the check asks CUDA).
 void validateCall(const CollectiveCall& call, int device);
 
 // "rank 2: allReduce" — the prefix of every message about a call.

@@ -6,16 +6,16 @@
 #include <mutex>
 #include <set>
 
-#include "collectives/collective_call.hpp"
 #include "collectives/buffer_registry.hpp"
+#include "collectives/collective_call.hpp"
 #include "collectives/comm_resources.hpp"
 #include "collectives/copy_engine_host.hpp"
 #include "collectives/p2p.hpp"
 #include "collectives/selector.hpp"
 #include "collectives/staging.hpp"
-#include "executor/device_plans.hpp"
 #include "core/cuda_check.hpp"
 #include "core/logger.hpp"
+#include "executor/device_plans.hpp"
 #include "ferry/communicator.hpp"
 #include "ferry/env.hpp"
 #include "ferry/errors.hpp"

@@ -34,8 +34,8 @@ constexpr std::array<TypeInfo, kDataTypeCount> kTypes{{{"int8", 1, false},
                                                        {"f8e4m3", 1, true},
                                                        {"f8e5m2", 1, true}}};
 constexpr std::array<std::string_view, kReduceOpCount> kOps{"sum", "prod", "max", "min", "avg"};
-constexpr std::array<std::string_view, kCollectiveCount> kCollectives{"allreduce", "allgather", "reducescatter",
-                                                                      "alltoall", "broadcast", "reduce"};
+constexpr std::array<std::string_view, kCollectiveCount> kCollectives{
+    "allreduce", "allgather", "reducescatter", "alltoall", "broadcast", "reduce"};
 
 }  // namespace
 

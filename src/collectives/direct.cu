@@ -123,7 +123,8 @@ class DirectAlgorithm : public Algorithm {
       case Collective::Reduce: {
         const int root = collective_ == Collective::Reduce ? call.root : -1;
         dispatchTypeOp(call.type, call.op, [&]<class T, ReduceOp Op>() {
-          allReduceDirect<T, Op><<<grid, kThreads, 0, call.stream>>>(c, published(call), send, recv, call.count, root);
+          allReduceDirect<T, Op>
+              <<<grid, kThreads, 0, call.stream>>>(c, published(call), send, recv, call.count, root);
         });
         break;
       }
@@ -170,12 +171,10 @@ class DirectAlgorithm : public Algorithm {
 }  // namespace
 
 std::vector<const Algorithm*> directAlgorithms() {
-  static const DirectAlgorithm all[] = {{"allreduce_direct", Collective::AllReduce},
-                                        {"allgather_direct", Collective::AllGather},
-                                        {"reducescatter_direct", Collective::ReduceScatter},
-                                        {"alltoall_direct", Collective::AllToAll},
-                                        {"broadcast_direct", Collective::Broadcast},
-                                        {"reduce_direct", Collective::Reduce}};
+  static const DirectAlgorithm all[] = {
+      {"allreduce_direct", Collective::AllReduce},         {"allgather_direct", Collective::AllGather},
+      {"reducescatter_direct", Collective::ReduceScatter}, {"alltoall_direct", Collective::AllToAll},
+      {"broadcast_direct", Collective::Broadcast},         {"reduce_direct", Collective::Reduce}};
   std::vector<const Algorithm*> v;
   for (const auto& a : all) v.push_back(&a);
   return v;

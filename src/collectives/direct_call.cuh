@@ -100,7 +100,8 @@ FERRY_DEVICE FERRY_INLINE std::uint64_t beginDirect(const CollectiveContext& c, 
         directFail(c, p, "this call is direct here but not (its buffers are not registered?) on", theirs.epoch);
       out.send[p] = resolveBuffer(c, p, theirs.sendId, theirs.sendOffset);
       out.recv[p] = resolveBuffer(c, p, theirs.recvId, theirs.recvOffset);
-      if (out.recv[p] == nullptr && (recvPeers >> p & 1)) directFail(c, p, "no registered recv buffer from", 0);
+      if (out.recv[p] == nullptr && (recvPeers >> p & 1))
+        directFail(c, p, "no registered recv buffer from", 0);
     }
   } else if (p == c.rank) {
     out.send[p] = const_cast<char*>(send);

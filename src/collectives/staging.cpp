@@ -50,17 +50,21 @@ CollectiveCall Staging::stageIn(const CollectiveCall& call) {
     cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
     FERRY_CUDA_CHECK(cudaStreamIsCapturing(call.stream, &capture));
     if (capture != cudaStreamCaptureStatusNone)
-      throw Error(ErrorCode::InvalidUsage,
-                  describe(call) + ": its buffers are not registered, so the algorithm runs on a staging buffer, "
-                                   "which must grow to " + std::to_string(l.bytes) +
-                      " bytes; that cannot happen while the stream is being captured. Run a call of this size "
-                      "once before capturing, or register the buffers (Comm::registerBuffer)");
+      throw Error(
+          ErrorCode::InvalidUsage,
+          describe(call) +
+              ": its buffers are not registered, so the algorithm runs on a staging buffer, "
+              "which must grow to " +
+              std::to_string(l.bytes) +
+              " bytes; that cannot happen while the stream is being captured. Run a call of this size "
+              "once before capturing, or register the buffers (Comm::registerBuffer)");
     grow(l.bytes);
   }
   const Buffer& b = buffers_.back();
   auto* base = static_cast<char*>(b.memory.get());
   if (l.inBytes)
-    FERRY_CUDA_CHECK(cudaMemcpyAsync(base + l.inOffset, l.inFrom, l.inBytes, cudaMemcpyDeviceToDevice, call.stream));
+    FERRY_CUDA_CHECK(
+        cudaMemcpyAsync(base + l.inOffset, l.inFrom, l.inBytes, cudaMemcpyDeviceToDevice, call.stream));
   CollectiveCall staged = call;
   staged.send = call.usesSend() ? base + l.sendOffset : nullptr;
   staged.recv = call.usesRecv() ? base + l.recvOffset : nullptr;
@@ -74,7 +78,8 @@ CollectiveCall Staging::stageIn(const CollectiveCall& call) {
 void Staging::stageOut(const CollectiveCall& call, const CollectiveCall& staged) const {
   const StagedLayout l = stagedLayout(call);
   if (l.outBytes)
-    FERRY_CUDA_CHECK(cudaMemcpyAsync(call.recv, staged.recv, l.outBytes, cudaMemcpyDeviceToDevice, call.stream));
+    FERRY_CUDA_CHECK(
+        cudaMemcpyAsync(call.recv, staged.recv, l.outBytes, cudaMemcpyDeviceToDevice, call.stream));
 }
 
 void Staging::grow(std::uint64_t bytes) {

@@ -62,7 +62,6 @@ void issue(Comm& comm, const CallShape& s, const void* send, void* recv, cudaStr
   }
 }
 
-
 // Device buffers for one call; in place, send points into recv as the API's in-place rule says.
 struct CallBuffers {
   DeviceBuffer recvBuf, sendBuf;
@@ -292,9 +291,10 @@ TEST_P(GpuCollectives, PlansCapturedInAGraphAndReplayed) {
   UniqueId id = UniqueId::create();
   runRanksOk(n, [&](int rank) {
     Rank r(id, rank, n);
-    const CallShape shapes[] = {{Collective::AllReduce, DataType::Float32, ReduceOp::Sum, 40000, rank, n, 0, 0},
-                                {Collective::AllReduce, DataType::Int32, ReduceOp::Max, 999, rank, n, 0, 0},
-                                {Collective::AllReduce, DataType::BFloat16, ReduceOp::Sum, 30001, rank, n, 0, 0}};
+    const CallShape shapes[] = {
+        {Collective::AllReduce, DataType::Float32, ReduceOp::Sum, 40000, rank, n, 0, 0},
+        {Collective::AllReduce, DataType::Int32, ReduceOp::Max, 999, rank, n, 0, 0},
+        {Collective::AllReduce, DataType::BFloat16, ReduceOp::Sum, 30001, rank, n, 0, 0}};
     const char* plans[] = {"plan:allreduce_ring", "plan:allreduce_allpairs_packets", "plan:allreduce_ring"};
     std::vector<std::unique_ptr<CallBuffers>> bufs;
     std::vector<BufferRegistration> regs;
@@ -491,14 +491,15 @@ TEST_P(GpuCollectives, CapturedInAGraphAndReplayed) {
   runRanksOk(n, [&](int rank) {
     Rank r(id, rank, n);
     const std::size_t count = 50000;
-    const CallShape shapes[] = {{Collective::AllReduce, DataType::BFloat16, ReduceOp::Sum, count, rank, n, 0, 0},
-                                {Collective::AllReduce, DataType::Float32, ReduceOp::Max, 300, rank, n, 0, 0},
-                                {Collective::AllGather, DataType::Float16, ReduceOp::Sum, count, rank, n, 0, 0},
-                                {Collective::ReduceScatter, DataType::Float32, ReduceOp::Avg, count, rank, n, 0, 0},
-                                {Collective::AllToAll, DataType::Int32, ReduceOp::Sum, 3001, rank, n, 0, 0},
-                                {Collective::Broadcast, DataType::BFloat16, ReduceOp::Sum, count, rank, n, n - 1, 0},
-                                {Collective::Reduce, DataType::Float16, ReduceOp::Sum, 300, rank, n, 1, 0},
-                                {Collective::Reduce, DataType::Float32, ReduceOp::Min, count, rank, n, 0, 0}};
+    const CallShape shapes[] = {
+        {Collective::AllReduce, DataType::BFloat16, ReduceOp::Sum, count, rank, n, 0, 0},
+        {Collective::AllReduce, DataType::Float32, ReduceOp::Max, 300, rank, n, 0, 0},
+        {Collective::AllGather, DataType::Float16, ReduceOp::Sum, count, rank, n, 0, 0},
+        {Collective::ReduceScatter, DataType::Float32, ReduceOp::Avg, count, rank, n, 0, 0},
+        {Collective::AllToAll, DataType::Int32, ReduceOp::Sum, 3001, rank, n, 0, 0},
+        {Collective::Broadcast, DataType::BFloat16, ReduceOp::Sum, count, rank, n, n - 1, 0},
+        {Collective::Reduce, DataType::Float16, ReduceOp::Sum, 300, rank, n, 1, 0},
+        {Collective::Reduce, DataType::Float32, ReduceOp::Min, count, rank, n, 0, 0}};
     std::vector<std::unique_ptr<CallBuffers>> bufs;
     for (const auto& s : shapes) bufs.push_back(std::make_unique<CallBuffers>(r.device, s, false));
     captureReplayAndCheck(r, shapes, bufs, 5, false);
@@ -612,7 +613,8 @@ TEST_P(GpuCollectives, RegistrationSlotsAreReusedAroundALongLivedOne) {
     const CallShape s{Collective::AllReduce, DataType::Float32, ReduceOp::Sum, 100000, rank, n, 0, 31};
     CallBuffers b(r.device, s, false);
     const BufferRegistration kept = r.comm->registerBuffer(b.sendBuf.ptr, b.sendBuf.bytes);
-    for (int i = 0; i < 600; ++i) r.comm->deregisterBuffer(r.comm->registerBuffer(b.recvBuf.ptr, b.recvBuf.bytes));
+    for (int i = 0; i < 600; ++i)
+      r.comm->deregisterBuffer(r.comm->registerBuffer(b.recvBuf.ptr, b.recvBuf.bytes));
     const BufferRegistration last = r.comm->registerBuffer(b.recvBuf.ptr, b.recvBuf.bytes);
     EXPECT_GT(last.id, 600u);
     r.comm->setAlgorithm(Collective::AllReduce, "allreduce_direct");

@@ -1,7 +1,8 @@
 /* The NCCL API from plain C, on GPUs: N ranks (forked processes, rank r on GPU r % GPUs) run every
  * collective, every datatype and every op through nccl.h, plus grouped send/recv in a ring and an
- * allreduce with a PreMulSum op (forwarded to the real NCCL), each checked element by element (output poisoned first) against values
- * computed here. Inputs are small integers, so every result is exact in every type.
+ * allreduce with a PreMulSum op (forwarded to the real NCCL), each checked element by element
+ * (output poisoned first) against values computed here. Inputs are small integers, so every result
+ * is exact in every type.
  *
  *   nccl_c_collectives NRANKS     exit 0: all correct; 77: not enough GPUs (unless
  *                                 GPU_TESTS_SHARE_GPUS=1 lets ranks share them)
@@ -297,7 +298,8 @@ static int runRank(int rank, int nranks, ncclUniqueId id, int sharing) {
    * then summed), or (ranks sharing a GPU, which NCCL refuses, or no real NCCL) a clean error. */
   struct Bufs b;
   prepare(&b, ncclFloat32, COUNT, COUNT, rank);
-  for (size_t i = 0; i < COUNT; ++i) encode(ncclFloat32, 2 * reduceAt(ncclFloat32, ncclSum, nranks, i), b.want + i * 4);
+  for (size_t i = 0; i < COUNT; ++i)
+    encode(ncclFloat32, 2 * reduceAt(ncclFloat32, ncclSum, nranks, i), b.want + i * 4);
   float two = 2.0f;
   ncclRedOp_t premul;
   CHECK(ncclRedOpCreatePreMulSum(&premul, &two, ncclFloat32, ncclScalarHostImmediate, comm));

@@ -16,23 +16,23 @@
 #define COUNT 3001 /* per rank, odd on purpose */
 #define MAX_RANKS 8
 
-#define CUDA(call)                                                                          \
-  do {                                                                                      \
-    cudaError_t e_ = (call);                                                                \
-    if (e_ != cudaSuccess) {                                                                \
+#define CUDA(call)                                                                           \
+  do {                                                                                       \
+    cudaError_t e_ = (call);                                                                 \
+    if (e_ != cudaSuccess) {                                                                 \
       fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #call, cudaGetErrorString(e_)); \
-      exit(4);                                                                              \
-    }                                                                                       \
+      exit(4);                                                                               \
+    }                                                                                        \
   } while (0)
 
-#define CHECK(call)                                                                                        \
-  do {                                                                                                     \
-    ncclResult_t r_ = (call);                                                                              \
-    if (r_ != ncclSuccess) {                                                                               \
-      fprintf(stderr, "%s:%d: %s: %s (%s)\n", __FILE__, __LINE__, #call, ncclGetErrorString(r_),          \
-              ncclGetLastError(NULL));                                                                     \
-      exit(2);                                                                                             \
-    }                                                                                                      \
+#define CHECK(call)                                                                              \
+  do {                                                                                           \
+    ncclResult_t r_ = (call);                                                                    \
+    if (r_ != ncclSuccess) {                                                                     \
+      fprintf(stderr, "%s:%d: %s: %s (%s)\n", __FILE__, __LINE__, #call, ncclGetErrorString(r_), \
+              ncclGetLastError(NULL));                                                           \
+      exit(2);                                                                                   \
+    }                                                                                            \
   } while (0)
 
 static int nranks, devs[MAX_RANKS], failures = 0, checked = 0;
@@ -83,11 +83,22 @@ static int32_t sumAt(size_t i) {
   for (int q = 0; q < nranks; ++q) s += value(q, i);
   return s;
 }
-static int32_t wantAllReduce(int r, size_t i) { (void)r; return sumAt(i); }
+static int32_t wantAllReduce(int r, size_t i) {
+  (void)r;
+  return sumAt(i);
+}
 static int32_t wantReduceScatter(int r, size_t i) { return sumAt((size_t)r * COUNT + i); }
-static int32_t wantAllGather(int r, size_t i) { (void)r; return value((int)(i / COUNT), i % COUNT); }
-static int32_t wantAllToAll(int r, size_t i) { return value((int)(i / COUNT), (size_t)r * COUNT + i % COUNT); }
-static int32_t wantBroadcast(int r, size_t i) { (void)r; return value(1 % nranks, i); }
+static int32_t wantAllGather(int r, size_t i) {
+  (void)r;
+  return value((int)(i / COUNT), i % COUNT);
+}
+static int32_t wantAllToAll(int r, size_t i) {
+  return value((int)(i / COUNT), (size_t)r * COUNT + i % COUNT);
+}
+static int32_t wantBroadcast(int r, size_t i) {
+  (void)r;
+  return value(1 % nranks, i);
+}
 static int32_t wantReduce(int r, size_t i) { return r == nranks - 1 ? sumAt(i) : -1; /* poison elsewhere */ }
 static int32_t wantRing(int r, size_t i) { return value((r + nranks - 1) % nranks, i); }
 
@@ -95,19 +106,20 @@ static int32_t wantRing(int r, size_t i) { return value((r + nranks - 1) % nrank
 static void runAll(const char* how) {
   char what[128];
   const size_t big = (size_t)COUNT * nranks;
-#define FOR_EACH_RANK_IN_A_GROUP(body)              \
-  do {                                              \
-    CHECK(ncclGroupStart());                        \
-    for (int r = 0; r < nranks; ++r) {              \
-      CUDA(cudaSetDevice(devs[r]));                 \
-      body;                                         \
-    }                                               \
-    CHECK(ncclGroupEnd());                          \
+#define FOR_EACH_RANK_IN_A_GROUP(body) \
+  do {                                 \
+    CHECK(ncclGroupStart());           \
+    for (int r = 0; r < nranks; ++r) { \
+      CUDA(cudaSetDevice(devs[r]));    \
+      body;                            \
+    }                                  \
+    CHECK(ncclGroupEnd());             \
   } while (0)
 
   snprintf(what, sizeof(what), "%s: ncclAllReduce", how);
   prepare(COUNT, COUNT);
-  FOR_EACH_RANK_IN_A_GROUP(CHECK(ncclAllReduce(send[r], recv[r], COUNT, ncclInt32, ncclSum, comms[r], streams[r])));
+  FOR_EACH_RANK_IN_A_GROUP(
+      CHECK(ncclAllReduce(send[r], recv[r], COUNT, ncclInt32, ncclSum, comms[r], streams[r])));
   finish(what, COUNT, wantAllReduce);
 
   snprintf(what, sizeof(what), "%s: ncclReduceScatter", how);
@@ -128,7 +140,8 @@ static void runAll(const char* how) {
 
   snprintf(what, sizeof(what), "%s: ncclBroadcast", how);
   prepare(COUNT, COUNT);
-  FOR_EACH_RANK_IN_A_GROUP(CHECK(ncclBroadcast(send[r], recv[r], COUNT, ncclInt32, 1 % nranks, comms[r], streams[r])));
+  FOR_EACH_RANK_IN_A_GROUP(
+      CHECK(ncclBroadcast(send[r], recv[r], COUNT, ncclInt32, 1 % nranks, comms[r], streams[r])));
   finish(what, COUNT, wantBroadcast);
 
   snprintf(what, sizeof(what), "%s: ncclReduce", how);

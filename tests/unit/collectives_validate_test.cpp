@@ -279,14 +279,12 @@ TEST_P(CallSizes, FollowTheCountConventionOfEachCollective) {
   EXPECT_EQ(call.bytes(), std::max(p.sendElements, p.recvElements) * 8);
 }
 
-INSTANTIATE_TEST_SUITE_P(Collectives, CallSizes,
-                         ::testing::Values(Sizes{Collective::AllReduce, 10, 10},
-                                           Sizes{Collective::AllGather, 10, 40},
-                                           Sizes{Collective::ReduceScatter, 40, 10},
-                                           Sizes{Collective::AllToAll, 40, 40},
-                                           Sizes{Collective::Broadcast, 10, 10},
-                                           Sizes{Collective::Reduce, 10, 10}),
-                         [](const auto& info) { return std::string(toString(info.param.collective)); });
+INSTANTIATE_TEST_SUITE_P(
+    Collectives, CallSizes,
+    ::testing::Values(Sizes{Collective::AllReduce, 10, 10}, Sizes{Collective::AllGather, 10, 40},
+                      Sizes{Collective::ReduceScatter, 40, 10}, Sizes{Collective::AllToAll, 40, 40},
+                      Sizes{Collective::Broadcast, 10, 10}, Sizes{Collective::Reduce, 10, 10}),
+    [](const auto& info) { return std::string(toString(info.param.collective)); });
 
 // send and recv (validatePeerCall): rank 1 of 4 sending 8 floats to rank 3.
 PeerCall validPeerCall(bool isSend) {

@@ -200,7 +200,8 @@ class Runner {
     fillSend(s.type, host.data(), s.sendCount(), s.rank, s.seed);
     if (!(inPlace && s.collective == Collective::ReduceScatter))
       FERRY_TOOL_CUDA(cudaMemset(recv, kPoisonByte, s.recvCount() * es));
-    if (s.hasSend()) FERRY_TOOL_CUDA(cudaMemcpy(const_cast<void*>(send), host.data(), host.size(), cudaMemcpyHostToDevice));
+    if (s.hasSend())
+      FERRY_TOOL_CUDA(cudaMemcpy(const_cast<void*>(send), host.data(), host.size(), cudaMemcpyHostToDevice));
     FERRY_TOOL_CUDA(cudaDeviceSynchronize());
     r_.bootstrap->barrier();
     issueFerry(s, send, recv);

@@ -46,7 +46,8 @@ int main(int argc, char** argv) {
   std::string what = "allreduce", minB = "1K", maxB = "1G", stepB, types = "bf16", ops = "sum";
   int ngpus = 0, check = 1, graph = 1;
   bool list = false, noNccl = false, noInPlace = false;
-  app.add_option("collective", what, "allreduce, allgather, reducescatter, alltoall, broadcast, reduce, or all")
+  app.add_option("collective", what,
+                 "allreduce, allgather, reducescatter, alltoall, broadcast, reduce, or all")
       ->capture_default_str();
   app.add_option("-b,--minbytes", minB, "smallest size (bytes; K, M, G suffixes)")->capture_default_str();
   app.add_option("-e,--maxbytes", maxB, "largest size")->capture_default_str();

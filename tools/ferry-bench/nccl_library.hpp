@@ -34,7 +34,8 @@ class NcclLibrary {
   // As nccl-tests does it: grouped send/recv with every peer.
   void allToAll(const void* send, void* recv, std::size_t count, int type, cudaStream_t s) const;
   void broadcast(const void* send, void* recv, std::size_t count, int type, int root, cudaStream_t s) const;
-  void reduce(const void* send, void* recv, std::size_t count, int type, int op, int root, cudaStream_t s) const;
+  void reduce(const void* send, void* recv, std::size_t count, int type, int op, int root,
+              cudaStream_t s) const;
 
   struct Api;
 

@@ -434,7 +434,8 @@ NCCL_API ncclResult_t ncclReduce(const void* sendbuff, void* recvbuff, size_t co
     return reducing(
         c, op, "ncclReduce",
         [&](ReduceOp o) {
-          c.comm->reduce(sendbuff, c.rank == root ? recvbuff : nullptr, count, nativeType(datatype), o, root, stream);
+          c.comm->reduce(sendbuff, c.rank == root ? recvbuff : nullptr, count, nativeType(datatype), o, root,
+                         stream);
         },
         [&](const RealNccl* real, ncclComm_t rc, ncclRedOp_t rop) {
           return real->reduce(sendbuff, recvbuff, count, datatype, rop, root, rc, stream);
