@@ -3,6 +3,7 @@
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
+#include <string>
 
 #include "core/cuda_check.hpp"
 #include "ferry/errors.hpp"
@@ -86,9 +87,21 @@ void Staging::grow(std::uint64_t bytes) {
   // At least double, so that a growing series of calls grows a logarithmic number of times.
   const std::uint64_t want = alignUp(std::max(bytes, 2 * capacity()), std::uint64_t{2} << 20);
   Buffer b;
-  b.memory = gpuAlloc(want);
-  b.bytes = want;
-  b.id = registry_.add(b.memory.get(), want);
+  std::string failure;
+  try {
+    b.memory = gpuAlloc(want);
+    b.bytes = want;
+  } catch (const Error& e) {
+    failure = e.what();
+  }
+  // A rank whose allocation failed still takes part in the (collective) registration, with nothing
+  // to register: every rank then refuses it together instead of waiting for this one.
+  try {
+    b.id = registry_.add(b.memory.get(), b.bytes);
+  } catch (const Error& e) {
+    if (failure.empty()) throw;
+    throw Error(e.code(), "staging buffer of " + std::to_string(want) + " bytes: " + failure + "; " + e.what());
+  }
   buffers_.push_back(std::move(b));
 }
 
