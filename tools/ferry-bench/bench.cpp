@@ -48,13 +48,14 @@ struct DeviceMemory {
 class Runner {
  public:
   Runner(const BenchOptions& o, const RankInfo& r) : o_(o), r_(r) {
-    FERRY_TOOL_CUDA(cudaSetDevice(r.localRank));
+    FERRY_TOOL_CUDA(cudaSetDevice(r.localRank % o.gpus));
     FERRY_TOOL_CUDA(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
     FERRY_TOOL_CUDA(cudaEventCreate(&start_));
     FERRY_TOOL_CUDA(cudaEventCreate(&stop_));
     comm_ = std::make_unique<Comm>(r.bootstrap);
     barrierBuf_ = std::make_unique<DeviceMemory>(64);
-    if (o.nccl) loadNccl();
+    // The real NCCL refuses ranks that share a GPU; a library named with --nccl (libferry_nccl.so) may not.
+    if (o.nccl && (!sharing() || o.ncclPath != BenchOptions{}.ncclPath)) loadNccl();
   }
   ~Runner() {
     cudaEventDestroy(start_);
@@ -75,7 +76,16 @@ class Runner {
             CallShape s = shapeFor(c, t, op, size);
             if (s.count == 0) continue;
             if (!o_.tunePath.empty()) tuned.push_back(tune(s, buf));
-            BenchRow row = measure(s, buf);
+            BenchRow row;
+            try {
+              row = measure(s, buf);
+            } catch (const Error& e) {
+              // A forced algorithm (--algo) that cannot run this size: every rank refuses it alike
+              // before queueing anything, so the sweep goes on without the row.
+              if (o_.algorithm.empty() || e.code() != ErrorCode::InvalidUsage) throw;
+              if (r_.rank == 0) std::printf("# %llu bytes: %s\n", static_cast<unsigned long long>(size), e.what());
+              continue;
+            }
             wrongTotal += row.outOfPlace.wrong + row.inPlace.wrong;
             if (r_.rank == 0) printRow(row);
             rows_.push_back(std::move(row));
@@ -92,6 +102,9 @@ class Runner {
   }
 
  private:
+  // More ranks than GPUs: ranks share them (checks results; times mean nothing).
+  bool sharing() const { return r_.worldSize > o_.gpus; }
+
   struct Buffers {
     std::unique_ptr<DeviceMemory> send, recv;
     // Registered with comm (-R); deregistered before the memory goes.
@@ -337,8 +350,13 @@ class Runner {
   void printHeader() {
     if (r_.rank != 0) return;
     cudaDeviceProp prop{};
-    cudaGetDeviceProperties(&prop, r_.localRank);
-    std::printf("# ferry-bench %s: %d ranks, one per GPU (%s)\n", FERRY_VERSION_STRING, r_.worldSize, prop.name);
+    cudaGetDeviceProperties(&prop, r_.localRank % o_.gpus);
+    std::printf("# ferry-bench %s: %d ranks, %s (%s)\n", FERRY_VERSION_STRING, r_.worldSize,
+                sharing() ? "sharing GPUs" : "one per GPU", prop.name);
+    if (sharing())
+      std::printf("# RANKS SHARE GPUS (%d ranks on %d): every result is checked, but the times say nothing about "
+                  "the hardware (and the real NCCL, which refuses shared GPUs, is not run)\n",
+                  r_.worldSize, o_.gpus);
     std::printf("# %s, %d calls per sample, median of %d samples, %d warm-up calls; checked: %s\n",
                 o_.graph ? "CUDA graphs" : "stream launches", o_.iters, o_.samples, o_.warmup,
                 o_.check ? "every size, random input, poisoned output" : "no");

@@ -33,6 +33,7 @@ struct BenchOptions {
   std::string ncclPath = "libnccl.so.2";
   std::string jsonPath;
   std::string tunePath;
+  int gpus = 1;  // visible; rank r runs on GPU localRank % gpus, so more ranks than GPUs share them
 };
 
 struct Measure {

@@ -1,0 +1,62 @@
+"""scripts/bench-tables.py turns ferry-bench JSON files into the report tables: ferry beside NCCL, a
+plan beside its native algorithm, ferry through the NCCL API beside native ferry and NCCL."""
+import importlib.util
+import json
+from pathlib import Path
+
+SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "bench-tables.py"
+
+
+def load_script():
+    spec = importlib.util.spec_from_file_location("bench_tables", SCRIPT)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def measure(us):
+    return {"time_us": us, "algbw": 1.0, "busbw": 2.0, "wrong": 0}
+
+
+def bench_file(path: Path, algorithm: str, ferry_us: float, nccl_us: float | None, registered=False) -> Path:
+    rows = [{"collective": "allreduce", "bytes": 1 << s, "count": 1 << (s - 1), "type": "bf16", "op": "sum",
+             "root": -1, "algorithm": algorithm, "out_of_place": measure(ferry_us + s),
+             "in_place": None, "nccl": None if nccl_us is None else measure(nccl_us + s)} for s in (10, 20)]
+    path.write_text(json.dumps({"tool": "ferry-bench", "version": "0.1.0", "world_size": 4, "graph": True,
+                                "registered": registered, "rows": rows}))
+    return path
+
+
+def test_summary_has_ferry_nccl_and_their_ratio(tmp_path, capsys):
+    tables = load_script()
+    assert tables.main(["summary", str(bench_file(tmp_path / "b.json", "allreduce_ll", 0.0, 10.0))]) == 0
+    out = capsys.readouterr().out
+    assert "### allreduce bf16 sum, 4 ranks, unregistered buffers, CUDA graphs" in out
+    assert "| 1 KiB | 10.00 | 2.0 | 20.00 | 2.0 | 2.00 | allreduce_ll |" in out
+    assert "| 1 MiB | 20.00 |" in out
+
+
+def test_pair_divides_plan_by_native(tmp_path, capsys):
+    tables = load_script()
+    plan = bench_file(tmp_path / "p.json", "plan:allreduce_two_shot", 10.0, None, registered=True)
+    native = bench_file(tmp_path / "n.json", "allreduce_direct", 0.0, None, registered=True)
+    assert tables.main(["pair", str(plan), str(native)]) == 0
+    out = capsys.readouterr().out
+    assert "| size | plan:allreduce_two_shot (us) | allreduce_direct (us) | plan / native |" in out
+    assert "| 1 KiB | 20.00 | 10.00 | 2.00 |" in out
+
+
+def test_api_puts_the_three_side_by_side(tmp_path, capsys):
+    tables = load_script()
+    through_api = bench_file(tmp_path / "a.json", "allreduce_ll", 0.0, 1.0)  # "nccl" = ferry via the API
+    real = bench_file(tmp_path / "b.json", "allreduce_ll", 0.0, 20.0)
+    assert tables.main(["api", str(through_api), str(real)]) == 0
+    assert "| 1 KiB | 11.00 | 10.00 | 1.10 | 30.00 |" in capsys.readouterr().out
+
+
+def test_not_a_bench_file_is_an_error(tmp_path, capsys):
+    tables = load_script()
+    bad = tmp_path / "bad.json"
+    bad.write_text('{"rows": 3}')
+    assert tables.main(["summary", str(bad)]) == 2
+    assert "not a ferry-bench --json file" in capsys.readouterr().err

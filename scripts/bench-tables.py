@@ -1,0 +1,139 @@
+#!/usr/bin/env python3
+"""Markdown tables from ferry-bench --json files, for reports: ferry beside NCCL, a plan beside the
+native algorithm of the same shape, and ferry through the NCCL API beside native ferry and NCCL.
+
+    scripts/bench-tables.py summary bench.json                # per collective: ferry, NCCL, ratio
+    scripts/bench-tables.py pair plan.json native.json        # plan time / native time per size
+    scripts/bench-tables.py api api.json bench.json           # NCCL API (api.json's "nccl" column,
+                                                              # measured with --nccl libferry_nccl.so),
+                                                              # native ferry, real NCCL (bench.json)
+
+Times are the out-of-place medians in microseconds; a size missing from a file shows as "-".
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+
+def human_bytes(n: int) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if n < 1024 or unit == "GiB":
+            return f"{n:g} {unit}"
+        n /= 1024
+    return f"{n:g} GiB"
+
+
+def load(path: Path) -> dict:
+    doc = json.loads(path.read_text())
+    if doc.get("tool") != "ferry-bench" or not isinstance(doc.get("rows"), list):
+        raise ValueError(f"{path}: not a ferry-bench --json file")
+    return doc
+
+
+def groups(doc: dict) -> dict[tuple, dict[int, dict]]:
+    """(collective, type, op) -> bytes -> row."""
+    out: dict[tuple, dict[int, dict]] = {}
+    for row in doc["rows"]:
+        out.setdefault((row["collective"], row["type"], row["op"]), {})[row["bytes"]] = row
+    return out
+
+
+def time_of(row: dict | None, key: str) -> float | None:
+    m = row.get(key) if row else None
+    return m["time_us"] if m else None
+
+
+def cell(v: float | None, fmt: str = "{:.2f}") -> str:
+    return "-" if v is None else fmt.format(v)
+
+
+def ratio(a: float | None, b: float | None) -> str:
+    return "-" if a is None or b is None or b == 0 else f"{a / b:.2f}"
+
+
+def title(doc: dict, key: tuple) -> str:
+    coll, dtype, op = key
+    reduces = coll in ("allreduce", "reducescatter", "reduce")
+    what = f"{coll} {dtype}" + (f" {op}" if reduces else "")
+    how = "registered" if doc.get("registered") else "unregistered"
+    return f"{what}, {doc['world_size']} ranks, {how} buffers, {'CUDA graphs' if doc.get('graph') else 'launches'}"
+
+
+def summary(doc: dict) -> str:
+    parts = []
+    for key, rows in groups(doc).items():
+        lines = [f"### {title(doc, key)}", "",
+                 "| size | ferry (us) | busbw (GB/s) | NCCL (us) | NCCL busbw | NCCL / ferry | algorithm |",
+                 "| --- | --- | --- | --- | --- | --- | --- |"]
+        for size in sorted(rows):
+            r = rows[size]
+            ferry, nccl = r.get("out_of_place"), r.get("nccl")
+            lines.append(f"| {human_bytes(size)} | {cell(time_of(r, 'out_of_place'))} | "
+                         f"{cell(ferry['busbw'] if ferry else None, '{:.1f}')} | {cell(time_of(r, 'nccl'))} | "
+                         f"{cell(nccl['busbw'] if nccl else None, '{:.1f}')} | "
+                         f"{ratio(time_of(r, 'nccl'), time_of(r, 'out_of_place'))} | {r.get('algorithm', '')} |")
+        parts.append("\n".join(lines))
+    return "\n\n".join(parts) + "\n"
+
+
+def pair(plan: dict, native: dict) -> str:
+    p, n = groups(plan), groups(native)
+    parts = []
+    for key in p:
+        rows_p, rows_n = p[key], n.get(key, {})
+        name_p = next(iter(rows_p.values())).get("algorithm", "plan")
+        name_n = next(iter(rows_n.values())).get("algorithm", "native") if rows_n else "native"
+        lines = [f"### {title(plan, key)}", "",
+                 f"| size | {name_p} (us) | {name_n} (us) | plan / native |", "| --- | --- | --- | --- |"]
+        for size in sorted(set(rows_p) | set(rows_n)):
+            a, b = time_of(rows_p.get(size), "out_of_place"), time_of(rows_n.get(size), "out_of_place")
+            lines.append(f"| {human_bytes(size)} | {cell(a)} | {cell(b)} | {ratio(a, b)} |")
+        parts.append("\n".join(lines))
+    return "\n\n".join(parts) + "\n"
+
+
+def api(through_api: dict, bench: dict) -> str:
+    a, b = groups(through_api), groups(bench)
+    parts = []
+    for key, rows in a.items():
+        lines = [f"### {title(through_api, key)}", "",
+                 "| size | ferry via NCCL API (us) | native ferry (us) | API / native | real NCCL (us) |",
+                 "| --- | --- | --- | --- | --- |"]
+        real = b.get(key, {})
+        for size in sorted(rows):
+            via, native = time_of(rows[size], "nccl"), time_of(rows[size], "out_of_place")
+            lines.append(f"| {human_bytes(size)} | {cell(via)} | {cell(native)} | {ratio(via, native)} | "
+                         f"{cell(time_of(real.get(size), 'nccl'))} |")
+        parts.append("\n".join(lines))
+    return "\n\n".join(parts) + "\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    sub = parser.add_subparsers(dest="what", required=True)
+    sub.add_parser("summary").add_argument("bench", type=Path)
+    p = sub.add_parser("pair")
+    p.add_argument("plan", type=Path)
+    p.add_argument("native", type=Path)
+    p = sub.add_parser("api")
+    p.add_argument("through_api", type=Path)
+    p.add_argument("bench", type=Path)
+    args = parser.parse_args(argv)
+    try:
+        if args.what == "summary":
+            print(summary(load(args.bench)), end="")
+        elif args.what == "pair":
+            print(pair(load(args.plan), load(args.native)), end="")
+        else:
+            print(api(load(args.through_api), load(args.bench)), end="")
+    except (OSError, ValueError, KeyError) as e:
+        print(f"bench-tables.py: {e}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

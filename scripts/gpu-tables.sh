@@ -1,0 +1,114 @@
+#!/usr/bin/env bash
+# The measurements the open issues report, on the lent GPU machine (every local GPU), each part a
+# Markdown table (scripts/bench-tables.py) plus the JSON it came from, in ${OUT:-build-gpu/tables}.
+# Builds first (scripts/gpu-check.sh's configure, build and guard steps) when build-gpu lacks the
+# tools. Every GPU program runs with libferry_guard.so preloaded and NVLink multicast off.
+#
+#   scripts/gpu-tables.sh                       # every part, in this order:
+#   scripts/gpu-tables.sh perf                  # ferry-perf: channel round trips, FIFO, put bandwidth
+#   scripts/gpu-tables.sh bench                 # ferry-bench all, 1 KiB-1 GiB, beside NCCL
+#   scripts/gpu-tables.sh bench-registered      # the same on registered buffers (zero-copy)
+#   scripts/gpu-tables.sh plans                 # each shipped plan beside the native algorithm of its shape
+#   scripts/gpu-tables.sh nccl-api              # ferry through libferry_nccl.so beside native ferry and NCCL
+#   scripts/gpu-tables.sh tune                  # ferry-bench --tune on registered buffers: tuning.json
+#
+# One part fits in a device call of 10 minutes on 4 GPUs; give several parts to one call only when
+# they fit together. Sizes: GPU_TABLES_MAX (default 1G). With one GPU the collectives run 2 ranks
+# on it: every result is checked, no time means anything, and NCCL is not run.
+# shellcheck disable=SC2317,SC2054  # parts are called through "part_$part"; sizes are comma lists
+set -uo pipefail
+cd "$(dirname "$0")/.." || exit 2
+export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1
+unset FERRY_ENABLE_NVLS
+
+build="build-gpu"
+out=${OUT:-$build/tables}
+mkdir -p "$out" && out=$(cd "$out" && pwd)
+max=${GPU_TABLES_MAX:-1G}
+bench=$PWD/$build/tools/ferry-bench/ferry-bench
+perf=$PWD/$build/tools/ferry-perf/ferry-perf
+shim=$PWD/$build/tools/nccl/libferry_nccl.so
+guard=$PWD/$build/tools/guard/libferry_guard.so
+tables=$PWD/scripts/bench-tables.py
+
+guarded() { LD_PRELOAD="$guard${LD_PRELOAD:+:$LD_PRELOAD}" "$@"; }
+
+gpus=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU' || true)
+ranks=()
+((gpus == 1)) && ranks=(-g 2)
+
+if [[ ! -x $bench || ! -x $perf || ! -f $shim || ! -f $guard ]]; then
+  GPU_CHECK_STEPS="configure build guard_selftest" OUT="$out/build" scripts/gpu-check.sh | tail -n 8 || exit 1
+fi
+
+part_perf() {
+  local args=()
+  ((gpus == 1)) && args=(-g 2 -s 1M,8M -n 1000)
+  guarded "$perf" "${args[@]}" --json "$out/perf.json" | tee "$out/perf.md"
+}
+
+part_bench() {
+  guarded "$bench" all "${ranks[@]}" -b 1K -e "$max" -f 4 --json "$out/bench.json" >"$out/bench.txt" &&
+    python3 "$tables" summary "$out/bench.json" | tee "$out/bench.md"
+}
+
+part_bench-registered() {
+  guarded "$bench" all "${ranks[@]}" -R 1 -b 1K -e "$max" -f 4 --json "$out/bench_registered.json" \
+    >"$out/bench_registered.txt" && python3 "$tables" summary "$out/bench_registered.json" | tee "$out/bench_registered.md"
+}
+
+# plan name, collective, the native algorithm of the same shape, the largest size the plan takes.
+plan_pairs=(
+  "allreduce_allpairs_packets allreduce allreduce_ll 256K"
+  "allreduce_two_shot allreduce allreduce_direct $max"
+  "allreduce_ring allreduce allreduce_ring $max"
+  "allgather_allpairs allgather allgather_direct $max"
+  "allgather_port allgather allgather_ce $max"
+  "reducescatter_allpairs reducescatter reducescatter_direct $max"
+  "alltoall_allpairs alltoall alltoall_direct $max"
+)
+
+part_plans() {
+  local n=$(( gpus == 1 ? 2 : gpus )) dir="$out/plans" rc=0
+  mkdir -p "$dir"
+  : >"$out/plans.md"
+  for pair in "${plan_pairs[@]}"; do
+    read -r plan coll native top <<<"$pair"
+    PYTHONPATH=$PWD/python python3 -m ferry.dsl compile --ranks "$n" -o "$dir/$plan.json" \
+      "python/ferry/programs/$plan.py" || { rc=1; continue; }
+    local common=("$coll" "${ranks[@]}" -R 1 --no-in-place --no-nccl -b 1K -e "$top" -f 4)
+    FERRY_PLAN_DIR=$dir/$plan.json guarded "$bench" "${common[@]}" --algo "plan:$plan" \
+      --json "$dir/$plan.bench.json" >"$dir/$plan.txt" &&
+      guarded "$bench" "${common[@]}" --algo "$native" --json "$dir/$native.bench.json" >"$dir/$native.txt" &&
+      python3 "$tables" pair "$dir/$plan.bench.json" "$dir/$native.bench.json" | tee -a "$out/plans.md" || rc=1
+  done
+  return "$rc"
+}
+
+part_nccl-api() {
+  # The shim stands where ferry-bench loads NCCL: its "NCCL" column is ferry through the NCCL API.
+  guarded "$bench" all "${ranks[@]}" -b 1K -e "$max" -f 4 --no-in-place --nccl "$shim" \
+    --json "$out/nccl_api.json" >"$out/nccl_api.txt" || return 1
+  [[ -f $out/bench.json ]] || part_bench >/dev/null || return 1
+  python3 "$tables" api "$out/nccl_api.json" "$out/bench.json" | tee "$out/nccl_api.md"
+}
+
+part_tune() {
+  guarded "$bench" all "${ranks[@]}" -R 1 -b 1K -e "$max" -f 4 --no-in-place --no-nccl --tune "$out/tuning.json" \
+    >"$out/tune.txt" && cat "$out/tuning.json"
+}
+
+parts=("$@")
+((${#parts[@]})) || parts=(perf bench bench-registered plans nccl-api tune)
+status=0
+for part in "${parts[@]}"; do
+  if ! declare -F "part_$part" >/dev/null; then
+    echo "gpu-tables.sh: unknown part '$part'" >&2
+    exit 2
+  fi
+  echo "==> $part"
+  start=$SECONDS
+  if "part_$part"; then echo "<== $part: ok in $((SECONDS - start)) s"; else echo "<== $part: FAILED"; status=1; fi
+done
+echo "tables and JSON in $out"
+exit $status
