@@ -49,6 +49,17 @@ FERRY_API std::string_view toString(Collective c) noexcept;
 // The names above; also with '_' ("all_reduce"), case-insensitively.
 FERRY_API std::optional<Collective> parseCollective(std::string_view name) noexcept;
 
+// How a Comm runs its kernels. Like NCCL's minCTAs / maxCTAs: bounds on the thread blocks of every
+// collective kernel, e.g. to leave SMs to compute that overlaps communication (0: ferry's own
+// choice, at most 128). The Comm uses the tightest bounds any rank asked for (the ranks' kernels
+// pair up block by block). Algorithms that need more blocks than maxBlocks (the copy-engine
+// reductions need 17, a plan one per thread block) are not chosen; forcing one is an error.
+// send/recv kernels are not bounded.
+struct CommOptions {
+  int minBlocks = 0;
+  int maxBlocks = 0;
+};
+
 // What Comm::registerBuffer returns, for deregisterBuffer.
 struct BufferRegistration {
   std::uint64_t id = 0;
@@ -60,6 +71,8 @@ class FERRY_API Comm {
   // must be on one host with peer access between their GPUs (NVLink or PCIe).
   // Throws Error(NotSupported) otherwise, naming the ranks that cannot reach each other.
   explicit Comm(std::shared_ptr<Bootstrap> bootstrap);
+  // The same with options; Error(InvalidUsage) for negative bounds or minBlocks > maxBlocks.
+  Comm(std::shared_ptr<Bootstrap> bootstrap, const CommOptions& options);
   // Waits for the Comm's GPU to finish queued work first (no kernel may still use its buffers).
   ~Comm();
   Comm(const Comm&) = delete;

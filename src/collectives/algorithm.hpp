@@ -18,6 +18,7 @@ struct CommLimits {
   int worldSize = 1;
   std::uint64_t llSlotDataBytes = 0;  // data one LL packet slot carries (half its bytes)
   std::uint64_t scratchHalfBytes = 0;
+  int maxBlocks = kMaxBlocks;  // the most thread blocks a kernel of the Comm may have (CommOptions)
 };
 
 class Algorithm {

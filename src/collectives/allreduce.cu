@@ -218,7 +218,7 @@ class AllReduceLL final : public Algorithm {
   }
   void launch(const CollectiveCall& call, const CollectiveContext& context) const override {
     const std::uint64_t bytes = call.bytes();
-    const unsigned grid = gridFor((bytes + 7) / 8, kThreads, 1, 64);
+    const unsigned grid = gridFor(context, (bytes + 7) / 8, kThreads, 1, 64);
     dispatchTypeOp(call.type, call.op, [&]<class T, ReduceOp Op>() {
       allReduceLL<T, Op>
           <<<grid, kThreads, 0, call.stream>>>(forCall(context, call), static_cast<const char*>(call.send),
@@ -251,7 +251,7 @@ class AllReduceRing final : public Algorithm {
   void launch(const CollectiveCall& call, const CollectiveContext& context) const override {
     const std::uint64_t slot = slotBytes({context.nranks, 0, context.scratchHalfBytes});
     const std::uint64_t chunkBytes = std::min<std::uint64_t>(slot, call.bytes() / context.nranks + 16);
-    const unsigned grid = gridFor(chunkBytes, 8 << 10, 1, 32);
+    const unsigned grid = gridFor(context, chunkBytes, 8 << 10, 1, 32);
     dispatchTypeOp(call.type, call.op, [&]<class T, ReduceOp Op>() {
       allReduceRing<T, Op><<<grid, kThreads, 0, call.stream>>>(forCall(context, call),
                                                                static_cast<const char*>(call.send),
@@ -282,7 +282,7 @@ class AllReduceTwoShot final : public Algorithm {
   void launch(const CollectiveCall& call, const CollectiveContext& context) const override {
     const std::uint64_t slot = slotBytes({context.nranks, 0, context.scratchHalfBytes});
     const std::uint64_t chunkBytes = std::min<std::uint64_t>(slot, call.bytes() / context.nranks + 16);
-    const unsigned grid = gridFor(chunkBytes, 8 << 10, 1, 64);
+    const unsigned grid = gridFor(context, chunkBytes, 8 << 10, 1, 64);
     dispatchTypeOp(call.type, call.op, [&]<class T, ReduceOp Op>() {
       allReduceTwoShot<T, Op>
           <<<grid, kThreads, 0, call.stream>>>(forCall(context, call), static_cast<const char*>(call.send),

@@ -212,6 +212,9 @@ class ReduceCeAlgorithm final : public Algorithm {
   Collective collective() const override { return collective_; }
   std::string whyNot(const CollectiveCall& call, const CommLimits& limits) const override {
     if (std::string why = notRegistered(call); !why.empty()) return why;
+    if (limits.maxBlocks < 1 + kReduceBlocks)
+      return "it needs " + std::to_string(1 + kReduceBlocks) + " thread blocks; the Comm allows " +
+             std::to_string(limits.maxBlocks) + " (CommOptions::maxBlocks, maxCTAs)";
     const CeShape s = shape(call, limits);
     if (s.piece == 0)
       return "the scratch buffer (FERRY_SCRATCH_BYTES) is too small for two rounds of " +

@@ -2,6 +2,7 @@
 
 #include <cuda_runtime_api.h>
 
+#include <algorithm>
 #include <chrono>
 #include <mutex>
 #include <set>
@@ -112,11 +113,13 @@ struct Comm::Impl {
                                                ": the Comm was aborted; destroy it and make a new one");
   }
 
-  explicit Impl(std::shared_ptr<Bootstrap> b)
+  Impl(std::shared_ptr<Bootstrap> b, const CommOptions& options)
       : bootstrap(checkedBootstrap(std::move(b))), communicator(bootstrap), selector(Selector::fromEnvironment()) {
+    checkOptions(options);
     FERRY_CUDA_CHECK(cudaGetDevice(&device));
     if (bootstrap->size() > 1) {
       resources = std::make_unique<CommResources>(communicator, env().llBytes, env().scratchBytes);
+      agreeOnBlockLimits(options);
       p2p = std::make_unique<P2PResources>(communicator, &resources->context().state->aborted);
       int least = 0, greatest = 0;
       FERRY_CUDA_CHECK(cudaDeviceGetStreamPriorityRange(&least, &greatest));
@@ -134,6 +137,36 @@ struct Comm::Impl {
     bootstrap->barrier();  // every rank has mapped every peer before anyone writes
     FERRY_LOG(Info, Collectives) << "Comm ready: rank " << bootstrap->rank() << " of " << bootstrap->size()
                                   << " on GPU " << device;
+  }
+
+  void checkOptions(const CommOptions& o) const {
+    const std::string who = "rank " + std::to_string(bootstrap->rank()) + ": Comm: ";
+    if (o.minBlocks < 0 || o.maxBlocks < 0)
+      throw Error(ErrorCode::InvalidUsage, who + "CommOptions minBlocks " + std::to_string(o.minBlocks) +
+                                               " and maxBlocks " + std::to_string(o.maxBlocks) +
+                                               " must not be negative (0: ferry's choice)");
+    if (o.minBlocks > 0 && o.maxBlocks > 0 && o.minBlocks > o.maxBlocks)
+      throw Error(ErrorCode::InvalidUsage, who + "CommOptions minBlocks " + std::to_string(o.minBlocks) +
+                                               " exceeds maxBlocks " + std::to_string(o.maxBlocks));
+  }
+
+  // The ranks' kernels pair up block by block, so every rank takes the tightest bounds any asked for.
+  void agreeOnBlockLimits(const CommOptions& o) {
+    struct Bounds {
+      int lo, hi;
+    };
+    std::vector<Bounds> all(static_cast<std::size_t>(bootstrap->size()));
+    all[static_cast<std::size_t>(bootstrap->rank())] = {std::clamp(o.minBlocks, 1, kMaxBlocks),
+                                                        o.maxBlocks == 0 ? kMaxBlocks : std::min(o.maxBlocks, kMaxBlocks)};
+    bootstrap->allGather(all.data(), sizeof(Bounds));
+    int lo = 1, hi = kMaxBlocks;
+    for (const Bounds& b : all) {
+      lo = std::max(lo, b.lo);
+      hi = std::min(hi, b.hi);
+    }
+    resources->setBlockLimits(std::min(lo, hi), hi);
+    if (lo > 1 || hi < kMaxBlocks)
+      FERRY_LOG(Info, Collectives) << "Comm kernels run " << std::min(lo, hi) << " to " << hi << " thread blocks";
   }
 
   void run(CollectiveCall call) {
@@ -245,7 +278,10 @@ struct Comm::Impl {
   }
 };
 
-Comm::Comm(std::shared_ptr<Bootstrap> bootstrap) : impl_(std::make_unique<Impl>(std::move(bootstrap))) {}
+Comm::Comm(std::shared_ptr<Bootstrap> bootstrap) : Comm(std::move(bootstrap), CommOptions{}) {}
+
+Comm::Comm(std::shared_ptr<Bootstrap> bootstrap, const CommOptions& options)
+    : impl_(std::make_unique<Impl>(std::move(bootstrap), options)) {}
 
 Comm::~Comm() {
   // Kernels of this Comm may still be queued: its buffers must outlive them.

@@ -29,6 +29,11 @@ class CommResources {
   void setPlans(const executor::DevicePlans* plans) { context_.plans = plans; }
   // The Comm's copy engine, for the copy-engine algorithms (copy_engine_host.hpp).
   void setCopyEngine(CopyEngine* engine) { context_.copyEngine = engine; }
+  // @pre 1 <= minBlocks <= maxBlocks <= kMaxBlocks, the same on every rank.
+  void setBlockLimits(int minBlocks, int maxBlocks) {
+    context_.minBlocks = minBlocks;
+    context_.maxBlocks = limits_.maxBlocks = maxBlocks;
+  }
   const CommLimits& limits() const { return limits_; }
 
  private:

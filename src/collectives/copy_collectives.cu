@@ -121,7 +121,7 @@ class CopyLL final : public Algorithm {
   }
   void launch(const CollectiveCall& call, const CollectiveContext& context) const override {
     const CopyPlan plan = planFor(call);
-    const unsigned grid = gridFor((plan.bytes + 7) / 8, kThreads, 1, 64);
+    const unsigned grid = gridFor(context, (plan.bytes + 7) / 8, kThreads, 1, 64);
     copyLL<<<grid, kThreads, 0, call.stream>>>(forCall(context, call), plan);
     checkLaunch(call, name_);
   }
@@ -144,7 +144,7 @@ class CopyPush final : public Algorithm {
   void launch(const CollectiveCall& call, const CollectiveContext& context) const override {
     const CopyPlan plan = planFor(call);
     const std::uint64_t slot = slotBytes(context.scratchHalfBytes, context.nranks);
-    const unsigned grid = gridFor(std::min(slot, plan.bytes), 8 << 10, 1, 64);
+    const unsigned grid = gridFor(context, std::min(slot, plan.bytes), 8 << 10, 1, 64);
     copyPush<<<grid, kThreads, 0, call.stream>>>(forCall(context, call), plan, slot);
     checkLaunch(call, name_);
   }

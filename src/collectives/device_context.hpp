@@ -68,6 +68,8 @@ struct CollectiveContext {
   std::uint64_t scratchHalfBytes = 0;
   std::uint64_t timeoutNs = 0;
   int op = 0;  // which collective, for timeout reports (Collective)
+  int minBlocks = 1;           // host only: bounds on a kernel's blocks (CommOptions)
+  int maxBlocks = kMaxBlocks;
   const executor::DevicePlans* plans = nullptr;  // host only: the loaded plans, uploaded here
   CopyEngine* copyEngine = nullptr;              // host only: the Comm's (copy_engine_host.hpp)
 };

@@ -117,7 +117,7 @@ class DirectAlgorithm : public Algorithm {
     const bool chunked = call.collective == Collective::AllReduce || call.collective == Collective::Reduce ||
                          call.collective == Collective::Broadcast;
     const std::uint64_t perRank = call.bytes() / (chunked ? static_cast<std::uint64_t>(call.worldSize) : 1);
-    const unsigned grid = gridFor(perRank, 32 << 10, 1, 64);
+    const unsigned grid = gridFor(context, perRank, 32 << 10, 1, 64);
     switch (collective_) {
       case Collective::AllReduce:
       case Collective::Reduce: {

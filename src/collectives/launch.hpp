@@ -18,6 +18,16 @@ inline unsigned gridFor(std::uint64_t units, std::uint64_t perBlock, unsigned lo
   return static_cast<unsigned>(std::clamp<std::uint64_t>(want, lo, std::min<unsigned>(hi, kMaxBlocks)));
 }
 
+// The same within the Comm's bounds (CommOptions): [lo, hi] narrowed to [minBlocks, maxBlocks],
+// the maximum winning where they conflict.
+inline unsigned gridFor(const CollectiveContext& c, std::uint64_t units, std::uint64_t perBlock, unsigned lo,
+                        unsigned hi) {
+  const auto cap = static_cast<unsigned>(std::max(1, c.maxBlocks));
+  hi = std::min(hi, cap);
+  lo = std::min(std::max(lo, static_cast<unsigned>(std::max(1, c.minBlocks))), hi);
+  return gridFor(units, perBlock, lo, hi);
+}
+
 // After a launch: a launch error becomes a CudaError naming the call and the algorithm.
 inline void checkLaunch(const CollectiveCall& call, const char* algorithm) {
   const cudaError_t err = cudaGetLastError();

@@ -90,7 +90,7 @@ class ReduceScatterLL final : public Algorithm {
   }
   void launch(const CollectiveCall& call, const CollectiveContext& context) const override {
     const std::uint64_t bytes = call.count * call.elementBytes();
-    const unsigned grid = gridFor((bytes + 7) / 8, kThreads, 1, 64);
+    const unsigned grid = gridFor(context, (bytes + 7) / 8, kThreads, 1, 64);
     dispatchTypeOp(call.type, call.op, [&]<class T, ReduceOp Op>() {
       reduceScatterLL<T, Op><<<grid, kThreads, 0, call.stream>>>(forCall(context, call),
                                                                  static_cast<const char*>(call.send),
@@ -114,7 +114,7 @@ class ReduceScatterPush final : public Algorithm {
   void launch(const CollectiveCall& call, const CollectiveContext& context) const override {
     const std::uint64_t slot = slotBytes(context.scratchHalfBytes, context.nranks);
     const std::uint64_t blockBytes = std::min<std::uint64_t>(slot, call.count * call.elementBytes());
-    const unsigned grid = gridFor(blockBytes, 8 << 10, 1, 64);
+    const unsigned grid = gridFor(context, blockBytes, 8 << 10, 1, 64);
     dispatchTypeOp(call.type, call.op, [&]<class T, ReduceOp Op>() {
       reduceScatterPush<T, Op><<<grid, kThreads, 0, call.stream>>>(
           forCall(context, call), static_cast<const char*>(call.send), static_cast<char*>(call.recv), call.count,

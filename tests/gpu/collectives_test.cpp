@@ -42,10 +42,10 @@ struct Rank {
   std::shared_ptr<TcpBootstrap> boot;
   std::unique_ptr<Comm> comm;
   cudaStream_t stream = nullptr;
-  Rank(const UniqueId& id, int r, int n) : rank(r), size(n), device(rankDevice(r)) {
+  Rank(const UniqueId& id, int r, int n, const CommOptions& options = {}) : rank(r), size(n), device(rankDevice(r)) {
     cudaSetDevice(device);
     boot = TcpBootstrap::create(id, r, n);
-    comm = std::make_unique<Comm>(boot);
+    comm = std::make_unique<Comm>(boot, options);
     cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking);
   }
   ~Rank() { cudaStreamDestroy(stream); }
@@ -402,6 +402,46 @@ TEST_P(GpuCollectives, ThousandBackToBackCallsOfChangingSize) {
     cudaMemcpy(got.data(), buf.ptr, kMax * 4, cudaMemcpyDeviceToHost);
     EXPECT_EQ(tools::countWrong(DataType::Int32, got.data(), host.data(), kMax), 0u);
   });
+}
+
+// Comms whose kernels are bounded (CommOptions, NCCL's minCTAs/maxCTAs): every built-in algorithm at
+// a few sizes, within one block, within [8, 8], and with bounds that differ between ranks (the
+// tightest apply to all). Algorithms that need more blocks than allowed must refuse, saying so.
+TEST_P(GpuCollectives, EveryAlgorithmWithinBlockBounds) {
+  const int n = GetParam();
+  for (int variant = 0; variant < 3; ++variant) {
+    UniqueId id = UniqueId::create();
+    runRanksOk(n, [&](int rank) {
+      const CommOptions options[] = {{0, 1}, {8, 8}, {rank == 0 ? 2 : 0, rank == n - 1 ? 3 : 0}};
+      Rank r(id, rank, n, options[variant]);
+      std::size_t calls = 0, refused = 0;
+      for (int c = 0; c < kCollectiveCount; ++c) {
+        const auto coll = static_cast<Collective>(c);
+        for (const std::string& algo : Comm::algorithmNames(coll)) {
+          if (algo.starts_with("plan:")) continue;
+          const bool direct = algo.ends_with("_direct") || algo.ends_with("_ce");
+          r.comm->setAlgorithm(coll, algo);
+          for (DataType t : {DataType::Float32, DataType::BFloat16}) {
+            for (std::size_t count : {3ul, 70001ul}) {
+              const CallShape s{coll, t, ReduceOp::Sum, count, rank, n, 1 % n, 700u + calls + refused};
+              try {
+                const std::size_t wrong =
+                    runAndCheck(r, s, false, {.reordered = algo == "allreduce_ring", .registered = direct});
+                EXPECT_EQ(wrong, 0u) << label(s, algo, false) << " bounds variant " << variant;
+                ++calls;
+              } catch (const Error& e) {
+                EXPECT_NE(std::string(e.what()).find("cannot run this call"), std::string::npos) << e.what();
+                ++refused;
+              }
+              if (::testing::Test::HasFailure()) return;
+            }
+          }
+          r.comm->setAlgorithm(coll, "");
+        }
+      }
+      if (rank == 0) std::printf("block bounds variant %d: %zu calls checked, %zu refused\n", variant, calls, refused);
+    });
+  }
 }
 
 // 400 calls with no synchronization between them: random collective, algorithm (forced, every

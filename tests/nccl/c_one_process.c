@@ -1,8 +1,9 @@
 /* One process driving every rank through nccl.h, as single-process NCCL programs do: the comms come
- * from ncclCommInitAll, then again from ncclCommInitRank calls inside one group; every collective
- * and a send/recv ring are issued for all ranks from this one thread inside ncclGroupStart /
- * ncclGroupEnd, and each rank's output is checked element by element (poisoned first). Rank i uses
- * GPU i % GPUs; ranks share GPUs only with GPU_TESTS_SHARE_GPUS=1.
+ * from ncclCommInitAll, then from ncclCommInitRank calls inside one group, then from
+ * ncclCommInitRankConfig with maxCTAs 2; every collective and a send/recv ring are issued for all
+ * ranks from this one thread inside ncclGroupStart / ncclGroupEnd, and each rank's output is checked
+ * element by element (poisoned first). Rank i uses GPU i % GPUs; ranks share GPUs only with
+ * GPU_TESTS_SHARE_GPUS=1.
  *
  *   nccl_c_one_process NRANKS     exit 0: all correct; 77: not enough GPUs
  */
@@ -213,6 +214,21 @@ int main(int argc, char** argv) {
   CHECK(ncclGroupEnd());
   checkComms("grouped ncclCommInitRank");
   runAll("grouped ncclCommInitRank");
+  destroyComms();
+
+  /* A config that bounds the kernels' thread blocks (maxCTAs): the same calls, the same results. */
+  ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
+  config.minCTAs = 1;
+  config.maxCTAs = 2;
+  CHECK(ncclGetUniqueId(&id));
+  CHECK(ncclGroupStart());
+  for (int r = 0; r < nranks; ++r) {
+    CUDA(cudaSetDevice(devs[r]));
+    CHECK(ncclCommInitRankConfig(&comms[r], nranks, id, r, &config));
+  }
+  CHECK(ncclGroupEnd());
+  checkComms("ncclCommInitRankConfig with maxCTAs 2");
+  runAll("ncclCommInitRankConfig with maxCTAs 2");
   destroyComms();
 
   for (int r = 0; r < nranks; ++r) {

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "collectives/buffer_registry.hpp"
+#include "collectives/launch.hpp"
 #include "collectives/selector.hpp"
 #include "expect_contains.hpp"
 #include "ferry/errors.hpp"
@@ -162,6 +163,38 @@ TEST(Selector, DirectReduceOffTheRootNeedsOnlyTheSendRegistered) {
   call.rank = 0;  // the root needs its recv registered too
   EXPECT_FALSE(call.registered());
   EXPECT_EQ(selected(s, call), "reduce_two_shot");
+}
+
+// CommOptions' bounds narrow every kernel's grid; where they conflict with an algorithm's own range,
+// the maximum wins.
+TEST(GridFor, StaysWithinTheCommsBlockBounds) {
+  CollectiveContext c;
+  EXPECT_EQ(gridFor(c, 1, 1, 1, 64), 1u);
+  EXPECT_EQ(gridFor(c, 1000, 1, 1, 64), 64u);
+  c.maxBlocks = 4;
+  EXPECT_EQ(gridFor(c, 1000, 1, 1, 64), 4u);
+  c.minBlocks = 3;
+  EXPECT_EQ(gridFor(c, 1, 1, 1, 64), 3u);
+  EXPECT_EQ(gridFor(c, 1, 1, 1, 2), 2u);  // the algorithm's own maximum wins over minBlocks
+  c.minBlocks = 1;
+  c.maxBlocks = 1;
+  EXPECT_EQ(gridFor(c, 1000, 1, 1, 64), 1u);
+}
+
+// With fewer blocks allowed than they need, the copy-engine reductions are not chosen, and forcing
+// one says why.
+TEST(Selector, BlockBoundsRuleOutAlgorithmsThatNeedMoreBlocks) {
+  CommLimits few = kLimits;
+  few.maxBlocks = 8;
+  CollectiveCall call = callOfBytes(Collective::AllReduce, 64 << 20);
+  call.sendId = 1;
+  call.recvId = 2;
+  Selector s(defaultTuning());
+  s.force(Collective::AllReduce, "allreduce_ce");
+  EXPECT_NO_THROW(s.select(call, kLimits));
+  EXPECT_CONTAINS(invalidUsageOf([&] { s.select(call, few); }), "it needs 17 thread blocks; the Comm allows 8");
+  s.force(Collective::AllReduce, "");
+  EXPECT_EQ(selected(s, call, few), "allreduce_direct");
 }
 
 TEST(Selector, DirectAllToAllRefusesInPlace) {

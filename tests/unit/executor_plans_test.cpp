@@ -249,6 +249,7 @@ TEST(PlanAlgorithm, WhyNotNamesEachLimit) {
   inPlace.send = inPlace.recv;
   EXPECT_CONTAINS(a.whyNot(inPlace, kLimits), "out-of-place calls only");
   EXPECT_CONTAINS(a.whyNot(call, {2, 1 << 20, 1024}), "FERRY_SCRATCH_BYTES");
+  EXPECT_CONTAINS(a.whyNot(call, {2, 1 << 20, 1 << 20, 0}), "thread blocks; the Comm allows 0");  // maxBlocks
 }
 
 TEST(PlanAlgorithm, PacketPlansNeedRoomInThePacketRegion) {

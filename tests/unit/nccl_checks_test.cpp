@@ -67,6 +67,25 @@ TEST(NcclChecks, ConfigMustComeFromTheInitializer) {
   EXPECT_EQ(errorOf([&] { checkConfig(&config); }).message, "config->blocking 2 must be 0 or 1");
 }
 
+TEST(NcclChecks, CtaBoundsArePositiveAndOrderedAndBecomeCommOptions) {
+  ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
+  config.maxCTAs = 0;
+  EXPECT_EQ(errorOf([&] { checkConfig(&config); }).message, "config->maxCTAs 0 must be >= 1");
+  config = NCCL_CONFIG_INITIALIZER;
+  config.minCTAs = 8;
+  config.maxCTAs = 4;
+  EXPECT_EQ(errorOf([&] { checkConfig(&config); }).message, "config->minCTAs 8 exceeds config->maxCTAs 4");
+  config.minCTAs = 2;
+  EXPECT_NO_THROW(checkConfig(&config));
+  const CommOptions o = commOptions(&config);
+  EXPECT_EQ(o.minBlocks, 2);
+  EXPECT_EQ(o.maxBlocks, 4);
+  config = NCCL_CONFIG_INITIALIZER;  // unset: ferry's choice
+  EXPECT_EQ(commOptions(&config).minBlocks, 0);
+  EXPECT_EQ(commOptions(&config).maxBlocks, 0);
+  EXPECT_EQ(commOptions(nullptr, o).maxBlocks, 4);  // a split without a config keeps its parent's
+}
+
 TEST(NcclChecks, ElementSizesAndNamesFollowNcclNumbering) {
   EXPECT_EQ(elementBytes(ncclInt8), 1u);
   EXPECT_EQ(elementBytes(ncclHalf), 2u);

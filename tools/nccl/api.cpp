@@ -84,6 +84,7 @@ ncclResult_t initRank(ncclComm_t* out, int nranks, const ncclUniqueId& commId, i
     c->rank = rank;
     c->nranks = nranks;
     c->blocking = config == nullptr || config->blocking != 0;
+    c->options = commOptions(config);
     if (cudaGetDevice(&c->device) != cudaSuccess) {
       delete c;
       throw ApiError{ncclUnhandledCudaError, "no current CUDA device"};
@@ -202,6 +203,7 @@ NCCL_API ncclResult_t ncclCommSplit(ncclComm_t comm, int color, int key, ncclCom
     n->nranks = sub->size();
     n->device = c.device;
     n->blocking = config == nullptr || config->blocking != 0;
+    n->options = commOptions(config, c.options);
     *newcomm = n;
     const ncclResult_t r = startInit(n, [sub] { return sub; });
     checkReady(r);

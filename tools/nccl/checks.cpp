@@ -74,6 +74,20 @@ void checkConfig(const ncclConfig_t* config) {
     invalid("config->size " + std::to_string(config->size) + " is too small for an ncclConfig_t");
   if (config->blocking != NCCL_CONFIG_UNDEF_INT && config->blocking != 0 && config->blocking != 1)
     invalid("config->blocking " + std::to_string(config->blocking) + " must be 0 or 1");
+  const bool hasMin = config->minCTAs != NCCL_CONFIG_UNDEF_INT, hasMax = config->maxCTAs != NCCL_CONFIG_UNDEF_INT;
+  if (hasMin && config->minCTAs < 1) invalid("config->minCTAs " + std::to_string(config->minCTAs) + " must be >= 1");
+  if (hasMax && config->maxCTAs < 1) invalid("config->maxCTAs " + std::to_string(config->maxCTAs) + " must be >= 1");
+  if (hasMin && hasMax && config->minCTAs > config->maxCTAs)
+    invalid("config->minCTAs " + std::to_string(config->minCTAs) + " exceeds config->maxCTAs " +
+            std::to_string(config->maxCTAs));
+}
+
+CommOptions commOptions(const ncclConfig_t* config, const CommOptions& inherited) {
+  if (config == nullptr) return inherited;
+  CommOptions o;
+  if (config->minCTAs != NCCL_CONFIG_UNDEF_INT) o.minBlocks = config->minCTAs;
+  if (config->maxCTAs != NCCL_CONFIG_UNDEF_INT) o.maxBlocks = config->maxCTAs;
+  return o;
 }
 
 }  // namespace ferry::nccl

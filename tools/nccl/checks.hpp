@@ -3,6 +3,7 @@
 // the rule it broke; the API functions add their own name in front (results.hpp).
 #include <cstddef>
 
+#include "ferry/comm.hpp"
 #include "nccl.h"
 #include "results.hpp"
 
@@ -22,6 +23,9 @@ void checkCount(std::size_t count, ncclDataType_t type, std::size_t blocks = 1);
 void checkBuffer(const void* p, std::size_t count, const char* name);
 // ncclInvalidArgument when config is malformed (wrong magic, or blocking not 0, 1 or undefined).
 void checkConfig(const ncclConfig_t* config);
+// minCTAs / maxCTAs of a checked config as ferry's block bounds (0 where unset); `inherited` when
+// config is NULL (a split keeps its parent's).
+CommOptions commOptions(const ncclConfig_t* config, const CommOptions& inherited = {});
 // Bytes of one element; 0 for a type out of range.
 std::size_t elementBytes(ncclDataType_t type);
 const char* dataTypeName(ncclDataType_t type);

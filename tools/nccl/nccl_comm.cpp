@@ -32,7 +32,7 @@ ncclResult_t startInit(ncclComm* c, std::function<std::shared_ptr<TcpBootstrap>(
       if (cudaSetDevice(c->device) != cudaSuccess)
         throw ApiError{ncclUnhandledCudaError, "cannot use CUDA device " + std::to_string(c->device)};
       c->bootstrap = create();
-      c->comm = std::make_unique<Comm>(c->bootstrap);
+      c->comm = std::make_unique<Comm>(c->bootstrap, c->options);
       return ncclSuccess;
     });
     c->initResult = r;

@@ -36,6 +36,7 @@ struct ncclComm {
 
   int rank = 0, nranks = 1, device = 0;
   bool blocking = true;
+  ferry::CommOptions options;  // from the config's minCTAs / maxCTAs
   std::shared_ptr<ferry::TcpBootstrap> bootstrap;
   std::unique_ptr<ferry::Comm> comm;
 

@@ -56,8 +56,8 @@ typedef struct ncclConfig_v21700 {
   unsigned int version;
   int blocking;       /* 0: init and collectives may return ncclInProgress (ncclCommGetAsyncError) */
   int cgaClusterSize; /* accepted, not used by ferry */
-  int minCTAs;        /* accepted, not used by ferry */
-  int maxCTAs;        /* accepted, not used by ferry */
+  int minCTAs;        /* bounds on the thread blocks of ferry's collective kernels (CommOptions) */
+  int maxCTAs;
   const char* netName;
   int splitShare;
 } ncclConfig_t;
