@@ -49,12 +49,13 @@ FERRY_API std::string_view toString(Collective c) noexcept;
 // The names above; also with '_' ("all_reduce"), case-insensitively.
 FERRY_API std::optional<Collective> parseCollective(std::string_view name) noexcept;
 
-// How a Comm runs its kernels. Like NCCL's minCTAs / maxCTAs: bounds on the thread blocks of every
-// collective kernel, e.g. to leave SMs to compute that overlaps communication (0: ferry's own
-// choice, at most 128). The Comm uses the tightest bounds any rank asked for (the ranks' kernels
-// pair up block by block). Algorithms that need more blocks than maxBlocks (the copy-engine
-// reductions need 17, a plan one per thread block) are not chosen; forcing one is an error.
-// send/recv kernels are not bounded.
+// How a Comm runs its kernels. Like NCCL's minCTAs / maxCTAs: every collective kernel runs at most
+// maxBlocks thread blocks, e.g. to leave SMs to compute that overlaps communication, and at least
+// minBlocks where its algorithm splits work over blocks (the copy-engine kernels drive the copies
+// from one block) (0: ferry's own choice, at most 128). The Comm uses the tightest bounds any rank
+// asked for (the ranks' kernels pair up block by block). Algorithms that need more blocks than
+// maxBlocks (the copy-engine reductions need 17, a plan one per thread block) are not chosen;
+// forcing one is an error. send/recv kernels are not bounded.
 struct CommOptions {
   int minBlocks = 0;
   int maxBlocks = 0;
