@@ -1,17 +1,9 @@
 """scripts/bench-tables.py turns ferry-bench JSON files into the report tables: ferry beside NCCL, a
 plan beside its native algorithm, ferry through the NCCL API beside native ferry and NCCL."""
-import importlib.util
 import json
 from pathlib import Path
 
-SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "bench-tables.py"
-
-
-def load_script():
-    spec = importlib.util.spec_from_file_location("bench_tables", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+from script_loader import load_script
 
 
 def measure(us):
@@ -28,7 +20,7 @@ def bench_file(path: Path, algorithm: str, ferry_us: float, nccl_us: float | Non
 
 
 def test_summary_has_ferry_nccl_and_their_ratio(tmp_path, capsys):
-    tables = load_script()
+    tables = load_script("bench-tables.py")
     assert tables.main(["summary", str(bench_file(tmp_path / "b.json", "allreduce_ll", 0.0, 10.0))]) == 0
     out = capsys.readouterr().out
     assert "### allreduce bf16 sum, 4 ranks, unregistered buffers, CUDA graphs" in out
@@ -37,7 +29,7 @@ def test_summary_has_ferry_nccl_and_their_ratio(tmp_path, capsys):
 
 
 def test_pair_divides_plan_by_native(tmp_path, capsys):
-    tables = load_script()
+    tables = load_script("bench-tables.py")
     plan = bench_file(tmp_path / "p.json", "plan:allreduce_two_shot", 10.0, None, registered=True)
     native = bench_file(tmp_path / "n.json", "allreduce_direct", 0.0, None, registered=True)
     assert tables.main(["pair", str(plan), str(native)]) == 0
@@ -47,7 +39,7 @@ def test_pair_divides_plan_by_native(tmp_path, capsys):
 
 
 def test_api_puts_the_three_side_by_side(tmp_path, capsys):
-    tables = load_script()
+    tables = load_script("bench-tables.py")
     through_api = bench_file(tmp_path / "a.json", "allreduce_ll", 0.0, 1.0)  # "nccl" = ferry via the API
     real = bench_file(tmp_path / "b.json", "allreduce_ll", 0.0, 20.0)
     assert tables.main(["api", str(through_api), str(real)]) == 0
@@ -55,7 +47,7 @@ def test_api_puts_the_three_side_by_side(tmp_path, capsys):
 
 
 def test_not_a_bench_file_is_an_error(tmp_path, capsys):
-    tables = load_script()
+    tables = load_script("bench-tables.py")
     bad = tmp_path / "bad.json"
     bad.write_text('{"rows": 3}')
     assert tables.main(["summary", str(bad)]) == 2

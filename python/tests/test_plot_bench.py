@@ -1,19 +1,10 @@
 """scripts/plot-bench.py draws a PNG per collective/type/op from a ferry-bench JSON file, and says
 clearly when the file is not one."""
-import importlib.util
 import json
 from pathlib import Path
 
 import pytest
-
-SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "plot-bench.py"
-
-
-def load_script():
-    spec = importlib.util.spec_from_file_location("plot_bench", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+from script_loader import load_script
 
 
 def measure(us, nbytes, factor):
@@ -37,7 +28,7 @@ def bench_json(path: Path) -> Path:
 
 def test_one_png_per_collective(tmp_path, capsys):
     pytest.importorskip("matplotlib")
-    plot = load_script()
+    plot = load_script("plot-bench.py")
     assert plot.main([str(bench_json(tmp_path / "r.json")), "-o", str(tmp_path / "png")]) == 0
     written = sorted(p.name for p in (tmp_path / "png").iterdir())
     assert written == ["allgather_bf16_sum_4gpus.png", "allreduce_bf16_sum_4gpus.png"]
@@ -48,7 +39,7 @@ def test_one_png_per_collective(tmp_path, capsys):
 
 def test_not_a_bench_file_is_an_error(tmp_path, capsys):
     pytest.importorskip("matplotlib")
-    plot = load_script()
+    plot = load_script("plot-bench.py")
     bad = tmp_path / "bad.json"
     bad.write_text('{"rows": 3}')
     assert plot.main([str(bad), "-o", str(tmp_path)]) == 1
@@ -56,5 +47,5 @@ def test_not_a_bench_file_is_an_error(tmp_path, capsys):
 
 
 def test_human_bytes():
-    plot = load_script()
+    plot = load_script("plot-bench.py")
     assert [plot.human_bytes(n) for n in (512, 1024, 64 << 10, 1 << 30)] == ["512B", "1K", "64K", "1G"]

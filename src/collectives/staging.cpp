@@ -40,7 +40,6 @@ StagedLayout stagedLayout(const CollectiveCall& call) {
   l.recvOffset = alignUp(sendBytes, kAlign);
   l.bytes = l.recvOffset + recvBytes;
   l.inFrom = sendBytes ? call.send : nullptr;
-  l.inOffset = 0;
   l.inBytes = sendBytes;
   return l;
 }
@@ -65,7 +64,7 @@ CollectiveCall Staging::stageIn(const CollectiveCall& call) {
   auto* base = static_cast<char*>(b.memory.get());
   if (l.inBytes)
     FERRY_CUDA_CHECK(
-        cudaMemcpyAsync(base + l.inOffset, l.inFrom, l.inBytes, cudaMemcpyDeviceToDevice, call.stream));
+        cudaMemcpyAsync(base, l.inFrom, l.inBytes, cudaMemcpyDeviceToDevice, call.stream));
   CollectiveCall staged = call;
   staged.send = call.usesSend() ? base + l.sendOffset : nullptr;
   staged.recv = call.usesRecv() ? base + l.recvOffset : nullptr;
@@ -76,11 +75,10 @@ CollectiveCall Staging::stageIn(const CollectiveCall& call) {
   return staged;
 }
 
-void Staging::stageOut(const CollectiveCall& call, const CollectiveCall& staged) const {
-  const StagedLayout l = stagedLayout(call);
-  if (l.outBytes)
-    FERRY_CUDA_CHECK(
-        cudaMemcpyAsync(call.recv, staged.recv, l.outBytes, cudaMemcpyDeviceToDevice, call.stream));
+void Staging::stageOut(const CollectiveCall& call, const CollectiveCall& staged) {
+  const std::uint64_t bytes = stagedLayout(call).outBytes;  // the layout is the one account of the copies
+  if (bytes)
+    FERRY_CUDA_CHECK(cudaMemcpyAsync(call.recv, staged.recv, bytes, cudaMemcpyDeviceToDevice, call.stream));
 }
 
 void Staging::grow(std::uint64_t bytes) {

@@ -30,9 +30,9 @@ struct StagedLayout {
   std::uint64_t bytes = 0;       // of the staging buffer the call needs
   std::uint64_t sendOffset = 0;  // where the staged send starts (unused when the rank reads none)
   std::uint64_t recvOffset = 0;
-  // What is copied in before the call: `inBytes` from the user's `inFrom` to offset `inOffset`.
+  // What is copied in before the call: `inBytes` from the user's `inFrom` to the buffer's start.
   const void* inFrom = nullptr;
-  std::uint64_t inOffset = 0, inBytes = 0;
+  std::uint64_t inBytes = 0;
   // What is copied back after it: the staged recv, recvBytes to the user's recv (0 when the rank
   // writes no output: a reduce off the root).
   std::uint64_t outBytes = 0;
@@ -48,8 +48,8 @@ class Staging {
   // Queues the copy-in on call.stream and returns the call on the staging buffer (registered).
   // Collective when the buffer must grow: allocates and registers a larger one.
   CollectiveCall stageIn(const CollectiveCall& call);
-  // Queues the copy of the staged output back into call's recv.
-  void stageOut(const CollectiveCall& call, const CollectiveCall& staged) const;
+  // Queues the copy of the staged output back into call's recv (nothing on a reduce's non-root).
+  static void stageOut(const CollectiveCall& call, const CollectiveCall& staged);
 
   std::uint64_t capacity() const { return buffers_.empty() ? 0 : buffers_.back().bytes; }
 

@@ -21,28 +21,13 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "c_test_checks.h"
+
 #define COUNT 1023 /* not a multiple of any vector width */
 
 static int failures = 0;
 
-/* The test's own CUDA calls: a failure ends the rank with the call and the error. */
-#define CUDA(call)                                                                                    \
-  do {                                                                                                \
-    cudaError_t e_ = (call);                                                                          \
-    if (e_ != cudaSuccess) {                                                                          \
-      fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #call, cudaGetErrorString(e_));           \
-      exit(4);                                                                                        \
-    }                                                                                                 \
-  } while (0)
-
-#define CHECK(call)                                                                                   \
-  do {                                                                                                \
-    ncclResult_t r_ = (call);                                                                         \
-    if (r_ != ncclSuccess) {                                                                          \
-      fprintf(stderr, "rank %d: %s: %s (%s)\n", rank, #call, ncclGetErrorString(r_), ncclGetLastError(NULL)); \
-      exit(2);                                                                                        \
-    }                                                                                                 \
-  } while (0)
+#define CHECK(call) ncclMust((call), #call, __FILE__, __LINE__, rank)
 
 static const size_t kBytes[ncclNumTypes] = {1, 1, 4, 4, 8, 8, 2, 4, 8, 2, 1, 1};
 static const char* const kTypeNames[ncclNumTypes] = {"int8",    "uint8",   "int32", "uint32", "int64", "uint64",

@@ -14,27 +14,12 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "c_test_checks.h"
+
 #define COUNT 3001 /* per rank, odd on purpose */
 #define MAX_RANKS 8
 
-#define CUDA(call)                                                                           \
-  do {                                                                                       \
-    cudaError_t e_ = (call);                                                                 \
-    if (e_ != cudaSuccess) {                                                                 \
-      fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #call, cudaGetErrorString(e_)); \
-      exit(4);                                                                               \
-    }                                                                                        \
-  } while (0)
-
-#define CHECK(call)                                                                              \
-  do {                                                                                           \
-    ncclResult_t r_ = (call);                                                                    \
-    if (r_ != ncclSuccess) {                                                                     \
-      fprintf(stderr, "%s:%d: %s: %s (%s)\n", __FILE__, __LINE__, #call, ncclGetErrorString(r_), \
-              ncclGetLastError(NULL));                                                           \
-      exit(2);                                                                                   \
-    }                                                                                            \
-  } while (0)
+#define CHECK(call) ncclMust((call), #call, __FILE__, __LINE__, -1)
 
 static int nranks, devs[MAX_RANKS], failures = 0, checked = 0;
 static ncclComm_t comms[MAX_RANKS];
