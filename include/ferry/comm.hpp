@@ -79,6 +79,11 @@ class FERRY_API Comm {
   Comm(const Comm&) = delete;
   Comm& operator=(const Comm&) = delete;
 
+  // Why no Comm can be made over `bootstrap` (its ranks span hosts, or there are more of them than
+  // ferry supports), decided alike on every rank from what the bootstrap knows; empty when one can.
+  // (Whether the GPUs reach each other comes out only when the Comm is made.)
+  static std::string whyNot(const Bootstrap& bootstrap);
+
   int rank() const noexcept;
   int worldSize() const noexcept;
   int device() const noexcept;
@@ -86,12 +91,20 @@ class FERRY_API Comm {
   // recv[i] = op over ranks of send[i], for i < count.
   void allReduce(const void* send, void* recv, std::size_t count, DataType type, ReduceOp op,
                  cudaStream_t stream);
+  // The same with a PreMulSum op. It runs as a scaling pass (into recv, then in place) before the sum.
+  void allReduce(const void* send, void* recv, std::size_t count, DataType type, const PreMulSum& op,
+                 cudaStream_t stream);
   // recv holds worldSize * sendCount elements; rank r's send lands at recv + r * sendCount.
   // In place: send == recv + rank * sendCount.
   void allGather(const void* send, void* recv, std::size_t sendCount, DataType type, cudaStream_t stream);
   // send holds worldSize * recvCount elements; rank r gets op over ranks of block r of send.
   // In place: recv == send + rank * recvCount.
   void reduceScatter(const void* send, void* recv, std::size_t recvCount, DataType type, ReduceOp op,
+                     cudaStream_t stream);
+  // With a PreMulSum op: the scaled input goes to a buffer of the Comm (premul scratch) that grows
+  // to the largest such call, never while the stream is captured (Error(InvalidUsage) then: run a
+  // call of that size once before capturing).
+  void reduceScatter(const void* send, void* recv, std::size_t recvCount, DataType type, const PreMulSum& op,
                      cudaStream_t stream);
   // send and recv hold worldSize * count elements: block p of rank r's send lands in block r of
   // rank p's recv. In place: send == recv.
@@ -102,6 +115,9 @@ class FERRY_API Comm {
   // root's recv[i] = op over ranks of send[i]; recv is written on the root only (may be null
   // elsewhere). In place: send == recv.
   void reduce(const void* send, void* recv, std::size_t count, DataType type, ReduceOp op, int root,
+              cudaStream_t stream);
+  // With a PreMulSum op, through the premul scratch as reduceScatter's.
+  void reduce(const void* send, void* recv, std::size_t count, DataType type, const PreMulSum& op, int root,
               cudaStream_t stream);
 
   // Point-to-point: `count` elements from this rank's `buffer` to rank `peer`'s recv, which must

@@ -37,6 +37,17 @@ enum class ReduceOp : int {
 };
 inline constexpr int kReduceOpCount = 5;
 
+// NCCL's ncclRedOpCreatePreMulSum as an op of its own: a sum in which each rank's input is first
+// multiplied by a factor of that rank, recv[i] = sum over ranks r of (factor_r * send_r[i]), each
+// product rounded to the call's type (e.g. a factor of 1/worldSize everywhere gives an average that
+// never leaves the input's range). `factor` points to one element of the call's type: in host
+// memory it is read when the call is made (a captured graph keeps that value), in device memory
+// of the Comm's GPU (onDevice) when the call runs.
+struct PreMulSum {
+  const void* factor = nullptr;
+  bool onDevice = false;
+};
+
 // Bytes of one element; 0 for a value outside the enum.
 FERRY_API std::size_t sizeOf(DataType type) noexcept;
 FERRY_API bool isValid(DataType type) noexcept;

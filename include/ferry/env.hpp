@@ -35,6 +35,7 @@ struct FERRY_API Env {
   std::uint64_t scratchBytes;                      // FERRY_SCRATCH_BYTES
   std::uint64_t llBytes;                           // FERRY_LL_BYTES
   std::string ncclFallback;                        // FERRY_NCCL_FALLBACK
+  bool ncclForwardAll;                             // FERRY_NCCL_FORWARD_ALL
   bool enableNvls;                                 // FERRY_ENABLE_NVLS
   std::string ncclNvlsEnable;                      // NCCL_NVLS_ENABLE
   bool torchSymmMemDisableMulticast;               // TORCH_SYMM_MEM_DISABLE_MULTICAST

@@ -41,15 +41,19 @@ int deviceOf(const void* p) {
   return -1;
 }
 
-// Throws bad(...) when p is not device memory of `device`. Asking CUDA about a pointer is not a
-// stream operation, but it is skipped while the stream is being captured: a capture must not see
-// calls it could object to. device < 0 skips the check.
-template <class Bad>
-void checkDeviceMemory(const void* p, const char* what, int device, cudaStream_t stream, Bad&& bad) {
-  if (device < 0) return;
+// Asking CUDA about a pointer is not a stream operation, but it is skipped while the stream is being
+// captured: a capture must not see calls it could object to. device < 0 skips it too.
+bool mayAskAboutPointers(int device, cudaStream_t stream) {
+  if (device < 0) return false;
   cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
   if (cudaStreamIsCapturing(stream, &capture) != cudaSuccess) (void)cudaGetLastError();
-  if (capture != cudaStreamCaptureStatusNone) return;
+  return capture == cudaStreamCaptureStatusNone;
+}
+
+// Throws bad(...) when p is not device memory of `device` (when mayAskAboutPointers).
+template <class Bad>
+void checkDeviceMemory(const void* p, const char* what, int device, cudaStream_t stream, Bad&& bad) {
+  if (!mayAskAboutPointers(device, stream)) return;
   if (deviceOf(p) != device)
     throw bad(std::string(what) + " is not device memory of this rank's GPU " + std::to_string(device) +
               " (host memory or another GPU's?)");
@@ -127,6 +131,22 @@ void validateCall(const CollectiveCall& call, int device) {
   }
   if (needsSend) checkDeviceMemory(call.send, "send buffer", device, call.stream, bad);
   if (needsRecv) checkDeviceMemory(call.recv, "recv buffer", device, call.stream, bad);
+}
+
+void validatePreMul(const CollectiveCall& call, const PreMulSum& op, int device) {
+  auto bad = [&](const std::string& what) {
+    return Error(ErrorCode::InvalidUsage, describe(call) + " with a PreMulSum op: " + what);
+  };
+  if (op.factor == nullptr) throw bad("the factor is null (it points to one element of the call's type)");
+  if (op.onDevice) {
+    checkDeviceMemory(op.factor, "the factor (onDevice)", device, call.stream, bad);
+  } else if (mayAskAboutPointers(device, call.stream)) {
+    cudaPointerAttributes attr{};
+    if (cudaPointerGetAttributes(&attr, op.factor) != cudaSuccess) (void)cudaGetLastError();
+    if (attr.type == cudaMemoryTypeDevice)
+      throw bad(
+          "the factor is device memory but onDevice is false; set onDevice to read it when the call runs");
+  }
 }
 
 std::string describe(const PeerCall& call) {

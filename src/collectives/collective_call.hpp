@@ -56,6 +56,11 @@ struct CollectiveCall {
 // device memory of `device` (when device >= 0 and the stream is not being captured; the check asks CUDA).
 void validateCall(const CollectiveCall& call, int device);
 
+// Error(InvalidUsage) for a PreMulSum op of `call`: a null factor, a factor on the host that is
+// device memory, or one said to be on the device that is not memory of `device` (asked of CUDA
+// as validateCall does, so not while the stream is being captured).
+void validatePreMul(const CollectiveCall& call, const PreMulSum& op, int device);
+
 // "rank 2: allReduce" — the prefix of every message about a call.
 std::string describe(const CollectiveCall& call);
 

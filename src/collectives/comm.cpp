@@ -12,6 +12,7 @@
 #include "collectives/comm_resources.hpp"
 #include "collectives/copy_engine_host.hpp"
 #include "collectives/p2p.hpp"
+#include "collectives/premul_sum.hpp"
 #include "collectives/selector.hpp"
 #include "collectives/staging.hpp"
 #include "core/cuda_check.hpp"
@@ -58,14 +59,7 @@ class RelaxedCapture {
 
 std::shared_ptr<Bootstrap> checkedBootstrap(std::shared_ptr<Bootstrap> b) {
   if (!b) throw Error(ErrorCode::InvalidUsage, "Comm: the bootstrap is null");
-  if (b->size() > kMaxRanks)
-    throw Error(ErrorCode::NotSupported, "rank " + std::to_string(b->rank()) + ": Comm supports up to " +
-                                             std::to_string(kMaxRanks) + " ranks, not " + std::to_string(b->size()));
-  if (static_cast<int>(b->hostRanks().size()) != b->size())
-    throw Error(ErrorCode::NotSupported,
-                "rank " + std::to_string(b->rank()) + ": Comm needs every rank on one host; this host has " +
-                    std::to_string(b->hostRanks().size()) + " of " + std::to_string(b->size()) +
-                    " ranks (inter-node transports are not built yet)");
+  if (std::string why = Comm::whyNot(*b); !why.empty()) throw Error(ErrorCode::NotSupported, why);
   return b;
 }
 
@@ -79,6 +73,7 @@ void preloadKernelsOnce(int device) {
   const auto start = std::chrono::steady_clock::now();
   for (const Algorithm* a : allAlgorithms()) a->preload();
   preloadP2P();
+  preloadPreMul();
   FERRY_LOG(Info, Collectives) << "loaded the collective kernels on GPU " << device << " in "
                                 << std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count()
                                 << " ms";
@@ -96,6 +91,7 @@ struct Comm::Impl {
   int p2pResidentBlocks = 0;  // blocks of the send/recv kernel that fit on the GPU at once
   // Before the registry: freed after it has dropped their registrations.
   std::unique_ptr<Staging> staging;  // registered stand-ins for unregistered calls that need them
+  PreMulScratch preMulScratch;       // scaled inputs of PreMulSum reduceScatters and reduces
   std::unique_ptr<BufferRegistry> registry;
   std::unique_ptr<executor::DevicePlans> plans;
   // After resources: destroyed first, so copies in flight finish before the buffers go.
@@ -169,14 +165,45 @@ struct Comm::Impl {
       FERRY_LOG(Info, Collectives) << "Comm kernels run " << std::min(lo, hi) << " to " << hi << " thread blocks";
   }
 
-  void run(CollectiveCall call) {
+  // Checks `call` and fills in who runs it; false when there is nothing to do.
+  bool prepare(CollectiveCall& call) {
     checkNotAborted("collective call");
     call.rank = bootstrap->rank();
     call.worldSize = bootstrap->size();
     validateCall(call, device);
-    if (call.count == 0) return;
-    if (!call.usesRecv()) call.recv = nullptr;  // a reduce's non-root recv: never read nor written
+    return call.count != 0;
+  }
+
+  void run(CollectiveCall call) {
+    if (!prepare(call)) return;
     DeviceScope scope(device);
+    dispatch(call);
+  }
+
+  // A sum with each rank's input scaled first (premul_sum.hpp).
+  void runPreMul(CollectiveCall call, const PreMulSum& op) {
+    call.op = ReduceOp::Sum;
+    if (!prepare(call)) return;
+    validatePreMul(call, op, device);
+    DeviceScope scope(device);
+    const int maxBlocks = resources ? resources->context().maxBlocks : kMaxBlocks;
+    if (call.worldSize == 1 || call.collective == Collective::AllReduce) {
+      // Same size in and out (one rank has nothing to sum): scale into recv, sum in place there.
+      if (call.usesRecv())
+        launchPreMul(call.recv, call.send, call.recvElements(), call.type, op, maxBlocks, call.stream);
+      call.send = call.recv;
+    } else {
+      const std::uint64_t bytes = call.sendElements() * call.elementBytes();
+      void* scaled = preMulScratch.reserve(bytes, call);
+      launchPreMul(scaled, call.send, call.sendElements(), call.type, op, maxBlocks, call.stream);
+      call.send = scaled;
+    }
+    dispatch(call);
+  }
+
+  // Queues a checked call (prepare) on the current device.
+  void dispatch(CollectiveCall call) {
+    if (!call.usesRecv()) call.recv = nullptr;  // a reduce's non-root recv: never read nor written
     if (call.worldSize == 1) {
       // The answer is the input itself (avg over one rank included).
       const bool needsCopy = call.send != nullptr && !call.inPlace();
@@ -298,6 +325,16 @@ Comm::~Comm() {
   // would stall one thread that destroys the Comms of several GPUs in turn.)
 }
 
+std::string Comm::whyNot(const Bootstrap& b) {
+  const std::string who = "rank " + std::to_string(b.rank()) + ": Comm ";
+  if (b.size() > kMaxRanks)
+    return who + "supports up to " + std::to_string(kMaxRanks) + " ranks, not " + std::to_string(b.size());
+  if (static_cast<int>(b.hostRanks().size()) != b.size())
+    return who + "needs every rank on one host; this host has " + std::to_string(b.hostRanks().size()) +
+           " of " + std::to_string(b.size()) + " ranks (inter-node transports are not built yet)";
+  return {};
+}
+
 int Comm::rank() const noexcept { return impl_->bootstrap->rank(); }
 int Comm::worldSize() const noexcept { return impl_->bootstrap->size(); }
 int Comm::device() const noexcept { return impl_->device; }
@@ -307,6 +344,11 @@ void Comm::allReduce(const void* send, void* recv, std::size_t count, DataType t
   impl_->run({Collective::AllReduce, send, recv, count, type, op, 0, stream});
 }
 
+void Comm::allReduce(const void* send, void* recv, std::size_t count, DataType type, const PreMulSum& op,
+                     cudaStream_t stream) {
+  impl_->runPreMul({Collective::AllReduce, send, recv, count, type, ReduceOp::Sum, 0, stream}, op);
+}
+
 void Comm::allGather(const void* send, void* recv, std::size_t sendCount, DataType type, cudaStream_t stream) {
   impl_->run({Collective::AllGather, send, recv, sendCount, type, ReduceOp::Sum, 0, stream});
 }
@@ -314,6 +356,11 @@ void Comm::allGather(const void* send, void* recv, std::size_t sendCount, DataTy
 void Comm::reduceScatter(const void* send, void* recv, std::size_t recvCount, DataType type, ReduceOp op,
                          cudaStream_t stream) {
   impl_->run({Collective::ReduceScatter, send, recv, recvCount, type, op, 0, stream});
+}
+
+void Comm::reduceScatter(const void* send, void* recv, std::size_t recvCount, DataType type,
+                         const PreMulSum& op, cudaStream_t stream) {
+  impl_->runPreMul({Collective::ReduceScatter, send, recv, recvCount, type, ReduceOp::Sum, 0, stream}, op);
 }
 
 void Comm::allToAll(const void* send, void* recv, std::size_t count, DataType type, cudaStream_t stream) {
@@ -327,6 +374,11 @@ void Comm::broadcast(const void* send, void* recv, std::size_t count, DataType t
 void Comm::reduce(const void* send, void* recv, std::size_t count, DataType type, ReduceOp op, int root,
                   cudaStream_t stream) {
   impl_->run({Collective::Reduce, send, recv, count, type, op, root, stream});
+}
+
+void Comm::reduce(const void* send, void* recv, std::size_t count, DataType type, const PreMulSum& op,
+                  int root, cudaStream_t stream) {
+  impl_->runPreMul({Collective::Reduce, send, recv, count, type, ReduceOp::Sum, root, stream}, op);
 }
 
 void Comm::send(const void* buffer, std::size_t count, DataType type, int peer, cudaStream_t stream) {

@@ -2,6 +2,7 @@
 // no algorithm, and a Comm call says so; so does a send or recv to another rank.
 #include "collectives/algorithm.hpp"
 #include "collectives/p2p.hpp"
+#include "collectives/premul_sum.hpp"
 #include "executor/plan_launch.hpp"
 #include "ferry/errors.hpp"
 
@@ -25,6 +26,12 @@ void launchPlan(const Plan&, const RankProgram&, const DeviceProgram&, const Col
 }  // namespace executor
 
 void preloadP2P() {}
+
+void preloadPreMul() {}
+
+void launchPreMul(void*, const void*, std::size_t, DataType, const PreMulSum&, int, cudaStream_t) {
+  throw Error(ErrorCode::NotSupported, "PreMulSum: this build of ferry has no CUDA kernels");
+}
 
 int p2pResidentBlocks() { return 1 << 30; }  // launchP2P says what is missing
 

@@ -44,20 +44,29 @@ StagedLayout stagedLayout(const CollectiveCall& call) {
   return l;
 }
 
+std::uint64_t grownCapacity(std::uint64_t bytes, std::uint64_t capacity) {
+  return alignUp(std::max(bytes, 2 * capacity), std::uint64_t{2} << 20);
+}
+
+void refuseGrowthInCapture(const CollectiveCall& call, const std::string& why) {
+  cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
+  FERRY_CUDA_CHECK(cudaStreamIsCapturing(call.stream, &capture));
+  if (capture != cudaStreamCaptureStatusNone)
+    throw Error(ErrorCode::InvalidUsage,
+                describe(call) + ": " + why +
+                    "; that cannot happen while the stream is being captured. Run a call of this size once "
+                    "before capturing" +
+                    (call.registered() ? std::string() : ", or register the buffers (Comm::registerBuffer)"));
+}
+
 CollectiveCall Staging::stageIn(const CollectiveCall& call) {
   const StagedLayout l = stagedLayout(call);
   if (l.bytes > capacity()) {
-    cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
-    FERRY_CUDA_CHECK(cudaStreamIsCapturing(call.stream, &capture));
-    if (capture != cudaStreamCaptureStatusNone)
-      throw Error(
-          ErrorCode::InvalidUsage,
-          describe(call) +
-              ": its buffers are not registered, so the algorithm runs on a staging buffer, "
-              "which must grow to " +
-              std::to_string(l.bytes) +
-              " bytes; that cannot happen while the stream is being captured. Run a call of this size "
-              "once before capturing, or register the buffers (Comm::registerBuffer)");
+    refuseGrowthInCapture(
+        call,
+        "its buffers are not registered, so the algorithm runs on a staging buffer, which must "
+        "grow to " +
+            std::to_string(l.bytes) + " bytes");
     grow(l.bytes);
   }
   const Buffer& b = buffers_.back();
@@ -82,8 +91,7 @@ void Staging::stageOut(const CollectiveCall& call, const CollectiveCall& staged)
 }
 
 void Staging::grow(std::uint64_t bytes) {
-  // At least double, so that a growing series of calls grows a logarithmic number of times.
-  const std::uint64_t want = alignUp(std::max(bytes, 2 * capacity()), std::uint64_t{2} << 20);
+  const std::uint64_t want = grownCapacity(bytes, capacity());
   Buffer b;
   std::string failure;
   try {

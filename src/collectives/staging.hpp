@@ -16,6 +16,7 @@
 // still uses them.
 #include <cstdint>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "collectives/buffer_registry.hpp"
@@ -39,6 +40,14 @@ struct StagedLayout {
 };
 
 StagedLayout stagedLayout(const CollectiveCall& call);
+
+// Growth of the Comm's stand-in buffers (these and PreMulScratch's). A buffer of `capacity` bytes
+// that must hold `bytes` grows to this: at least double, so that a growing series of calls grows a
+// logarithmic number of times, in 2 MiB steps.
+std::uint64_t grownCapacity(std::uint64_t bytes, std::uint64_t capacity);
+// Error(InvalidUsage) when call.stream is being captured: a graph must not hold an allocation
+// (`why` says which buffer must grow, and why the call needs it).
+void refuseGrowthInCapture(const CollectiveCall& call, const std::string& why);
 
 class Staging {
  public:

@@ -84,6 +84,9 @@ const Var kVars[] = {
     {"FERRY_NCCL_FALLBACK", &Env::ncclFallback, "libnccl.so.2",
      "The real NCCL that libferry_nccl forwards the calls ferry does not run natively to (loaded with "
      "dlopen, its symbols kept apart from ferry's); empty: forward nothing, such calls fail."},
+    {"FERRY_NCCL_FORWARD_ALL", &Env::ncclForwardAll, "0",
+     "1: every communicator of libferry_nccl runs on the real NCCL (FERRY_NCCL_FALLBACK), as those whose "
+     "ranks span hosts always do; to compare with NCCL without unloading ferry."},
     {"FERRY_ENABLE_NVLS", &Env::enableNvls, "0",
      "Allow NVLink multicast (SwitchChannel, NVLS algorithms). Never set it on shared machines."},
     {"NCCL_NVLS_ENABLE", &Env::ncclNvlsEnable, "",

@@ -42,16 +42,37 @@ struct Rank {
   std::shared_ptr<TcpBootstrap> boot;
   std::unique_ptr<Comm> comm;
   cudaStream_t stream = nullptr;
-  Rank(const UniqueId& id, int r, int n, const CommOptions& options = {}) : rank(r), size(n), device(rankDevice(r)) {
+  DeviceBuffer factors;  // this rank's PreMulSum factor of type t at factors + 8 * t
+  Rank(const UniqueId& id, int r, int n, const CommOptions& options = {})
+      : rank(r), size(n), device(rankDevice(r)), factors(device, 8 * kDataTypeCount) {
     cudaSetDevice(device);
     boot = TcpBootstrap::create(id, r, n);
     comm = std::make_unique<Comm>(boot, options);
     cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking);
+    std::uint64_t bits[kDataTypeCount];
+    for (int t = 0; t < kDataTypeCount; ++t) bits[t] = tools::preMulFactorBits(static_cast<DataType>(t), r);
+    cudaMemcpy(factors.ptr, bits, sizeof bits, cudaMemcpyHostToDevice);
   }
   ~Rank() { cudaStreamDestroy(stream); }
 };
 
-void issue(Comm& comm, const CallShape& s, const void* send, void* recv, cudaStream_t stream) {
+// deviceFactors: for a PreMulSum shape, read the factor from there (Rank::factors) when the call
+// runs; without it, pass the factor from the host.
+void issue(Comm& comm, const CallShape& s, const void* send, void* recv, cudaStream_t stream,
+           const void* deviceFactors = nullptr) {
+  if (s.preMulSum) {
+    const std::uint64_t bits = tools::preMulFactorBits(s.type, s.rank);
+    const PreMulSum op =
+        deviceFactors
+            ? PreMulSum{static_cast<const char*>(deviceFactors) + 8 * static_cast<int>(s.type), true}
+            : PreMulSum{&bits, false};
+    switch (s.collective) {
+      case Collective::AllReduce: comm.allReduce(send, recv, s.count, s.type, op, stream); return;
+      case Collective::ReduceScatter: comm.reduceScatter(send, recv, s.count, s.type, op, stream); return;
+      case Collective::Reduce: comm.reduce(send, recv, s.count, s.type, op, s.root, stream); return;
+      default: FAIL() << "PreMulSum shape of a collective that does not reduce"; return;
+    }
+  }
   switch (s.collective) {
     case Collective::AllReduce: comm.allReduce(send, recv, s.count, s.type, s.op, stream); break;
     case Collective::AllGather: comm.allGather(send, recv, s.count, s.type, stream); break;
@@ -86,8 +107,9 @@ struct CallBuffers {
 };
 
 struct CheckOptions {
-  bool reordered = false;   // the algorithm reduces in another order than rank order
-  bool registered = false;  // register the buffers (every rank) for the call
+  bool reordered = false;       // the algorithm reduces in another order than rank order
+  bool registered = false;      // register the buffers (every rank) for the call
+  bool factorOnDevice = false;  // a PreMulSum shape's factor is read from device memory
 };
 
 // Fills, poisons, runs one call and checks it; returns the number of wrong elements.
@@ -115,7 +137,8 @@ std::size_t runAndCheck(Rank& r, const CallShape& s, bool inPlace, CheckOptions 
   if (hasSend) cudaMemcpy(b.send, send.data(), send.size(), cudaMemcpyHostToDevice);
   cudaDeviceSynchronize();
   r.boot->barrier();  // nobody writes into a buffer that is still being filled
-  issue(*r.comm, s, hasSend ? b.send : nullptr, b.recv, r.stream);
+  issue(*r.comm, s, hasSend ? b.send : nullptr, b.recv, r.stream,
+        options.factorOnDevice ? r.factors.ptr : nullptr);
   const cudaError_t err = cudaStreamSynchronize(r.stream);
   EXPECT_EQ(err, cudaSuccess) << cudaGetErrorString(err);
   cudaMemcpy(got.data(), b.recv, got.size(), cudaMemcpyDeviceToHost);
@@ -141,7 +164,7 @@ void captureReplayAndCheck(Rank& r, const CallShape (&shapes)[N], const std::vec
   ASSERT_EQ(cudaStreamBeginCapture(r.stream, cudaStreamCaptureModeThreadLocal), cudaSuccess);
   for (std::size_t k = 0; k < N; ++k) {
     if (beforeIssue) beforeIssue(k);
-    issue(*r.comm, shapes[k], bufs[k]->send, bufs[k]->recv, r.stream);
+    issue(*r.comm, shapes[k], bufs[k]->send, bufs[k]->recv, r.stream, r.factors.ptr);
   }
   ASSERT_EQ(cudaStreamEndCapture(r.stream, &graph), cudaSuccess);
   cudaGraphExec_t exec;
@@ -544,6 +567,74 @@ TEST_P(GpuCollectives, CapturedInAGraphAndReplayed) {
     for (const auto& s : shapes) bufs.push_back(std::make_unique<CallBuffers>(r.device, s, false));
     captureReplayAndCheck(r, shapes, bufs, 5, false);
   });
+}
+
+// PreMulSum ops (each rank its own factor): every type through allReduce, reduceScatter and reduce,
+// in place and out, at sizes of every algorithm range, with the factor on the host or the device
+// and the buffers registered or not, by the selector's choice (which may reduce out of rank order).
+// Then in a CUDA graph: the first call outside the capture grows the premul scratch; a larger one
+// inside it is refused, saying what to do.
+TEST_P(GpuCollectives, PreMulSumEveryTypePlacementAndFactor) {
+  const int n = GetParam();
+  UniqueId id = UniqueId::create();
+  runRanksOk(
+      n,
+      [&](int rank) {
+        Rank r(id, rank, n);
+        std::size_t calls = 0;
+        for (Collective coll : {Collective::AllReduce, Collective::ReduceScatter, Collective::Reduce}) {
+          for (int t = 0; t < kDataTypeCount; ++t) {
+            for (std::size_t count : {1ul, 1023ul, 70001ul, 600000ul}) {
+              for (bool inPlace : {false, true}) {
+                CallShape s{coll, static_cast<DataType>(t),          ReduceOp::Sum, count, rank,
+                            n,    static_cast<int>((count + t) % n), 9000u + calls};
+                s.preMulSum = true;
+                const bool onDevice = calls % 2 == 0, registered = calls / 2 % 2 == 0;
+                const std::size_t wrong = runAndCheck(
+                    r, s, inPlace, {.reordered = true, .registered = registered, .factorOnDevice = onDevice});
+                EXPECT_EQ(wrong, 0u) << label(s, "premulsum", inPlace)
+                                     << (onDevice ? " device factor" : " host factor")
+                                     << (registered ? " registered" : "");
+                ++calls;
+                if (::testing::Test::HasFailure()) return;
+              }
+            }
+          }
+        }
+        if (rank == 0) std::printf("PreMulSum: checked %zu calls\n", calls);
+
+        const std::size_t count = 40000;
+        CallShape shapes[] = {
+            {Collective::AllReduce, DataType::BFloat16, ReduceOp::Sum, count, rank, n, 0, 0},
+            {Collective::ReduceScatter, DataType::Float32, ReduceOp::Sum, count, rank, n, 0, 0},
+            {Collective::Reduce, DataType::Float16, ReduceOp::Sum, count, rank, n, n - 1, 0}};
+        std::vector<std::unique_ptr<CallBuffers>> bufs;
+        for (auto& s : shapes) {
+          s.preMulSum = true;
+          bufs.push_back(std::make_unique<CallBuffers>(r.device, s, false));
+        }
+        captureReplayAndCheck(r, shapes, bufs, 3, true);
+
+        // The premul scratch is at most twice the largest input scaled so far (600000 float64 per rank
+        // of a reduceScatter) by now; this call needs more, so it would grow inside the capture.
+        CallShape larger{Collective::ReduceScatter, DataType::Float64, ReduceOp::Sum, 1500000, rank, n, 0, 0};
+        larger.preMulSum = true;
+        CallBuffers big(r.device, larger, false);
+        ASSERT_EQ(cudaStreamBeginCapture(r.stream, cudaStreamCaptureModeThreadLocal), cudaSuccess);
+        try {
+          issue(*r.comm, larger, big.send, big.recv, r.stream);
+          ADD_FAILURE() << "a PreMulSum call that needs a larger premul scratch was captured";
+        } catch (const Error& e) {
+          EXPECT_NE(std::string(e.what()).find("a call of this size once before capturing"),
+                    std::string::npos)
+              << e.what();
+        }
+        cudaGraph_t unused;
+        EXPECT_EQ(cudaStreamEndCapture(r.stream, &unused), cudaSuccess);
+        if (unused != nullptr) cudaGraphDestroy(unused);
+        EXPECT_EQ(runAndCheck(r, larger, false, {.reordered = true}), 0u);  // outside a capture it grows
+      },
+      {std::chrono::seconds(600)});
 }
 
 // Two Comms over the same GPUs, each on its own stream, calls interleaved without synchronization.

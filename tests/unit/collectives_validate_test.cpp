@@ -9,6 +9,8 @@
 
 #include "collectives/collective_call.hpp"
 #include "expect_contains.hpp"
+#include "fake_bootstrap.hpp"
+#include "ferry/comm.hpp"
 #include "ferry/errors.hpp"
 
 namespace ferry {
@@ -340,6 +342,39 @@ TEST(ValidatePeerCall, NamesRankOperationPeerAndArgument) {
   c = validPeerCall(true);
   c.count = std::numeric_limits<std::size_t>::max() / 2;
   EXPECT_CONTAINS(peerRejection(c), "is too large");
+}
+
+TEST(ValidatePreMul, NamesTheCallAndTheFactor) {
+  const CollectiveCall call = validCall(Collective::ReduceScatter);
+  try {
+    validatePreMul(call, PreMulSum{nullptr, false}, kNoDevice);
+    ADD_FAILURE() << "a null factor was accepted";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::InvalidUsage);
+    EXPECT_CONTAINS(e.what(), "rank 2: reduceScatter with a PreMulSum op: the factor is null");
+  }
+  const float two = 2;
+  EXPECT_NO_THROW(validatePreMul(call, PreMulSum{&two, false}, kNoDevice));
+  EXPECT_NO_THROW(validatePreMul(call, PreMulSum{fakeConst(0x300000), true}, kNoDevice));
+}
+
+// A bootstrap whose ranks sit one per host.
+class OnePerHost : public test::FakeBootstrap {
+ public:
+  OnePerHost(int rank, int size) : FakeBootstrap(std::make_shared<Hub>(), rank, size), mine_{rank} {}
+  const std::vector<int>& hostRanks() const override { return mine_; }
+  int numNodes() const override { return size(); }
+
+ private:
+  std::vector<int> mine_;
+};
+
+TEST(CommWhyNot, RanksOnOneHostOnlyAndNotTooMany) {
+  EXPECT_EQ(Comm::whyNot(test::FakeBootstrap(std::make_shared<test::FakeBootstrap::Hub>(), 1, 4)), "");
+  EXPECT_CONTAINS(Comm::whyNot(OnePerHost(1, 2)),
+                  "rank 1: Comm needs every rank on one host; this host has 1 of 2");
+  EXPECT_CONTAINS(Comm::whyNot(test::FakeBootstrap(std::make_shared<test::FakeBootstrap::Hub>(), 0, 9)),
+                  "rank 0: Comm supports up to 8 ranks, not 9");
 }
 
 }  // namespace

@@ -45,6 +45,8 @@ struct CallShape {
   int worldSize = 1;
   int root = 0;
   std::uint64_t seed = 1;
+  // A PreMulSum call (op is Sum): rank q's input counts times preMulFactor(q).
+  bool preMulSum = false;
 
   std::size_t sendCount() const {
     return collective == Collective::ReduceScatter || collective == Collective::AllToAll
@@ -106,6 +108,26 @@ decltype(auto) withType(DataType type, ReduceOp op, F&& f) {
 
 }  // namespace detail
 
+// Rank `rank`'s PreMulSum factor: small, exact in every type, different on every rank (the
+// floats' 0.5 * (rank + 1) also scales down).
+template <class T>
+T preMulFactor(int rank) {
+  if constexpr (std::is_integral_v<T>)
+    return static_cast<T>(rank + 2);
+  else
+    return fromFloat<T>(0.5f * static_cast<float>(rank + 1));
+}
+
+// The same as bytes (an element of `type` in the first sizeOf(type) of them).
+inline std::uint64_t preMulFactorBits(DataType type, int rank) {
+  std::uint64_t bits = 0;
+  detail::withType(type, ReduceOp::Sum, [&]<class T, ReduceOp>() {
+    const T f = preMulFactor<T>(rank);
+    std::memcpy(&bits, &f, sizeof f);
+  });
+  return bits;
+}
+
 // Rank `rank`'s send buffer: count elements of value(rank, i).
 inline void fillSend(DataType type, void* out, std::size_t count, int rank, std::uint64_t seed) {
   detail::withType(type, ReduceOp::Sum, [&]<class T, ReduceOp>() {
@@ -123,9 +145,13 @@ inline void expectedRecv(const CallShape& s, void* out, bool inPlace = false) {
     T* o = static_cast<T*>(out);
     const std::size_t n = s.count;
     const int R = s.worldSize;
+    auto term = [&](int q, std::size_t index) {  // what rank q contributes to element `index`
+      const T v = detail::valueOf<T>(s.seed, q, index);
+      return s.preMulSum ? applyOp<ReduceOp::Prod>(v, preMulFactor<T>(q)) : v;
+    };
     auto reduceAt = [&](std::size_t index) {  // op over ranks of element `index` of their send buffers
-      T acc = detail::valueOf<T>(s.seed, 0, index);
-      for (int q = 1; q < R; ++q) acc = applyOp<Op>(acc, detail::valueOf<T>(s.seed, q, index));
+      T acc = term(0, index);
+      for (int q = 1; q < R; ++q) acc = applyOp<Op>(acc, term(q, index));
       return finishOp<Op>(acc, R);
     };
     detail::parallelFor(s.recvCount(), [&](std::size_t b, std::size_t e) {

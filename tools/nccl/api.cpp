@@ -1,6 +1,7 @@
 // The exported NCCL C API. Each function checks its arguments (checks.hpp), then runs natively on
-// ferry::Comm or forwards to the real NCCL (fallback.hpp); every body runs inside guarded(), so
-// errors come back as ncclResult_t with a message in ncclGetLastError, never as exceptions.
+// ferry::Comm, or, on a communicator forwarded to the real NCCL (nccl_comm.hpp), hands the call to
+// it unchecked (it checks its own). Every body runs inside guarded(), so errors come back as
+// ncclResult_t with a message in ncclGetLastError, never as exceptions.
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
@@ -24,34 +25,41 @@ struct GroupState {
   int depth = 0;
   std::vector<ncclComm*> p2pComms;         // comms with a ferry group open
   std::vector<std::function<void()>> inits;  // ncclCommInitRank calls deferred to ncclGroupEnd
-  const RealNccl* realGroup = nullptr;     // the fallback NCCL's group, if a forwarded call opened one
+  const RealNccl* realGroup = nullptr;       // the real NCCL's group, if a forwarded call opened one
 };
 thread_local GroupState group;
 
 ReduceOp nativeOp(ncclRedOp_t op) { return static_cast<ReduceOp>(op); }
 DataType nativeType(ncclDataType_t t) { return static_cast<DataType>(t); }
 
-// Inside a group, a forwarded call joins a group of the fallback NCCL that closes with ours.
-void enterRealGroup(const RealNccl* real) {
-  if (group.depth > 0 && group.realGroup == nullptr) {
+// The real NCCL when `c` is forwarded to it, else nullptr. Inside a group of ours, a forwarded call
+// joins a group of the real NCCL that closes with ours.
+const RealNccl* forwarded(const ncclComm& c) {
+  const RealNccl* real = c.forwardedTo;
+  if (real != nullptr && group.depth > 0 && group.realGroup == nullptr) {
     real->groupStart();
     group.realGroup = real;
   }
+  return real;
 }
 
-// The real op for one of this comm's PreMulSum ops, made on first use.
-ncclRedOp_t realOp(ncclComm& c, ncclRedOp_t op, const RealNccl* real, ncclComm_t realComm) {
+// What a forwarded call returns: its result, with the real NCCL's message for an error.
+ncclResult_t realResult(const ncclComm& c, ncclResult_t r) {
+  if (r != ncclSuccess && r != ncclInProgress)
+    throw ApiError{r, "the real NCCL (" + c.forwardedTo->path + "): " + c.forwardedTo->getLastError(c.real)};
+  return r;
+}
+
+// One of this comm's PreMulSum ops, copied (a call reads its host scalar after the lock is gone).
+PreMulSumOp preMulOp(ncclComm& c, ncclRedOp_t op, ncclDataType_t datatype) {
   std::lock_guard lock(c.mu);
   auto it = c.ops.find(static_cast<int>(op));
   if (it == c.ops.end()) throw ApiError{ncclInvalidArgument, "op " + std::to_string(op) + " is not an op of this comm"};
-  PreMulSum& p = it->second;
-  if (!p.realMade) {
-    void* scalar = p.residence == ncclScalarDevice ? p.deviceScalar : static_cast<void*>(&p.hostScalar);
-    const ncclResult_t r = real->redOpCreatePreMulSum(&p.real, scalar, p.type, p.residence, realComm);
-    if (r != ncclSuccess) throw ApiError{r, "the fallback NCCL could not make the PreMulSum op"};
-    p.realMade = true;
-  }
-  return p.real;
+  if (it->second.type != datatype)
+    throw ApiError{ncclInvalidArgument,
+                   "op " + std::to_string(op) + " was made by ncclRedOpCreatePreMulSum for datatype " +
+                       std::to_string(it->second.type) + ", not " + std::to_string(datatype)};
+  return it->second;
 }
 
 void checkOp(ncclComm& c, ncclRedOp_t op) {
@@ -214,6 +222,7 @@ NCCL_API ncclResult_t ncclCommSplit(ncclComm_t comm, int color, int key, ncclCom
 NCCL_API ncclResult_t ncclCommFinalize(ncclComm_t comm) {
   return guarded("ncclCommFinalize", [&] {
     ncclComm& c = usable(comm);
+    if (const RealNccl* real = forwarded(c)) return realResult(c, real->commFinalize(c.real));
     int previous = 0;
     cudaGetDevice(&previous);
     cudaSetDevice(c.device);
@@ -235,10 +244,8 @@ ncclResult_t release(ncclComm_t comm, bool abort, const char* api) {
       throw ApiError{ncclInvalidArgument, "comm is not a live communicator (destroyed twice?)"};
     if (comm->initThread.joinable()) comm->initThread.join();
     comm->magic = 0;
-    if (comm->real != nullptr) {
-      std::string why;
-      if (const RealNccl* real = realNccl(why)) (abort ? real->commAbort : real->commDestroy)(comm->real);
-    }
+    if (comm->real != nullptr)
+      (abort ? comm->forwardedTo->commAbort : comm->forwardedTo->commDestroy)(comm->real);
     if (abort) {
       comm->state = ncclComm::State::Aborted;
       // Every rank's kernels of this comm stop waiting and finish, so destroying it (which waits
@@ -260,6 +267,8 @@ NCCL_API ncclResult_t ncclCommGetAsyncError(ncclComm_t comm, ncclResult_t* async
     checkNotNull(comm, "comm");
     checkNotNull(asyncError, "asyncError");
     if (comm->magic != ncclComm::kAlive) throw ApiError{ncclInvalidArgument, "comm is not a live communicator"};
+    if (comm->state.load() == ncclComm::State::Ready && comm->real != nullptr)
+      return realResult(*comm, comm->forwardedTo->commGetAsyncError(comm->real, asyncError));
     switch (comm->state.load()) {
       case ncclComm::State::Running: *asyncError = ncclInProgress; break;
       case ncclComm::State::Failed: *asyncError = comm->initResult; break;
@@ -296,6 +305,8 @@ NCCL_API ncclResult_t ncclCommUserRank(const ncclComm_t comm, int* rank) {
 NCCL_API ncclResult_t ncclCommRegister(const ncclComm_t comm, void* buff, size_t size, void** handle) {
   return guarded("ncclCommRegister", [&] {
     ncclComm& c = usable(comm);
+    if (const RealNccl* real = forwarded(c))
+      return realResult(c, real->commRegister(c.real, buff, size, handle));
     checkNotNull(buff, "buff");
     checkNotNull(handle, "handle");
     if (size == 0) throw ApiError{ncclInvalidArgument, "size is 0"};
@@ -310,6 +321,7 @@ NCCL_API ncclResult_t ncclCommRegister(const ncclComm_t comm, void* buff, size_t
 NCCL_API ncclResult_t ncclCommDeregister(const ncclComm_t comm, void* handle) {
   return guarded("ncclCommDeregister", [&] {
     ncclComm& c = usable(comm);
+    if (const RealNccl* real = forwarded(c)) return realResult(c, real->commDeregister(c.real, handle));
     BufferRegistration reg;
     {
       std::lock_guard lock(c.mu);
@@ -350,12 +362,14 @@ NCCL_API ncclResult_t ncclRedOpCreatePreMulSum(ncclRedOp_t* op, void* scalar, nc
                                                ncclScalarResidence_t residence, ncclComm_t comm) {
   return guarded("ncclRedOpCreatePreMulSum", [&] {
     ncclComm& c = usable(comm);
+    if (const RealNccl* real = forwarded(c))
+      return realResult(c, real->redOpCreatePreMulSum(op, scalar, datatype, residence, c.real));
     checkNotNull(op, "op");
     checkNotNull(scalar, "scalar");
     checkDataType(datatype);
     if (residence != ncclScalarDevice && residence != ncclScalarHostImmediate)
       throw ApiError{ncclInvalidArgument, "residence " + std::to_string(residence) + " is not an ncclScalarResidence_t"};
-    PreMulSum p{datatype, residence};
+    PreMulSumOp p{datatype, residence};
     if (residence == ncclScalarHostImmediate)
       std::memcpy(&p.hostScalar, scalar, elementBytes(datatype));
     else
@@ -371,16 +385,14 @@ NCCL_API ncclResult_t ncclRedOpCreatePreMulSum(ncclRedOp_t* op, void* scalar, nc
 NCCL_API ncclResult_t ncclRedOpDestroy(ncclRedOp_t op, ncclComm_t comm) {
   return guarded("ncclRedOpDestroy", [&] {
     ncclComm& c = usable(comm);
+    if (const RealNccl* real = forwarded(c)) return realResult(c, real->redOpDestroy(op, c.real));
     if (static_cast<int>(op) >= 0 && op < ncclNumOps)
       throw ApiError{ncclInvalidArgument, "op " + std::to_string(op) + " is built in; only ops of "
                                                                          "ncclRedOpCreatePreMulSum are destroyed"};
     std::lock_guard lock(c.mu);
     auto it = c.ops.find(static_cast<int>(op));
-    if (it == c.ops.end()) throw ApiError{ncclInvalidArgument, "op " + std::to_string(op) + " is not an op of this comm"};
-    if (it->second.realMade) {
-      std::string why;
-      if (const RealNccl* real = realNccl(why)) real->redOpDestroy(it->second.real, c.real);
-    }
+    if (it == c.ops.end())
+      throw ApiError{ncclInvalidArgument, "op " + std::to_string(op) + " is not an op of this comm"};
     c.ops.erase(it);
     return ncclSuccess;
   });
@@ -390,6 +402,8 @@ NCCL_API ncclResult_t ncclBroadcast(const void* sendbuff, void* recvbuff, size_t
                                     int root, ncclComm_t comm, cudaStream_t stream) {
   return guarded("ncclBroadcast", [&] {
     ncclComm& c = usable(comm);
+    if (const RealNccl* real = forwarded(c))
+      return realResult(c, real->broadcast(sendbuff, recvbuff, count, datatype, root, c.real, stream));
     checkDataType(datatype);
     checkRankIn(root, c.nranks, "root");
     checkCount(count, datatype);
@@ -407,18 +421,18 @@ NCCL_API ncclResult_t ncclBcast(void* buff, size_t count, ncclDataType_t datatyp
 
 namespace {
 
-// allReduce, reduceScatter and reduce: native for built-in ops, forwarded for PreMulSum ops.
-template <class Native, class Forward>
-ncclResult_t reducing(ncclComm& c, ncclRedOp_t op, const char* api, Native&& native, Forward&& forward) {
+// allReduce, reduceScatter and reduce: `native` gets a ferry::ReduceOp for a built-in op, a
+// ferry::PreMulSum for one made by ncclRedOpCreatePreMulSum.
+template <class Native>
+ncclResult_t reducing(ncclComm& c, ncclRedOp_t op, ncclDataType_t datatype, Native&& native) {
   if (op < ncclNumOps) {
     native(nativeOp(op));
     return ncclSuccess;
   }
-  const RealNccl* real = nullptr;
-  ncclComm_t rc = realComm(c, api, real);
-  const ncclRedOp_t rop = realOp(c, op, real, rc);
-  enterRealGroup(real);
-  return forward(real, rc, rop);
+  const PreMulSumOp p = preMulOp(c, op, datatype);
+  const bool onDevice = p.residence == ncclScalarDevice;
+  native(ferry::PreMulSum{onDevice ? p.deviceScalar : static_cast<const void*>(&p.hostScalar), onDevice});
+  return ncclSuccess;
 }
 
 }  // namespace
@@ -427,21 +441,18 @@ NCCL_API ncclResult_t ncclReduce(const void* sendbuff, void* recvbuff, size_t co
                                  ncclRedOp_t op, int root, ncclComm_t comm, cudaStream_t stream) {
   return guarded("ncclReduce", [&] {
     ncclComm& c = usable(comm);
+    if (const RealNccl* real = forwarded(c))
+      return realResult(c, real->reduce(sendbuff, recvbuff, count, datatype, op, root, c.real, stream));
     checkDataType(datatype);
     checkOp(c, op);
     checkRankIn(root, c.nranks, "root");
     checkCount(count, datatype);
     checkBuffer(sendbuff, count, "sendbuff");
     if (c.rank == root) checkBuffer(recvbuff, count, "recvbuff");
-    return reducing(
-        c, op, "ncclReduce",
-        [&](ReduceOp o) {
-          c.comm->reduce(sendbuff, c.rank == root ? recvbuff : nullptr, count, nativeType(datatype), o, root,
-                         stream);
-        },
-        [&](const RealNccl* real, ncclComm_t rc, ncclRedOp_t rop) {
-          return real->reduce(sendbuff, recvbuff, count, datatype, rop, root, rc, stream);
-        });
+    return reducing(c, op, datatype, [&](const auto& o) {
+      c.comm->reduce(sendbuff, c.rank == root ? recvbuff : nullptr, count, nativeType(datatype), o, root,
+                     stream);
+    });
   });
 }
 
@@ -449,17 +460,16 @@ NCCL_API ncclResult_t ncclAllReduce(const void* sendbuff, void* recvbuff, size_t
                                     ncclRedOp_t op, ncclComm_t comm, cudaStream_t stream) {
   return guarded("ncclAllReduce", [&] {
     ncclComm& c = usable(comm);
+    if (const RealNccl* real = forwarded(c))
+      return realResult(c, real->allReduce(sendbuff, recvbuff, count, datatype, op, c.real, stream));
     checkDataType(datatype);
     checkOp(c, op);
     checkCount(count, datatype);
     checkBuffer(sendbuff, count, "sendbuff");
     checkBuffer(recvbuff, count, "recvbuff");
-    return reducing(
-        c, op, "ncclAllReduce",
-        [&](ReduceOp o) { c.comm->allReduce(sendbuff, recvbuff, count, nativeType(datatype), o, stream); },
-        [&](const RealNccl* real, ncclComm_t rc, ncclRedOp_t rop) {
-          return real->allReduce(sendbuff, recvbuff, count, datatype, rop, rc, stream);
-        });
+    return reducing(c, op, datatype, [&](const auto& o) {
+      c.comm->allReduce(sendbuff, recvbuff, count, nativeType(datatype), o, stream);
+    });
   });
 }
 
@@ -468,17 +478,16 @@ NCCL_API ncclResult_t ncclReduceScatter(const void* sendbuff, void* recvbuff, si
                                         cudaStream_t stream) {
   return guarded("ncclReduceScatter", [&] {
     ncclComm& c = usable(comm);
+    if (const RealNccl* real = forwarded(c))
+      return realResult(c, real->reduceScatter(sendbuff, recvbuff, recvcount, datatype, op, c.real, stream));
     checkDataType(datatype);
     checkOp(c, op);
     checkCount(recvcount, datatype, static_cast<std::size_t>(c.nranks));
     checkBuffer(sendbuff, recvcount, "sendbuff");
     checkBuffer(recvbuff, recvcount, "recvbuff");
-    return reducing(
-        c, op, "ncclReduceScatter",
-        [&](ReduceOp o) { c.comm->reduceScatter(sendbuff, recvbuff, recvcount, nativeType(datatype), o, stream); },
-        [&](const RealNccl* real, ncclComm_t rc, ncclRedOp_t rop) {
-          return real->reduceScatter(sendbuff, recvbuff, recvcount, datatype, rop, rc, stream);
-        });
+    return reducing(c, op, datatype, [&](const auto& o) {
+      c.comm->reduceScatter(sendbuff, recvbuff, recvcount, nativeType(datatype), o, stream);
+    });
   });
 }
 
@@ -486,6 +495,8 @@ NCCL_API ncclResult_t ncclAllGather(const void* sendbuff, void* recvbuff, size_t
                                     ncclComm_t comm, cudaStream_t stream) {
   return guarded("ncclAllGather", [&] {
     ncclComm& c = usable(comm);
+    if (const RealNccl* real = forwarded(c))
+      return realResult(c, real->allGather(sendbuff, recvbuff, sendcount, datatype, c.real, stream));
     checkDataType(datatype);
     checkCount(sendcount, datatype, static_cast<std::size_t>(c.nranks));
     checkBuffer(sendbuff, sendcount, "sendbuff");
@@ -495,6 +506,27 @@ NCCL_API ncclResult_t ncclAllGather(const void* sendbuff, void* recvbuff, size_t
   });
 }
 
+namespace {
+
+// NCCL's own all-to-all is recent, so a forwarded one is the grouped sends and recvs NCCL documents.
+ncclResult_t realAllToAll(ncclComm& c, const RealNccl& real, const void* sendbuff, void* recvbuff,
+                          size_t count, ncclDataType_t datatype, cudaStream_t stream) {
+  if (sendbuff == recvbuff)
+    throw ApiError{ncclInvalidUsage,
+                   "in-place all-to-all runs only natively; this communicator is forwarded to "
+                   "the real NCCL, which takes it as grouped sends and recvs: use two buffers"};
+  const std::size_t bytes = count * elementBytes(datatype);
+  realResult(c, real.groupStart());
+  for (int p = 0; p < c.nranks; ++p) {
+    const auto at = static_cast<std::size_t>(p) * bytes;
+    realResult(c, real.send(static_cast<const char*>(sendbuff) + at, count, datatype, p, c.real, stream));
+    realResult(c, real.recv(static_cast<char*>(recvbuff) + at, count, datatype, p, c.real, stream));
+  }
+  return realResult(c, real.groupEnd());
+}
+
+}  // namespace
+
 NCCL_API ncclResult_t ncclAlltoAll(const void* sendbuff, void* recvbuff, size_t count, ncclDataType_t datatype,
                                    ncclComm_t comm, cudaStream_t stream) {
   return guarded("ncclAlltoAll", [&] {
@@ -503,6 +535,8 @@ NCCL_API ncclResult_t ncclAlltoAll(const void* sendbuff, void* recvbuff, size_t 
     checkCount(count, datatype, static_cast<std::size_t>(c.nranks));
     checkBuffer(sendbuff, count, "sendbuff");
     checkBuffer(recvbuff, count, "recvbuff");
+    if (const RealNccl* real = forwarded(c))
+      return realAllToAll(c, *real, sendbuff, recvbuff, count, datatype, stream);
     c.comm->allToAll(sendbuff, recvbuff, count, nativeType(datatype), stream);
     return ncclSuccess;
   });
@@ -514,6 +548,10 @@ ncclResult_t peerOp(bool isSend, const void* buff, size_t count, ncclDataType_t 
                     cudaStream_t stream) {
   return guarded(isSend ? "ncclSend" : "ncclRecv", [&] {
     ncclComm& c = usable(comm);
+    if (const RealNccl* real = forwarded(c))
+      return realResult(c, isSend
+                               ? real->send(buff, count, datatype, peer, c.real, stream)
+                               : real->recv(const_cast<void*>(buff), count, datatype, peer, c.real, stream));
     checkDataType(datatype);
     checkRankIn(peer, c.nranks, "peer");
     checkCount(count, datatype);
@@ -574,7 +612,7 @@ NCCL_API ncclResult_t ncclGroupEnd(void) {
       const ncclResult_t r = done.realGroup->groupEnd();
       if (r != ncclSuccess && result == ncclSuccess) {
         result = r;
-        why = std::string("the fallback NCCL's ncclGroupEnd: ") + done.realGroup->getLastError(nullptr);
+        why = std::string("the real NCCL's ncclGroupEnd: ") + done.realGroup->getLastError(nullptr);
       }
     }
     if (result != ncclSuccess) throw ApiError{result, why};

@@ -4,7 +4,6 @@
 
 #include <cstdlib>
 #include <mutex>
-#include <set>
 
 #include "core/logger.hpp"
 #include "ferry/env.hpp"
@@ -26,6 +25,9 @@ std::unique_ptr<RealNccl> load(std::string& why) {
     return nullptr;
   }
   if (!nvlsAllowed()) ::setenv("NCCL_NVLS_ENABLE", "0", 1);  // DESIGN.md rule 1, for NCCL too
+  // NCCL keeps the message ncclGetLastError returns only when it logs warnings; forwarded errors
+  // pass that message on. (A level the user set stays.)
+  ::setenv("NCCL_DEBUG", "WARN", 0);
   void* handle = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL | RTLD_DEEPBIND);
   if (handle == nullptr) {
     const char* err = dlerror();
@@ -44,14 +46,22 @@ std::unique_ptr<RealNccl> load(std::string& why) {
   }
   resolve(handle, real->getUniqueId, "ncclGetUniqueId", missing);
   resolve(handle, real->commInitRank, "ncclCommInitRank", missing);
+  resolve(handle, real->commFinalize, "ncclCommFinalize", missing);
   resolve(handle, real->commDestroy, "ncclCommDestroy", missing);
   resolve(handle, real->commAbort, "ncclCommAbort", missing);
+  resolve(handle, real->commGetAsyncError, "ncclCommGetAsyncError", missing);
   resolve(handle, real->getLastError, "ncclGetLastError", missing);
+  resolve(handle, real->commRegister, "ncclCommRegister", missing);
+  resolve(handle, real->commDeregister, "ncclCommDeregister", missing);
   resolve(handle, real->redOpCreatePreMulSum, "ncclRedOpCreatePreMulSum", missing);
   resolve(handle, real->redOpDestroy, "ncclRedOpDestroy", missing);
-  resolve(handle, real->reduce, "ncclReduce", missing);
   resolve(handle, real->allReduce, "ncclAllReduce", missing);
+  resolve(handle, real->broadcast, "ncclBroadcast", missing);
+  resolve(handle, real->reduce, "ncclReduce", missing);
+  resolve(handle, real->allGather, "ncclAllGather", missing);
   resolve(handle, real->reduceScatter, "ncclReduceScatter", missing);
+  resolve(handle, real->send, "ncclSend", missing);
+  resolve(handle, real->recv, "ncclRecv", missing);
   resolve(handle, real->groupStart, "ncclGroupStart", missing);
   resolve(handle, real->groupEnd, "ncclGroupEnd", missing);
   if (!missing.empty()) {
@@ -79,15 +89,6 @@ const RealNccl* realNccl(std::string& why) {
   }
   why = failure;
   return real.get();
-}
-
-void noteForwarded(const char* api, const RealNccl& real) {
-  static std::mutex mu;
-  static std::set<std::string> noted;
-  std::lock_guard lock(mu);
-  if (noted.insert(api).second)
-    FERRY_LOG(Warn, Nccl) << api << ": not native in ferry for this call; forwarded to " << real.path
-                          << " (logged once)";
 }
 
 }  // namespace ferry::nccl

@@ -6,9 +6,48 @@
 #include <vector>
 
 #include "checks.hpp"
+#include "core/logger.hpp"
+#include "ferry/env.hpp"
 #include "results.hpp"
 
 namespace ferry::nccl {
+namespace {
+
+// Makes the real NCCL's communicator for `c` (collective over its bootstrap): rank 0's unique id
+// goes to every rank in the same exchange that tells every rank whether all of them have a real
+// NCCL, so that either every rank forwards or every rank fails.
+void forward(ncclComm& c, const std::string& why) {
+  std::string missing;
+  const RealNccl* real = realNccl(missing);
+  struct Offer {
+    int ready;
+    ncclUniqueId id;
+  };
+  std::vector<Offer> offers(static_cast<std::size_t>(c.nranks));
+  Offer& mine = offers[static_cast<std::size_t>(c.rank)];
+  mine.ready = real != nullptr;
+  if (real != nullptr && c.rank == 0 && real->getUniqueId(&mine.id) != ncclSuccess) {
+    missing = "its ncclGetUniqueId failed: " + std::string(real->getLastError(nullptr));
+    mine.ready = 0;
+  }
+  c.bootstrap->allGather(offers.data(), sizeof(Offer));
+  for (int r = 0; r < c.nranks; ++r)
+    if (!offers[static_cast<std::size_t>(r)].ready)
+      throw ApiError{ncclInvalidUsage, "ferry does not run this communicator natively (" + why +
+                                           "), and rank " + std::to_string(r) +
+                                           " has no real NCCL to run it on" +
+                                           (r == c.rank ? ": " + missing : std::string())};
+  const ncclResult_t r = real->commInitRank(&c.real, c.nranks, offers[0].id, c.rank);
+  if (r != ncclSuccess) {
+    c.real = nullptr;
+    throw ApiError{r, "the real NCCL's ncclCommInitRank failed: " + std::string(real->getLastError(nullptr))};
+  }
+  c.forwardedTo = real;
+  FERRY_LOG(Warn, Nccl) << "rank " << c.rank << " of " << c.nranks << ": the communicator runs on "
+                        << real->path << " (" << why << ")";
+}
+
+}  // namespace
 
 ncclComm& usable(ncclComm_t comm) {
   checkNotNull(comm, "comm");
@@ -32,7 +71,12 @@ ncclResult_t startInit(ncclComm* c, std::function<std::shared_ptr<TcpBootstrap>(
       if (cudaSetDevice(c->device) != cudaSuccess)
         throw ApiError{ncclUnhandledCudaError, "cannot use CUDA device " + std::to_string(c->device)};
       c->bootstrap = create();
-      c->comm = std::make_unique<Comm>(c->bootstrap, c->options);
+      std::string why = Comm::whyNot(*c->bootstrap);
+      if (why.empty() && env().ncclForwardAll) why = "FERRY_NCCL_FORWARD_ALL=1";
+      if (why.empty())
+        c->comm = std::make_unique<Comm>(c->bootstrap, c->options);
+      else
+        forward(*c, why);
       return ncclSuccess;
     });
     c->initResult = r;
@@ -43,33 +87,6 @@ ncclResult_t startInit(ncclComm* c, std::function<std::shared_ptr<TcpBootstrap>(
   if (c->blocking) return body();
   c->initThread = std::thread([body] { (void)body(); });
   return ncclInProgress;
-}
-
-ncclComm_t realComm(ncclComm& c, const char* api, const RealNccl*& real) {
-  std::string why;
-  real = realNccl(why);
-  if (real == nullptr)
-    throw ApiError{ncclInvalidUsage, std::string("this call is not native in ferry, and there is no real NCCL to "
-                                                 "forward it to: ") + why};
-  noteForwarded(api, *real);
-  std::lock_guard lock(c.mu);
-  if (c.real != nullptr) return c.real;
-  // Collective: every rank forwards the same call at the same point of its sequence.
-  std::vector<ncclUniqueId> ids(static_cast<std::size_t>(c.nranks));
-  if (c.rank == 0 && real->getUniqueId(&ids[0]) != ncclSuccess)
-    throw ApiError{ncclInternalError, "the fallback NCCL's ncclGetUniqueId failed: " +
-                                          std::string(real->getLastError(nullptr))};
-  c.bootstrap->allGather(ids.data(), sizeof(ncclUniqueId));
-  int previous = 0;
-  cudaGetDevice(&previous);
-  cudaSetDevice(c.device);
-  const ncclResult_t r = real->commInitRank(&c.real, c.nranks, ids[0], c.rank);
-  cudaSetDevice(previous);
-  if (r != ncclSuccess) {
-    c.real = nullptr;
-    throw ApiError{r, "the fallback NCCL's ncclCommInitRank failed: " + std::string(real->getLastError(nullptr))};
-  }
-  return c.real;
 }
 
 }  // namespace ferry::nccl

@@ -1,7 +1,8 @@
 #pragma once
-// ncclComm: what an ncclComm_t points to. It owns a ferry::Comm (native collectives) and, made
-// only when a call needs it, a communicator of the real NCCL for what ferry forwards. A non-blocking
-// init (config->blocking = 0) runs on a thread of its own; calls on the comm wait for it to end.
+// ncclComm: what an ncclComm_t points to. It owns a ferry::Comm (native collectives) or, when ferry
+// cannot run its ranks (they span hosts; FERRY_NCCL_FORWARD_ALL=1), a communicator of the real NCCL
+// that every call on it is forwarded to. A non-blocking init (config->blocking = 0) runs on a
+// thread of its own; calls on the comm wait for it to end.
 #include <atomic>
 #include <functional>
 #include <cstdint>
@@ -18,14 +19,12 @@
 
 namespace ferry::nccl {
 
-// A reduce op made by ncclRedOpCreatePreMulSum (ferry forwards calls that use one).
-struct PreMulSum {
+// A reduce op made by ncclRedOpCreatePreMulSum (ferry::PreMulSum for calls of its datatype).
+struct PreMulSumOp {
   ncclDataType_t type;
   ncclScalarResidence_t residence;
   std::uint64_t hostScalar = 0;  // the scalar's bytes, when it lives on the host
   void* deviceScalar = nullptr;  // when it lives on the device
-  ncclRedOp_t real = ncclSum;    // the real NCCL's op, once made
-  bool realMade = false;
 };
 
 }  // namespace ferry::nccl
@@ -38,7 +37,9 @@ struct ncclComm {
   bool blocking = true;
   ferry::CommOptions options;  // from the config's minCTAs / maxCTAs
   std::shared_ptr<ferry::TcpBootstrap> bootstrap;
-  std::unique_ptr<ferry::Comm> comm;
+  std::unique_ptr<ferry::Comm> comm;  // null when forwarded
+  const ferry::nccl::RealNccl* forwardedTo = nullptr;
+  ncclComm_t real = nullptr;  // the real NCCL's communicator, when forwarded
 
   // Init: Running until the thread (or the blocking call) finishes, then Ready or Failed.
   enum class State { Running, Ready, Failed, Aborted };
@@ -50,9 +51,8 @@ struct ncclComm {
 
   std::mutex mu;  // guards what follows
   std::map<std::uint64_t, ferry::BufferRegistration> registrations;  // by handle value
-  std::map<int, ferry::nccl::PreMulSum> ops;                        // by op value
+  std::map<int, ferry::nccl::PreMulSumOp> ops;                       // by op value
   int nextOp = ncclNumOps;
-  ncclComm_t real = nullptr;  // the fallback NCCL's communicator, made on first use
 };
 
 namespace ferry::nccl {
@@ -61,9 +61,9 @@ namespace ferry::nccl {
 // pointer, a failed init (with its message) or an aborted comm.
 ncclComm& usable(ncclComm_t comm);
 // Runs (or, non-blocking, starts) the init of `c` through `create`, which makes the bootstrap on
-// the current device. Returns what the caller returns: ncclInProgress while a non-blocking init runs.
+// the current device; then a ferry::Comm, or the real NCCL's communicator when ferry cannot run
+// the ranks (Comm::whyNot) or FERRY_NCCL_FORWARD_ALL=1. Returns what the caller returns:
+// ncclInProgress while a non-blocking init runs.
 ncclResult_t startInit(ncclComm* c, std::function<std::shared_ptr<TcpBootstrap>()> create);
-// The real NCCL's communicator for `c`, made (collectively) on first use; ApiError without one.
-ncclComm_t realComm(ncclComm& c, const char* api, const RealNccl*& real);
 
 }  // namespace ferry::nccl
