@@ -55,8 +55,7 @@ void refuseGrowthInCapture(const CollectiveCall& call, const std::string& why) {
     throw Error(ErrorCode::InvalidUsage,
                 describe(call) + ": " + why +
                     "; that cannot happen while the stream is being captured. Run a call of this size once "
-                    "before capturing" +
-                    (call.registered() ? std::string() : ", or register the buffers (Comm::registerBuffer)"));
+                    "before capturing");
 }
 
 CollectiveCall Staging::stageIn(const CollectiveCall& call) {
@@ -64,8 +63,8 @@ CollectiveCall Staging::stageIn(const CollectiveCall& call) {
   if (l.bytes > capacity()) {
     refuseGrowthInCapture(
         call,
-        "its buffers are not registered, so the algorithm runs on a staging buffer, which must "
-        "grow to " +
+        "its buffers are not registered (Comm::registerBuffer would avoid this), so the algorithm runs on "
+        "a staging buffer, which must grow to " +
             std::to_string(l.bytes) + " bytes");
     grow(l.bytes);
   }

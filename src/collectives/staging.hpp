@@ -46,7 +46,7 @@ StagedLayout stagedLayout(const CollectiveCall& call);
 // logarithmic number of times, in 2 MiB steps.
 std::uint64_t grownCapacity(std::uint64_t bytes, std::uint64_t capacity);
 // Error(InvalidUsage) when call.stream is being captured: a graph must not hold an allocation
-// (`why` says which buffer must grow, and why the call needs it).
+// (`why` says which buffer must grow, why the call needs it, and any other way out).
 void refuseGrowthInCapture(const CollectiveCall& call, const std::string& why);
 
 class Staging {
