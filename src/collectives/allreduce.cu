@@ -81,6 +81,7 @@ __global__ void __launch_bounds__(kThreads)
   const bool outputHere = root < 0 || r == root;
   const std::uint64_t roundElems = slotBytes / sz * R;
   const std::uint64_t rounds = (count + roundElems - 1) / roundElems;
+  const std::uint64_t fullChunk = partSize(min(roundElems, count), R, grain);
   char* mine = scratchHalf(c.scratch, c, m);
   for (std::uint64_t k = 0; k < rounds; ++k) {
     if (k == 0)
@@ -88,9 +89,8 @@ __global__ void __launch_bounds__(kThreads)
     else
       exchangeSignals(c, signalValue(m, k - 1, 3));  // peers are done with the previous round's slots
     const std::uint64_t base = k * roundElems, len = min(roundElems, count - base);
-    std::uint64_t chunk = (len + R - 1) / R;
-    chunk = (chunk + grain - 1) / grain * grain;
-    const Range part = splitRange(chunk, gridDim.x, blockIdx.x, grain);
+    const std::uint64_t chunk = partSize(len, R, grain);
+    const Range part = roundPart(chunk, fullChunk, gridDim.x, blockIdx.x, grain);
     // Elements [begin, end) of chunk j handled by this block, clipped to the round.
     auto clip = [&](int j) {
       const std::uint64_t b = min(j * chunk + part.begin, len), e = min(j * chunk + part.end, len);
@@ -143,6 +143,7 @@ __global__ void __launch_bounds__(kThreads)
   const int R = c.nranks, r = c.rank, next = (r + 1) % R, prev = (r + R - 1) % R;
   const std::uint64_t roundElems = slotBytes / sz * R;
   const std::uint64_t rounds = (count + roundElems - 1) / roundElems;
+  const std::uint64_t fullChunk = partSize(min(roundElems, count), R, grain);
   char* mine = scratchHalf(c.scratch, c, m);
   char* theirs = scratchHalf(c.peerScratch[next], c, m);
   auto dataReady = [&](std::uint64_t k, int step) { return signalValue(m, 16 * k + step, 1); };
@@ -161,9 +162,8 @@ __global__ void __launch_bounds__(kThreads)
       __syncthreads();
     }
     const std::uint64_t base = k * roundElems, len = min(roundElems, count - base);
-    std::uint64_t chunk = (len + R - 1) / R;
-    chunk = (chunk + grain - 1) / grain * grain;
-    const Range part = splitRange(chunk, gridDim.x, blockIdx.x, grain);
+    const std::uint64_t chunk = partSize(len, R, grain);
+    const Range part = roundPart(chunk, fullChunk, gridDim.x, blockIdx.x, grain);
     auto clip = [&](int j) {
       const std::uint64_t b = min(j * chunk + part.begin, len), e = min(j * chunk + part.end, len);
       return Range{base + b, base + e};

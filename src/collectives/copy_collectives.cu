@@ -83,7 +83,7 @@ __global__ void __launch_bounds__(kThreads) copyPush(CollectiveContext c, CopyPl
       signalAndWait(c, signalValue(m, k - 1, 3), recvMask, sendMask);
     }
     const std::uint64_t off = k * slotBytes, len = min(slotBytes, plan.bytes - off);
-    const Range part = splitRange(len, gridDim.x, blockIdx.x, 16);
+    const Range part = roundPart(len, min(slotBytes, plan.bytes), gridDim.x, blockIdx.x, 16);
     for (int i = 1; i < R; ++i) {
       const int p = (r + i) % R;
       if (sendMask >> p & 1)

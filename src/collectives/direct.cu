@@ -25,8 +25,7 @@ namespace {
 // Elements [begin, end) of chunk j when `count` elements are cut into R chunks of `grain`
 // multiples, and this block's share of it.
 FERRY_DEVICE FERRY_INLINE Range blockShare(std::uint64_t count, int R, int j, std::uint64_t grain) {
-  std::uint64_t chunk = (count + R - 1) / R;
-  chunk = (chunk + grain - 1) / grain * grain;
+  const std::uint64_t chunk = partSize(count, R, grain);
   const Range part = splitRange(chunk, gridDim.x, blockIdx.x, grain);
   return {min(j * chunk + part.begin, count), min(j * chunk + part.end, count)};
 }

@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <cstring>
 
+#include "collectives/ranges.hpp"
 #include "collectives/reduce_ops.hpp"
 #include "ferry/device/copy.hpp"
 #include "ferry/device/macros.hpp"
@@ -117,20 +118,6 @@ FERRY_DEVICE FERRY_INLINE void copyToMany(char* const* dst, int ndst, const char
   }
   for (std::uint64_t i = nvec * 16 + tid; i < bytes; i += nthreads)
     for (int d = 0; d < ndst; ++d) dst[d][i] = src[i];
-}
-
-// [begin, end) of part `i` of `parts` equal parts of n units, each a multiple of `grain`.
-struct Range {
-  std::uint64_t begin, end;
-  FERRY_HOST_DEVICE std::uint64_t size() const { return end - begin; }
-};
-FERRY_HOST_DEVICE FERRY_INLINE Range splitRange(std::uint64_t n, std::uint64_t parts, std::uint64_t i,
-                                                std::uint64_t grain) {
-  std::uint64_t per = (n + parts - 1) / parts;
-  per = (per + grain - 1) / grain * grain;
-  std::uint64_t b = i * per < n ? i * per : n;
-  std::uint64_t e = b + per < n ? b + per : n;
-  return {b, e};
 }
 
 }  // namespace ferry

@@ -61,7 +61,7 @@ __global__ void __launch_bounds__(kThreads)
     else
       exchangeSignals(c, signalValue(m, k - 1, 3));
     const std::uint64_t base = k * roundElems, len = min(roundElems, count - base);
-    const Range part = splitRange(len, gridDim.x, blockIdx.x, grain);
+    const Range part = roundPart(len, min(roundElems, count), gridDim.x, blockIdx.x, grain);
     for (int i = 1; i < R; ++i) {
       const int p = (r + i) % R;
       copy(scratchHalf(c.peerScratch[p], c, m) + r * slotBytes + part.begin * sz,

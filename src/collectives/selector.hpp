@@ -38,7 +38,8 @@ struct TuningRow {
   bool matches(const CollectiveCall& call) const;
 };
 
-// The built-in table: measured on 4x H200 (NVSwitch); see docs/collectives.md.
+// The built-in table: rows for two ranks measured on 2x H200, the general rows on 4x H200 (both
+// NVSwitch); see docs/collectives.md.
 std::vector<TuningRow> defaultTuning();
 
 // Parses a tuning file's text; Error(InvalidUsage) naming `source`, the row and the field for

@@ -141,6 +141,28 @@ TEST_P(DefaultSelection, RegisteredBuffersGoDirectAboveLL) {
   }
 }
 
+// Two ranks have their own measured rows: LL to 1 MiB on any buffers; on registered ones the
+// scratch kernels or the copy engine where zero-copy lost. Other world sizes keep the general rows.
+TEST(DefaultTuning, TwoRanksFollowTheirMeasurement) {
+  const Selector s(defaultTuning());
+  const CommLimits two{2, 1 << 20, 64 << 20};
+  auto call = [](Collective c, std::uint64_t bytes, int worldSize, bool registered) {
+    CollectiveCall x = callOf(c, 1, worldSize);
+    x.count = bytes / x.bytes();
+    if (registered) x.sendId = x.recvId = 1;
+    return x;
+  };
+  EXPECT_EQ(selected(s, call(Collective::AllReduce, 1 << 20, 2, false), two), "allreduce_ll");
+  EXPECT_EQ(selected(s, call(Collective::AllReduce, 1 << 20, 4, false)), "allreduce_two_shot");
+  EXPECT_EQ(selected(s, call(Collective::AllReduce, 1ull << 30, 2, true), two), "allreduce_two_shot");
+  EXPECT_EQ(selected(s, call(Collective::AllReduce, 1ull << 30, 4, true)), "allreduce_direct");
+  EXPECT_EQ(selected(s, call(Collective::AllGather, 2 << 20, 2, true), two), "allgather_push");
+  EXPECT_EQ(selected(s, call(Collective::AllGather, 1ull << 30, 2, true), two), "allgather_ce");
+  EXPECT_EQ(selected(s, call(Collective::AllGather, 1ull << 30, 2, false), two), "allgather_push");
+  EXPECT_EQ(selected(s, call(Collective::Broadcast, 32 << 20, 2, true), two), "broadcast_push");
+  EXPECT_EQ(selected(s, call(Collective::Reduce, 1ull << 30, 2, true), two), "reduce_two_shot");
+}
+
 TEST(Selector, DirectBroadcastOffTheRootNeedsOnlyTheRecvRegistered) {
   const Selector s(defaultTuning());
   CollectiveCall call = callOfBytes(Collective::Broadcast, 64 << 20);
