@@ -146,21 +146,26 @@ struct Comm::Impl {
                                                " exceeds maxBlocks " + std::to_string(o.maxBlocks));
   }
 
-  // The ranks' kernels pair up block by block, so every rank takes the tightest bounds any asked for.
+  // The ranks' kernels pair up block by block, so every rank takes the tightest bounds any asked for
+  // (the plans' lanes too: FERRY_PLAN_LANES is read by each process).
   void agreeOnBlockLimits(const CommOptions& o) {
     struct Bounds {
-      int lo, hi;
+      int lo, hi, lanes;
     };
     std::vector<Bounds> all(static_cast<std::size_t>(bootstrap->size()));
-    all[static_cast<std::size_t>(bootstrap->rank())] = {std::clamp(o.minBlocks, 1, kMaxBlocks),
-                                                        o.maxBlocks == 0 ? kMaxBlocks : std::min(o.maxBlocks, kMaxBlocks)};
+    const auto lanes = static_cast<int>(std::clamp<std::int64_t>(env().planLanes, 1, kMaxBlocks));
+    all[static_cast<std::size_t>(bootstrap->rank())] = {
+        std::clamp(o.minBlocks, 1, kMaxBlocks),
+        o.maxBlocks == 0 ? kMaxBlocks : std::min(o.maxBlocks, kMaxBlocks), lanes};
     bootstrap->allGather(all.data(), sizeof(Bounds));
-    int lo = 1, hi = kMaxBlocks;
+    int lo = 1, hi = kMaxBlocks, planLanes = kMaxBlocks;
     for (const Bounds& b : all) {
       lo = std::max(lo, b.lo);
       hi = std::min(hi, b.hi);
+      planLanes = std::min(planLanes, b.lanes);
     }
     resources->setBlockLimits(std::min(lo, hi), hi);
+    resources->setPlanLanes(planLanes);
     if (lo > 1 || hi < kMaxBlocks)
       FERRY_LOG(Info, Collectives) << "Comm kernels run " << std::min(lo, hi) << " to " << hi << " thread blocks";
   }

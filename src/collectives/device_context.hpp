@@ -28,7 +28,9 @@ namespace ferry {
 
 inline constexpr int kMaxRanks = 8;
 inline constexpr int kMaxBlocks = 128;
-inline constexpr int kFlagSlots = 1 + kMaxBlocks;
+// Flag rows: 0 for call starts, 1 + b for block b of a native kernel, and the executor's rows for
+// its channels in every lane (executor/rank_program.hpp), which take the most.
+inline constexpr int kFlagSlots = 4096;
 
 struct CallState {
   std::uint64_t epoch;        // calls completed on this rank
@@ -70,6 +72,7 @@ struct CollectiveContext {
   int op = 0;  // which collective, for timeout reports (Collective)
   int minBlocks = 1;           // host only: bounds on a kernel's blocks (CommOptions)
   int maxBlocks = kMaxBlocks;
+  int planLanes = 1;  // host only: the most lanes a plan's thread block may run in (FERRY_PLAN_LANES)
   const executor::DevicePlans* plans = nullptr;  // host only: the loaded plans, uploaded here
   CopyEngine* copyEngine = nullptr;              // host only: the Comm's (copy_engine_host.hpp)
 };

@@ -11,6 +11,9 @@
 // Signals: a channel's n-th signal in call m stores signalValue(m, n, 1) in its flag row of the
 // peer's flags; the n-th wait waits for at least that. LL packets carry the call number as flag.
 // Avg runs the plan with sum and divides each rank's output once at the end.
+//
+// Lanes (rank_program.hpp): with L lanes, block b runs thread block b / L of the program as lane
+// b % L, on part b % L of every chunk, with channel rows of its own.
 #include "collectives/copy_engine.hpp"
 #include "collectives/copy_engine_host.hpp"
 #include "collectives/direct_call.cuh"
@@ -22,6 +25,9 @@
 
 namespace ferry::executor {
 namespace {
+
+static_assert(laneFlagRow(kMaxChannelSlots, kMaxLanes - 1) < kFlagSlots,
+              "the lanes' channel rows must fit the flags");
 
 constexpr int kInput = static_cast<int>(BufferKind::Input);
 constexpr int kOutput = static_cast<int>(BufferKind::Output);
@@ -37,6 +43,7 @@ struct ExecArgs {
   std::uint64_t scratchStride = 0;   // bytes from one scratch chunk to the next
   std::uint64_t outputElements = 0;  // for avg
   CopyEngineHandle ce;  // for the ops of port channels (ExecOp::proxy)
+  int lanes = 1;
   bool merge = false;  // a multi-chunk reference is one contiguous piece everywhere
   bool direct = false;
   bool ll = false;
@@ -70,12 +77,25 @@ FERRY_DEVICE FERRY_INLINE std::uint64_t pieceElements(const ExecArgs& a, const E
   return a.geometry.chunkElements;
 }
 
-// Calls f(j, elements) for each contiguous piece of an op whose references span `count` chunks.
+// Calls f(j, first, elements) for each contiguous piece of this lane's part of an op whose
+// references span `count` chunks: elements [first, first + elements) from the start of chunk j.
+// One lane takes a piece whole; with several, each chunk is cut the same way in every op (by the
+// full chunk length, whatever this chunk holds), so an element belongs to the same lane throughout.
 template <class F>
 FERRY_DEVICE FERRY_INLINE void forPieces(const ExecArgs& a, const ExecRef* const* refs, int nrefs, int count, F&& f) {
   const std::uint64_t n = static_cast<std::uint64_t>(count);
-  const std::uint64_t pieces = a.merge ? 1 : n, per = a.merge ? n : 1;
-  for (std::uint64_t p = 0; p < pieces; ++p) f(p * per, pieceElements(a, refs, nrefs, p * per, per));
+  if (a.lanes == 1) {
+    const std::uint64_t pieces = a.merge ? 1 : n, per = a.merge ? n : 1;
+    for (std::uint64_t p = 0; p < pieces; ++p) f(p * per, 0, pieceElements(a, refs, nrefs, p * per, per));
+    return;
+  }
+  const std::uint64_t lane = blockIdx.x % static_cast<unsigned>(a.lanes);
+  const std::uint64_t grain = 16 / a.elementBytes;
+  for (std::uint64_t j = 0; j < n; ++j) {
+    const std::uint64_t len = a.merge ? a.geometry.chunkElements : pieceElements(a, refs, nrefs, j, 1);
+    const Range part = roundPart(len, a.geometry.chunkElements, static_cast<unsigned>(a.lanes), lane, grain);
+    if (part.size() > 0) f(j, part.begin, part.size());
+  }
 }
 
 // Blocks of this kernel meet here (the plan's barrier op, and the end of a call). Every block is
@@ -112,15 +132,24 @@ template <class T, ReduceOp Op>
 FERRY_DEVICE FERRY_INLINE void runOp(const ExecOp& op, const ExecArgs& a, const Bases& b, const CollectiveContext& c,
                                      std::uint64_t m) {
   const std::uint32_t tid = threadIdx.x, nt = blockDim.x;
+  const int row = laneFlagRow(op.slot, static_cast<int>(blockIdx.x % static_cast<unsigned>(a.lanes)));
   const std::uint64_t es = a.elementBytes;
   const auto kind = static_cast<OpKind>(op.kind);
+  // Element `at` of chunk j of a reference; for packets, the packet that carries it (lanes start on
+  // 16-byte grains, so on a whole packet).
+  const auto elementAt = [&](const ExecRef& r, std::uint64_t j, std::uint64_t at) {
+    return chunkAt(b, a, c, r, j) + at * es;
+  };
+  const auto packetsAt = [&](const ExecRef& r, std::uint64_t j, std::uint64_t at) {
+    return reinterpret_cast<LL16Packet*>(chunkAt(b, a, c, r, j)) + at * es / 8;
+  };
   switch (kind) {
     case OpKind::Put:
       if (op.proxy) {  // one thread asks the copy engine; the block goes on
         const ExecRef* refs[2] = {&op.src, &op.dst};
         if (tid == 0)
-          forPieces(a, refs, 2, op.src.count, [&](std::uint64_t j, std::uint64_t n) {
-            a.ce.copy(op.peer, chunkAt(b, a, c, op.dst, j), chunkAt(b, a, c, op.src, j), n * es);
+          forPieces(a, refs, 2, op.src.count, [&](std::uint64_t j, std::uint64_t at, std::uint64_t n) {
+            a.ce.copy(op.peer, elementAt(op.dst, j, at), elementAt(op.src, j, at), n * es);
           });
         break;
       }
@@ -128,8 +157,8 @@ FERRY_DEVICE FERRY_INLINE void runOp(const ExecOp& op, const ExecArgs& a, const 
     case OpKind::Get:
     case OpKind::Copy: {
       const ExecRef* refs[2] = {&op.src, &op.dst};
-      forPieces(a, refs, 2, op.src.count, [&](std::uint64_t j, std::uint64_t n) {
-        copy(chunkAt(b, a, c, op.dst, j), chunkAt(b, a, c, op.src, j), n * es, tid, nt);
+      forPieces(a, refs, 2, op.src.count, [&](std::uint64_t j, std::uint64_t at, std::uint64_t n) {
+        copy(elementAt(op.dst, j, at), elementAt(op.src, j, at), n * es, tid, nt);
       });
       break;
     }
@@ -137,11 +166,12 @@ FERRY_DEVICE FERRY_INLINE void runOp(const ExecOp& op, const ExecArgs& a, const 
       __syncthreads();
       if (tid == 0 && op.proxy) a.ce.flushStream(op.peer);  // the channel's puts have landed
       if (tid == 0)
-        atomicStore(flagCell(c.peerFlags[op.peer], op.slot, c.rank), signalValue(m, op.seq, 1), memory_order_release);
+        atomicStore(flagCell(c.peerFlags[op.peer], row, c.rank), signalValue(m, op.seq, 1),
+                    memory_order_release);
       break;
     case OpKind::Wait:
       if (tid == 0) {
-        const std::uint64_t* cell = flagCell(c.flags, op.slot, op.peer);
+        const std::uint64_t* cell = flagCell(c.flags, row, op.peer);
         const std::uint64_t want = signalValue(m, op.seq, 1);
         spinUntil([&] { return atomicLoad(cell, memory_order_acquire) >= want; }, waitContext(c, op.peer),
                   "plan: wait on a channel", want);
@@ -153,9 +183,9 @@ FERRY_DEVICE FERRY_INLINE void runOp(const ExecOp& op, const ExecArgs& a, const 
     case OpKind::Barrier: gridBarrier(c); break;
     case OpKind::PutPackets: {
       const ExecRef* refs[2] = {&op.src, &op.dst};
-      forPieces(a, refs, 2, op.src.count, [&](std::uint64_t j, std::uint64_t n) {
-        const char* src = chunkAt(b, a, c, op.src, j);
-        auto* packets = reinterpret_cast<LL16Packet*>(chunkAt(b, a, c, op.dst, j));
+      forPieces(a, refs, 2, op.src.count, [&](std::uint64_t j, std::uint64_t at, std::uint64_t n) {
+        const char* src = elementAt(op.src, j, at);
+        LL16Packet* packets = packetsAt(op.dst, j, at);
         const std::uint64_t bytes = n * es;
         for (std::uint64_t w = tid; w < (bytes + 7) / 8; w += nt)
           packets[w].write(loadWord(src, w, bytes), static_cast<std::uint32_t>(m));
@@ -166,9 +196,9 @@ FERRY_DEVICE FERRY_INLINE void runOp(const ExecOp& op, const ExecArgs& a, const 
     case OpKind::ReducePackets: {
       const ExecRef* refs[2] = {&op.src, &op.dst};
       const WaitContext ctx = waitContext(c, op.peer);
-      forPieces(a, refs, 2, op.src.count, [&](std::uint64_t j, std::uint64_t n) {
-        const auto* packets = reinterpret_cast<const LL16Packet*>(chunkAt(b, a, c, op.src, j));
-        char* dst = chunkAt(b, a, c, op.dst, j);
+      forPieces(a, refs, 2, op.src.count, [&](std::uint64_t j, std::uint64_t at, std::uint64_t n) {
+        const LL16Packet* packets = packetsAt(op.src, j, at);
+        char* dst = elementAt(op.dst, j, at);
         const std::uint64_t bytes = n * es;
         for (std::uint64_t w = tid; w < (bytes + 7) / 8; w += nt) {
           std::uint64_t v = packets[w].read(static_cast<std::uint32_t>(m), ctx);
@@ -184,12 +214,12 @@ FERRY_DEVICE FERRY_INLINE void runOp(const ExecOp& op, const ExecArgs& a, const 
       int nrefs = 0;
       refs[nrefs++] = &op.dst;
       for (int i = 0; i < op.nsrcs + op.nsends; ++i) refs[nrefs++] = &a.program.refs[op.firstRef + i];
-      forPieces(a, refs, nrefs, op.dst.count, [&](std::uint64_t j, std::uint64_t n) {
+      forPieces(a, refs, nrefs, op.dst.count, [&](std::uint64_t j, std::uint64_t at, std::uint64_t n) {
         const char* src[kMaxOpSources];
         char* dst[kMaxOpDestinations];
-        dst[0] = chunkAt(b, a, c, op.dst, j);
-        for (int i = 0; i < op.nsrcs; ++i) src[i] = chunkAt(b, a, c, *refs[1 + i], j);
-        for (int i = 0; i < op.nsends; ++i) dst[1 + i] = chunkAt(b, a, c, *refs[1 + op.nsrcs + i], j);
+        dst[0] = elementAt(op.dst, j, at);
+        for (int i = 0; i < op.nsrcs; ++i) src[i] = elementAt(*refs[1 + i], j, at);
+        for (int i = 0; i < op.nsends; ++i) dst[1 + i] = elementAt(*refs[1 + op.nsrcs + i], j, at);
         reduceSources<T, Op>(dst, 1 + op.nsends, src, op.nsrcs, c.nranks, n, tid, nt);
       });
       break;
@@ -218,7 +248,8 @@ __global__ void __launch_bounds__(kThreads) executePlan(CollectiveContext c, Exe
     b.of[p][kScratch] = a.ll ? llHalf(region, c, m) : scratchHalf(region, c, m);
   }
   __syncthreads();
-  const std::uint32_t first = a.program.tbFirst[blockIdx.x], last = a.program.tbFirst[blockIdx.x + 1];
+  const unsigned tb = blockIdx.x / static_cast<unsigned>(a.lanes);
+  const std::uint32_t first = a.program.tbFirst[tb], last = a.program.tbFirst[tb + 1];
   for (std::uint32_t i = first; i < last; ++i) {
     const ExecOp op = a.program.ops[i];
     runOp<T, Op>(op, a, b, c, m);
@@ -282,7 +313,8 @@ void launchPlan(const Plan& plan, const RankProgram& program, const DeviceProgra
     a.ce = context.copyEngine->handle();
   }
   const CollectiveContext c = forCall(context, call);
-  const auto grid = static_cast<unsigned>(program.threadBlocks());
+  a.lanes = planLanes(plan, call.bytes(), context.planLanes, context.maxBlocks);
+  const auto grid = static_cast<unsigned>(program.threadBlocks() * a.lanes);
   if (!call.reduces()) {
     executePlan<std::uint8_t, ReduceOp::Sum><<<grid, kThreads, 0, call.stream>>>(c, a);
   } else {

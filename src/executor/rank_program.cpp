@@ -4,6 +4,7 @@
 // one thread block of one rank only, which keeps its values rising (device_context.hpp).
 #include "executor/rank_program.hpp"
 
+#include <algorithm>
 #include <map>
 #include <string>
 #include <utility>
@@ -217,6 +218,20 @@ class Compiler {
 }  // namespace
 
 RankProgram compileRankProgram(const Plan& plan, int rank) { return Compiler(plan, rank).run(); }
+
+int planLanes(const Plan& plan, std::uint64_t bytes, int maxLanes, int maxBlocks) {
+  std::size_t widest = 1;
+  for (const RankPlan& r : plan.ranks) {
+    widest = std::max(widest, r.threadBlocks.size());
+    for (const Channel& ch : r.channels)
+      if (ch.type == ChannelType::Port) return 1;
+  }
+  const auto fit = static_cast<std::uint64_t>(std::min(maxBlocks, kMaxThreadBlocks)) / widest;
+  const std::uint64_t want = std::max<std::uint64_t>(1, bytes / kLaneBytes);
+  const std::uint64_t most = std::min<std::uint64_t>(
+      {static_cast<std::uint64_t>(std::max(1, maxLanes)), static_cast<std::uint64_t>(kMaxLanes), fit});
+  return static_cast<int>(std::max<std::uint64_t>(1, std::min(want, most)));
+}
 
 ChunkGeometry chunkGeometry(const Plan& plan, std::uint64_t count) {
   ChunkGeometry g;

@@ -46,6 +46,26 @@ inline constexpr int kMaxOpSources = 8;
 inline constexpr int kMaxOpDestinations = 9;
 inline constexpr int kMaxThreadBlocks = 128;
 
+// Lanes: a plan's thread block may run as several CUDA blocks (lanes), lane l doing part l of every
+// chunk each op touches (roundPart of the chunk, in whole 16-byte grains) and signalling and waiting
+// on channel rows of its own, paired with lane l of the peer's thread block. Every element of a
+// chunk then belongs to one lane in every op on every rank, so each lane is the plan itself run on
+// a slice of the data, and the verifier's proof holds lane by lane.
+inline constexpr int kMaxLanes = 32;
+inline constexpr std::uint64_t kLaneBytes = 256 << 10;  // call bytes per lane
+
+// The flag row of channel row `slot` (1 .. kMaxChannelSlots) in lane `lane`: lane 0 keeps the row;
+// the others take rows past kFinalSlot.
+FERRY_HOST_DEVICE constexpr int laneFlagRow(int slot, int lane) {
+  return lane == 0 ? slot : kFinalSlot + 1 + (lane - 1) * kMaxChannelSlots + (slot - 1);
+}
+
+// The lanes a call of `bytes` runs each thread block of `plan` in, the same on every rank: one per
+// kLaneBytes, at most `maxLanes` (FERRY_PLAN_LANES, agreed by the Comm), and within `maxBlocks`
+// (CommOptions) and kMaxThreadBlocks for the rank with the most thread blocks. 1 for plans with port
+// channels: their copies go through the copy engine, which lanes would only cut into more requests.
+int planLanes(const Plan& plan, std::uint64_t bytes, int maxLanes, int maxBlocks);
+
 struct RankProgram {
   std::vector<ExecOp> ops;
   std::vector<ExecRef> refs;

@@ -10,10 +10,13 @@
 #include <fstream>
 #include <functional>
 #include <nlohmann/json.hpp>
+#include <set>
 #include <string>
 
+#include "collectives/device_context.hpp"
 #include "collectives/selector.hpp"
 #include "executor/plan_algorithm.hpp"
+#include "executor/rank_program.hpp"
 #include "expect_contains.hpp"
 #include "ferry/errors.hpp"
 
@@ -173,6 +176,39 @@ TEST(RankProgram, NoPacketsInASimplePlan) {
   Json plan = packets();
   plan["protocol"] = "Simple";
   EXPECT_CONTAINS(refusal(plan, 0), "packet op in a Simple-protocol plan");
+}
+
+// One lane per 256 KiB of the call, within FERRY_PLAN_LANES, the Comm's blocks (for the rank with
+// the most thread blocks) and kMaxLanes; plans with port channels run as written.
+TEST(PlanLanes, FollowTheSizeWithinEveryBound) {
+  const Plan plan = loadPlan(twoShot().dump());  // one thread block a rank
+  EXPECT_EQ(planLanes(plan, 1 << 10, 32, 128), 1);
+  EXPECT_EQ(planLanes(plan, 1 << 20, 32, 128), 4);
+  EXPECT_EQ(planLanes(plan, 1 << 20, 1, 128), 1);
+  EXPECT_EQ(planLanes(plan, 1ull << 30, 32, 128), 32);
+  EXPECT_EQ(planLanes(plan, 1ull << 30, 64, 128), kMaxLanes);
+  EXPECT_EQ(planLanes(plan, 1ull << 30, 32, 16), 16);
+  EXPECT_EQ(planLanes(plan, 1ull << 30, 32, 1), 1);
+  Json wide = twoShot();  // rank 1 gets a second thread block: every rank counts as two wide
+  wide["ranks"][1]["thread_blocks"].push_back(
+      {{"id", 1}, {"ops", {{{"op", "copy"}, {"src", ref("input", 0)}, {"dst", ref("output", 0)}}}}});
+  EXPECT_EQ(planLanes(loadPlan(wide.dump()), 1ull << 30, 32, 16), 8);
+  Json port = twoShot();
+  for (int r = 0; r < 2; ++r) port["ranks"][r]["channels"][1]["type"] = "port";
+  EXPECT_EQ(planLanes(loadPlan(port.dump()), 1ull << 30, 32, 128), 1);
+}
+
+// Every (channel row, lane) has a flag row of its own, clear of the call-start and final rows.
+TEST(PlanLanes, EachLaneHasItsOwnFlagRows) {
+  std::set<int> rows;
+  for (int lane = 0; lane < kMaxLanes; ++lane)
+    for (int slot = 1; slot <= kMaxChannelSlots; ++slot) {
+      const int row = laneFlagRow(slot, lane);
+      EXPECT_TRUE(rows.insert(row).second) << "slot " << slot << " lane " << lane;
+      EXPECT_NE(row, 0);
+      EXPECT_NE(row, kFinalSlot);
+      EXPECT_LT(row, kFlagSlots);
+    }
 }
 
 TEST(ChunkGeometry, EvenAndUnevenCounts) {
