@@ -252,10 +252,10 @@ TEST_P(GpuCollectives, EveryAlgorithmTypeOpAndPlacement) {
   }, {std::chrono::seconds(900)});
 }
 
-// Calls of about nine rounds and a short tenth, back to back, through every algorithm that runs in
-// rounds through the scratch slots. Their blocks drift apart by rounds; the short round must not
-// move a block into slot bytes that another block of a peer still reads (ranges.hpp's roundPart:
-// on two GPUs it once did, and a few hundred elements came out wrong).
+// Calls of many rounds (9 to 19 here, by algorithm) and a short last one, back to back, through
+// every algorithm that runs in rounds through the scratch slots. Their blocks drift apart by
+// rounds; the short round must not move a block into slot bytes that another block of a peer still
+// reads (ranges.hpp's roundPart: on two GPUs it once did, and a few hundred elements came out wrong).
 TEST_P(GpuCollectives, ManyRoundsEndingShort) {
   const int n = GetParam();
   UniqueId id = UniqueId::create();
@@ -271,7 +271,7 @@ TEST_P(GpuCollectives, ManyRoundsEndingShort) {
         r.comm->setAlgorithm(coll, algo);
         for (DataType t : {DataType::Int32, DataType::BFloat16}) {
           for (int repeat = 0; repeat < 6; ++repeat) {
-            // 1 MiB of scratch (kEnvironmentSet): about 4.9 MB per rank is nine rounds and a bit.
+            // 1 MiB of scratch (kEnvironmentSet): about 4.9 MB per rank is many rounds.
             const std::size_t count =
                 4'900'000 / sizeOf(t) / (coll == Collective::AllGather ? n : 1) + 7 * repeat;
             CallShape s{coll, t, ReduceOp::Sum, count, rank, n, repeat % n, 5000u + calls};
