@@ -55,7 +55,8 @@ FERRY_API std::optional<Collective> parseCollective(std::string_view name) noexc
 // from one block) (0: ferry's own choice, at most 128). The Comm uses the tightest bounds any rank
 // asked for (the ranks' kernels pair up block by block). Algorithms that need more blocks than
 // maxBlocks (the copy-engine reductions need 17, a plan one per thread block) are not chosen;
-// forcing one is an error. send/recv kernels are not bounded.
+// forcing one is an error. A group of sends and recvs (one kernel) shares this rank's maxBlocks
+// among its peers and directions, at least one block each.
 struct CommOptions {
   int minBlocks = 0;
   int maxBlocks = 0;

@@ -12,6 +12,7 @@
 #include "collectives/comm_resources.hpp"
 #include "collectives/copy_engine_host.hpp"
 #include "collectives/p2p.hpp"
+#include "collectives/p2p_group.hpp"
 #include "collectives/premul_sum.hpp"
 #include "collectives/selector.hpp"
 #include "collectives/staging.hpp"
@@ -89,6 +90,7 @@ struct Comm::Impl {
   std::unique_ptr<CommResources> resources;
   std::unique_ptr<P2PResources> p2p;
   int p2pResidentBlocks = 0;  // blocks of the send/recv kernel that fit on the GPU at once
+  int p2pMaxBlocks = 0;       // this rank's CommOptions::maxBlocks (0: none); the ranks need not agree
   // Before the registry: freed after it has dropped their registrations.
   std::unique_ptr<Staging> staging;  // registered stand-ins for unregistered calls that need them
   PreMulScratch preMulScratch;       // scaled inputs of PreMulSum reduceScatters and reduces
@@ -121,6 +123,7 @@ struct Comm::Impl {
       FERRY_CUDA_CHECK(cudaDeviceGetStreamPriorityRange(&least, &greatest));
       FERRY_CUDA_CHECK(cudaStreamCreateWithPriority(&control, cudaStreamNonBlocking, greatest));
       p2pResidentBlocks = ferry::p2pResidentBlocks();
+      p2pMaxBlocks = options.maxBlocks;
       preloadKernelsOnce(device);
       registry = std::make_unique<BufferRegistry>(communicator);
       staging = std::make_unique<Staging>(*registry);
@@ -249,64 +252,21 @@ struct Comm::Impl {
     if (groupDepth == 0) runGroup();
   }
 
-  // Queues the pending sends and recvs: the pairs of a rank with itself as copies, the rest as one
-  // kernel. Checks everything before queuing anything; the group is gone either way.
+  // Queues the pending sends and recvs, the pairs of a rank with itself included, as one kernel.
+  // Checks everything before queuing anything; the group is gone either way.
   void runGroup() {
     std::vector<PeerCall> calls;
     calls.swap(pending);
     std::erase_if(calls, [](const PeerCall& c) { return c.count == 0; });
     if (calls.empty()) return;
-    const int me = bootstrap->rank();
-    auto bad = [&](const PeerCall& c, const std::string& what) {
-      return Error(ErrorCode::InvalidUsage, describe(c) + ": " + what);
-    };
-    std::vector<const PeerCall*> selfSends, selfRecvs;
-    // One stream of messages per (peer, direction), in issue order (p2p.hpp).
-    std::vector<std::vector<const PeerCall*>> streams(2 * static_cast<std::size_t>(bootstrap->size()));
-    int toOthers = 0;
-    for (const PeerCall& c : calls) {
-      if (c.stream != calls.front().stream)
-        throw bad(c, "is on another stream than the group's first send/recv; one group uses one stream");
-      if (c.peer == me) {
-        (c.isSend ? selfSends : selfRecvs).push_back(&c);
-        continue;
-      }
-      if (++toOthers > kP2PMaxOps)
-        throw bad(c, "a group holds at most " + std::to_string(kP2PMaxOps) + " sends and recvs to other ranks");
-      streams[2 * static_cast<std::size_t>(c.peer) + (c.isSend ? 1 : 0)].push_back(&c);
-    }
-    P2PBatch batch;
-    for (const auto& list : streams) {
-      if (list.empty()) continue;
-      P2PStream& st = batch.stream[batch.streams++];
-      st.peer = list.front()->peer;
-      st.isSend = list.front()->isSend;
-      st.firstMessage = batch.messages;
-      st.firstBlock = batch.blocks;
-      for (const PeerCall* c : list) {
-        batch.message[batch.messages++] = {static_cast<char*>(const_cast<void*>(c->buffer)), c->bytes()};
-        st.blocks = std::max(st.blocks, p2pLanes(c->bytes()));
-      }
-      st.messages = batch.messages - st.firstMessage;
-      batch.blocks += st.blocks;
-    }
-    if (batch.blocks > p2pResidentBlocks)
-      throw bad(calls.front(), "the group's sends and recvs need " + std::to_string(batch.blocks) +
-                                   " thread blocks at once, more than fit on this GPU (" +
-                                   std::to_string(p2pResidentBlocks) + "); split it into smaller groups");
-    for (std::size_t i = 0; i < std::max(selfSends.size(), selfRecvs.size()); ++i) {
-      if (i >= selfRecvs.size()) throw bad(*selfSends[i], "has no matching recv from this rank in the same group");
-      if (i >= selfSends.size()) throw bad(*selfRecvs[i], "has no matching send from this rank in the same group");
-      if (selfSends[i]->bytes() != selfRecvs[i]->bytes())
-        throw bad(*selfRecvs[i], "receives " + std::to_string(selfRecvs[i]->bytes()) + " bytes but the matching send has " +
-                                     std::to_string(selfSends[i]->bytes()));
-    }
+    // A Comm of one rank has no send/recv kernel: all it can hold is copies to itself.
+    const P2PBatch batch = planP2PGroup(calls, p2p ? p2pResidentBlocks : 1, p2pMaxBlocks);
     DeviceScope scope(device);
-    const cudaStream_t stream = calls.front().stream;
-    for (std::size_t i = 0; i < selfSends.size(); ++i)
-      FERRY_CUDA_CHECK(cudaMemcpyAsync(const_cast<void*>(selfRecvs[i]->buffer), selfSends[i]->buffer,
-                                       selfSends[i]->bytes(), cudaMemcpyDeviceToDevice, stream));
-    if (batch.streams > 0) launchP2P(batch, p2p->context(), stream);
+    if (p2p) return launchP2P(batch, p2p->context(), calls.front().stream);
+    for (int i = 0; i < batch.messages; ++i)
+      FERRY_CUDA_CHECK(cudaMemcpyAsync(batch.message[i].buffer, batch.message[i].source,
+                                       batch.message[i].bytes, cudaMemcpyDeviceToDevice,
+                                       calls.front().stream));
   }
 };
 

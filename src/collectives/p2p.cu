@@ -1,5 +1,5 @@
-// The send/recv kernel: every block is one lane of one send or recv of a group (p2p.hpp says how
-// lanes, chunks and the two counters work).
+// The send/recv kernel: every block serves one stream of a group, some of the lanes of each of its
+// messages (p2p.hpp says how lanes, chunks and the two counters work).
 #include "collectives/launch.hpp"
 #include "collectives/p2p.hpp"
 #include "core/cuda_check.hpp"
@@ -70,17 +70,22 @@ __global__ void __launch_bounds__(kP2PThreads, 2) p2pKernel(P2PContext c, P2PBat
   int k = 0;
   while (k + 1 < batch.streams && batch.stream[k + 1].firstBlock <= static_cast<int>(blockIdx.x)) ++k;
   const P2PStream& s = batch.stream[k];
-  const int lane = static_cast<int>(blockIdx.x) - s.firstBlock;
+  const int block = static_cast<int>(blockIdx.x) - s.firstBlock;
   for (int i = 0; i < s.messages; ++i) {
     const P2PMessage& msg = batch.message[s.firstMessage + i];
     const int lanes = p2pLanes(msg.bytes);
-    if (lane >= lanes) continue;  // a small message leaves this lane's total where it is
-    const Lane part = laneOf(msg.bytes, lanes, lane);
-    if (s.isSend)
-      sendLane(c, s.peer, msg.buffer, lane, part);
-    else
-      recvLane(c, s.peer, msg.buffer, lane, part);
-    __syncthreads();  // thread 0's new total is what every thread reads for the next message
+    // A lane this message does not have leaves that lane's total where it is.
+    for (int lane = block; lane < lanes; lane += s.blocks) {
+      const Lane part = laneOf(msg.bytes, lanes, lane);
+      switch (s.kind) {
+        case P2PKind::Send: sendLane(c, s.peer, msg.buffer, lane, part); break;
+        case P2PKind::Recv: recvLane(c, s.peer, msg.buffer, lane, part); break;
+        case P2PKind::Copy:
+          copy(msg.buffer + part.begin, msg.source + part.begin, part.bytes, threadIdx.x, blockDim.x);
+          break;
+      }
+      __syncthreads();  // thread 0's new total is what every thread reads for the next lane
+    }
   }
 }
 

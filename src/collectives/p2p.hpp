@@ -2,21 +2,25 @@
 // Point-to-point: send and recv between two ranks of a Comm, through an inbox each rank keeps for
 // every peer (one allocation per rank, mapped by every peer, made with the Comm).
 //
-// A message is cut into lanes (one thread block each, the same number on both sides, decided by
-// its size alone) and each lane into chunks of kP2PChunkBytes. Lane l from rank s to rank r is a
-// ring of kP2PSlots chunk slots in r's inbox with two counters that only grow: `arrived` (in r's
-// memory, written by s: chunks written so far) and `acked` (in s's memory, written by r: chunks
-// copied out so far). The sender writes chunk g into slot g % kP2PSlots once acked >= g + 1 -
-// kP2PSlots; the receiver copies it out once arrived >= g + 1. Each side also keeps its own
-// running total per (peer, lane), so consecutive messages continue where the last left off, also
-// across CUDA graph replays.
+// A message is cut into lanes (the same number on both sides, decided by its size alone: one per
+// kP2PLaneGrain, at most kP2PLanes) and each lane into chunks of kP2PChunkBytes. Lane l from rank s
+// to rank r is a ring of kP2PSlots chunk slots in r's inbox with two counters that only grow:
+// `arrived` (in r's memory, written by s: chunks written so far) and `acked` (in s's memory,
+// written by r: chunks copied out so far). The sender writes chunk g into slot g % kP2PSlots once
+// acked >= g + 1 - kP2PSlots; the receiver copies it out once arrived >= g + 1. Each side also
+// keeps its own running total per (peer, lane), so consecutive messages continue where the last
+// left off, also across CUDA graph replays.
 //
-// A group's sends (or recvs) with one peer form one stream of messages, taken in issue order by
-// the same blocks, lane l by block l: the running totals per (peer, lane) then advance in the same
-// order on both sides, however many messages a group holds per peer. Every block of a group is
-// one block of one kernel, and a send waiting for its receiver must never keep a recv of the same
-// group from running, so they must all be resident at once: the Comm refuses a group that needs
-// more blocks than fit on its GPU (p2pResidentBlocks).
+// A group's sends (or recvs) with one peer form one stream of messages, in issue order. Lanes are
+// the protocol; blocks are each side's own choice: a stream's B blocks take its work items
+// (message, lane) in increasing order, block b the lanes b, b + B, ... of every message. The
+// smallest unfinished item is then the current one of both its sender's block and its receiver's,
+// so it always progresses, whatever B each side chose; and the running totals per (peer, lane)
+// advance in the same order on both sides. Every block of a group is one block of one kernel, and a
+// send waiting for its receiver must never keep a recv of the same group from running, so they
+// must all be resident at once: a group shares the blocks that fit on the GPU among its streams
+// (planP2PGroup). Sends to and receives from the rank itself pair up in the group as a stream of
+// copies in the same kernel, beside the transfers.
 #include <cuda_runtime_api.h>
 
 #include <cstdint>
@@ -28,17 +32,21 @@
 
 namespace ferry {
 
-inline constexpr int kP2PLanes = 16;
+// On 2 H200, 16 lanes of one 256-thread block each with 32 KiB chunks moved 137 GB/s: too few bytes
+// in flight, and a fence every 32 KiB. An inbox holds kP2PLanes * kP2PSlots * kP2PChunkBytes (8 MiB)
+// per sender.
+inline constexpr int kP2PLanes = 32;
 inline constexpr int kP2PSlots = 4;
-inline constexpr std::uint64_t kP2PChunkBytes = 32 << 10;
-inline constexpr int kP2PThreads = 256;
+inline constexpr std::uint64_t kP2PChunkBytes = 64 << 10;
+inline constexpr std::uint64_t kP2PLaneGrain = 32 << 10;  // message bytes per lane, below kP2PLanes lanes
+inline constexpr int kP2PThreads = 512;
 inline constexpr int kP2PMaxOps = 64;       // messages per group
-inline constexpr int kP2PMaxStreams = 2 * kMaxRanks;
+inline constexpr int kP2PMaxStreams = 2 * kMaxRanks + 1;  // (peer, direction), and the copies to self
 
-// Lanes of a message: one per chunk, at most kP2PLanes. Both sides compute it from the size.
+// Lanes of a message: one per kP2PLaneGrain, at most kP2PLanes. Both sides compute it from the size.
 FERRY_HOST_DEVICE constexpr int p2pLanes(std::uint64_t bytes) {
-  const std::uint64_t chunks = (bytes + kP2PChunkBytes - 1) / kP2PChunkBytes;
-  return chunks < 1 ? 1 : chunks > kP2PLanes ? kP2PLanes : static_cast<int>(chunks);
+  const std::uint64_t n = (bytes + kP2PLaneGrain - 1) / kP2PLaneGrain;
+  return n < 1 ? 1 : n > kP2PLanes ? kP2PLanes : static_cast<int>(n);
 }
 
 struct P2PContext {
@@ -55,18 +63,20 @@ struct P2PContext {
   const std::uint32_t* abortFlag = nullptr;  // the Comm's (CallState::aborted)
 };
 
-// One send or recv of a group, as the kernel sees it.
+// One send, recv or copy to self of a group, as the kernel sees it.
 struct P2PMessage {
-  char* buffer = nullptr;  // send: read; recv: written
+  char* buffer = nullptr;        // send: read; recv and copy: written
+  const char* source = nullptr;  // copy: read
   std::uint64_t bytes = 0;
 };
 
-// The sends (or recvs) of a group with one peer, in issue order: messages
-// [firstMessage, firstMessage + messages) of the batch, on blocks [firstBlock, firstBlock + blocks)
-// (as many as the message with the most lanes needs).
+enum class P2PKind : int { Recv, Send, Copy };
+
+// The sends (or recvs) of a group with one peer, or its copies to self, in issue order: messages
+// [firstMessage, firstMessage + messages) of the batch, on blocks [firstBlock, firstBlock + blocks).
 struct P2PStream {
   int peer = 0;
-  int isSend = 0;
+  P2PKind kind = P2PKind::Recv;
   int firstMessage = 0, messages = 0;
   int firstBlock = 0, blocks = 0;
 };
@@ -96,8 +106,7 @@ class P2PResources {
   P2PContext context_;
 };
 
-// Queues one kernel running every send and recv of the batch on `stream`. Sends to and receives
-// from this rank itself are not in the batch (the caller copies those).
+// Queues one kernel running every stream of the batch on `stream`.
 void launchP2P(const P2PBatch& batch, const P2PContext& context, cudaStream_t stream);
 // Loads the send/recv kernel into the current context (launch.hpp, preloadKernel).
 void preloadP2P();

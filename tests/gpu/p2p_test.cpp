@@ -33,10 +33,11 @@ struct Rank {
   std::shared_ptr<TcpBootstrap> boot;
   std::unique_ptr<Comm> comm;
   cudaStream_t stream = nullptr;
-  Rank(const UniqueId& id, int r, int n) : rank(r), size(n), device(rankDevice(r)) {
+  Rank(const UniqueId& id, int r, int n, const CommOptions& options = {})
+      : rank(r), size(n), device(rankDevice(r)) {
     cudaSetDevice(device);
     boot = TcpBootstrap::create(id, r, n);
-    comm = std::make_unique<Comm>(boot);
+    comm = std::make_unique<Comm>(boot, options);
     cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking);
   }
   ~Rank() { cudaStreamDestroy(stream); }
@@ -61,44 +62,58 @@ class GpuP2P : public ::testing::TestWithParam<int> {
 };
 
 // Every rank sends to every rank and receives from every rank in one group; pair (s, r) carries a
-// size of its own, from 1 byte to beyond the inbox.
+// size of its own, from 1 byte to beyond the inbox. Then again on a Comm bounded to 3 blocks per
+// group (CommOptions::maxBlocks, on one rank only): its streams' blocks each serve many lanes, while
+// its peers' serve one each.
 TEST_P(GpuP2P, GroupedAllToAllWithADifferentSizePerPair) {
   const int n = GetParam();
-  UniqueId id = UniqueId::create();
-  runRanksOk(n, [&](int rank) {
-    Rank r(id, rank, n);
-    auto pairBytes = [&](int s, int d, int round) -> std::size_t {
-      const std::size_t sizes[] = {1, 3, 1023, 40000, 70001, 3u << 20, 5 * 1024 * 1024 + 7};
-      return sizes[(s * 3 + d * 5 + round) % std::size(sizes)];
-    };
-    for (int round = 0; round < 4; ++round) {
-      std::vector<std::unique_ptr<DeviceBuffer>> sendBufs, recvBufs;
-      for (int p = 0; p < n; ++p) {
-        const auto out = message(rank, p, round, pairBytes(rank, p, round));
-        sendBufs.push_back(std::make_unique<DeviceBuffer>(r.device, out.size()));
-        cudaMemcpy(sendBufs.back()->ptr, out.data(), out.size(), cudaMemcpyHostToDevice);
-        recvBufs.push_back(std::make_unique<DeviceBuffer>(r.device, pairBytes(p, rank, round)));
-        cudaMemset(recvBufs.back()->ptr, kPoison, recvBufs.back()->bytes);
-      }
-      cudaDeviceSynchronize();
-      r.comm->groupStart();
-      for (int i = 0; i < n; ++i) {
-        // Each rank lists its peers in its own order: matching goes by pair, not by position.
-        const int p = (rank + i) % n;
-        r.comm->send(sendBufs[p]->ptr, sendBufs[p]->bytes, DataType::Uint8, p, r.stream);
-        r.comm->recv(recvBufs[(rank + n - i) % n]->ptr, recvBufs[(rank + n - i) % n]->bytes, DataType::Uint8,
-                     (rank + n - i) % n, r.stream);
-      }
-      r.comm->groupEnd();
-      ASSERT_EQ(cudaStreamSynchronize(r.stream), cudaSuccess);
-      for (int p = 0; p < n; ++p) {
-        std::vector<unsigned char> got(recvBufs[p]->bytes);
-        cudaMemcpy(got.data(), recvBufs[p]->ptr, got.size(), cudaMemcpyDeviceToHost);
-        EXPECT_EQ(wrongBytes(got, message(p, rank, round, got.size())), 0u)
-            << "round " << round << ": from rank " << p << " to rank " << rank << ", " << got.size() << " bytes";
-      }
-    }
-  }, {std::chrono::seconds(600)});
+  const UniqueId ids[] = {UniqueId::create(), UniqueId::create()};
+  runRanksOk(n,
+             [&](int rank) {
+               auto pairBytes = [&](int s, int d, int round) -> std::size_t {
+                 const std::size_t sizes[] = {
+                     1, 3, 1023, 40000, 70001, 3u << 20, 5 * 1024 * 1024 + 7, 20 * 1024 * 1024 + 9};
+                 return sizes[(s * 3 + d * 5 + round) % std::size(sizes)];
+               };
+               auto rounds = [&](Rank& r, int first) {
+                 for (int round = first; round < first + 4; ++round) {
+                   std::vector<std::unique_ptr<DeviceBuffer>> sendBufs, recvBufs;
+                   for (int p = 0; p < n; ++p) {
+                     const auto out = message(rank, p, round, pairBytes(rank, p, round));
+                     sendBufs.push_back(std::make_unique<DeviceBuffer>(r.device, out.size()));
+                     cudaMemcpy(sendBufs.back()->ptr, out.data(), out.size(), cudaMemcpyHostToDevice);
+                     recvBufs.push_back(std::make_unique<DeviceBuffer>(r.device, pairBytes(p, rank, round)));
+                     cudaMemset(recvBufs.back()->ptr, kPoison, recvBufs.back()->bytes);
+                   }
+                   cudaDeviceSynchronize();
+                   r.comm->groupStart();
+                   for (int i = 0; i < n; ++i) {
+                     // Each rank lists its peers in its own order: matching goes by pair, not by position.
+                     const int p = (rank + i) % n;
+                     r.comm->send(sendBufs[p]->ptr, sendBufs[p]->bytes, DataType::Uint8, p, r.stream);
+                     r.comm->recv(recvBufs[(rank + n - i) % n]->ptr, recvBufs[(rank + n - i) % n]->bytes,
+                                  DataType::Uint8, (rank + n - i) % n, r.stream);
+                   }
+                   r.comm->groupEnd();
+                   ASSERT_EQ(cudaStreamSynchronize(r.stream), cudaSuccess);
+                   for (int p = 0; p < n; ++p) {
+                     std::vector<unsigned char> got(recvBufs[p]->bytes);
+                     cudaMemcpy(got.data(), recvBufs[p]->ptr, got.size(), cudaMemcpyDeviceToHost);
+                     EXPECT_EQ(wrongBytes(got, message(p, rank, round, got.size())), 0u)
+                         << "round " << round << ": from rank " << p << " to rank " << rank << ", "
+                         << got.size() << " bytes";
+                   }
+                 }
+               };
+               {
+                 Rank r(ids[0], rank, n);
+                 rounds(r, 0);
+               }
+               if (::testing::Test::HasFailure()) return;
+               Rank bounded(ids[1], rank, n, CommOptions{0, rank == 0 ? 3 : 0});
+               rounds(bounded, 4);
+             },
+             {std::chrono::seconds(600)});
 }
 
 // Several messages to one peer in one group (as torch's batch_isend_irecv makes): they match the
@@ -151,7 +166,7 @@ TEST_P(GpuP2P, UngroupedStreamOfOddSizesAndOffsets) {
     const Msg msgs[] = {{DataType::Uint8, 1, 1},       {DataType::Float32, 3, 1},
                         {DataType::BFloat16, 4099, 3}, {DataType::Int64, 1 << 20, 1},
                         {DataType::Uint8, 333333, 7},  {DataType::Float16, 3 << 20, 0},
-                        {DataType::Float64, 17, 2},    {DataType::Int32, 2000000, 1}};
+                        {DataType::Float64, 17, 2},    {DataType::Int32, 5000000, 1}};
     const int from = 0, to = n - 1;
     if (rank != from && rank != to) return;
     int k = 0;
@@ -216,7 +231,7 @@ TEST_P(GpuP2P, GroupCapturedInAGraphAndReplayed) {
   UniqueId id = UniqueId::create();
   runRanksOk(n, [&](int rank) {
     Rank r(id, rank, n);
-    const std::size_t bytes = 3 << 20;  // beyond the inbox: the lanes wait on each other in the graph
+    const std::size_t bytes = 24 << 20;  // beyond the inbox: the lanes wait on each other in the graph
     DeviceBuffer out(r.device, bytes), in(r.device, bytes);
     const int next = (rank + 1) % n, prev = (rank + n - 1) % n;
     cudaGraph_t graph;
