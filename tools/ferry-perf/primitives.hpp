@@ -1,6 +1,7 @@
 #pragma once
 // ferry-perf's measurements of the data plane, one process per GPU (primitives.cu):
 //   memory_channel_round_trip   signal then wait, ranks 0 and 1, one thread each (us)
+//   memory_channel_relaxed_round_trip   the same with relaxedSignal (no fence: the flag latency)
 //   port_channel_round_trip     the same through the FIFO, the proxy and a host-memory counter (us)
 //   fifo_round_trip             push, the proxy's handler runs, sync returns; rank 0 alone (us)
 //   fifo_pickup                 a host-timed estimate of push -> handler start (us, see primitives.cu)
