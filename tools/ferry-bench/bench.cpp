@@ -262,7 +262,10 @@ class Runner {
   }
 
   void alignFerry() {
+    // Not through an allreduce forced with --algo: a plan, say, may refuse this in-place call.
+    if (!allReduceForced_.empty()) comm_->setAlgorithm(Collective::AllReduce, "");
     comm_->allReduce(barrierBuf_->ptr, barrierBuf_->ptr, 1, DataType::Float32, ReduceOp::Max, stream_);
+    if (!allReduceForced_.empty()) comm_->setAlgorithm(Collective::AllReduce, allReduceForced_);
   }
   void alignNccl() {
     nccl_->allReduce(barrierBuf_->ptr, barrierBuf_->ptr, 1, static_cast<int>(DataType::Float32),
@@ -318,7 +321,7 @@ class Runner {
     TuningChoice best{s.collective, s.type, s.count * sizeOf(s.type) * (perRank(s.collective) ? r_.worldSize : 1), ""};
     double bestUs = 1e300;
     for (const std::string& name : Comm::algorithmNames(s.collective)) {
-      comm_->setAlgorithm(s.collective, name);
+      force(s.collective, name);
       Measure m;
       try {
         s.seed = ++seed_;
@@ -332,9 +335,14 @@ class Runner {
         best.algorithm = name;
       }
     }
-    comm_->setAlgorithm(s.collective, "");
+    force(s.collective, "");
     applyForced();
     return best;
+  }
+
+  void force(Collective c, const std::string& name) {
+    comm_->setAlgorithm(c, name);
+    if (c == Collective::AllReduce) allReduceForced_ = name;
   }
 
  public:
@@ -342,7 +350,7 @@ class Runner {
     if (o_.algorithm.empty()) return;
     for (Collective c : o_.collectives) {
       const auto names = Comm::algorithmNames(c);
-      if (std::find(names.begin(), names.end(), o_.algorithm) != names.end()) comm_->setAlgorithm(c, o_.algorithm);
+      if (std::find(names.begin(), names.end(), o_.algorithm) != names.end()) force(c, o_.algorithm);
     }
   }
 
@@ -475,6 +483,7 @@ class Runner {
   cudaEvent_t start_ = nullptr, stop_ = nullptr;
   std::unique_ptr<Comm> comm_;
   std::unique_ptr<DeviceMemory> barrierBuf_;
+  std::string allReduceForced_;  // what force() set for allreduce (alignFerry steps around it)
   std::unique_ptr<NcclLibrary> nccl_;
   std::vector<BenchRow> rows_;
   std::uint64_t seed_ = 0;
