@@ -6,7 +6,8 @@
 // of the Comm's scratch (Simple) or packet region (LL), so the two-halves rule of device_context.hpp
 // keeps successive calls apart. A plan that touches peers' input or output runs in direct mode: the
 // peers' buffers come from the registrations published at the start (direct_call.cuh), and no rank
-// leaves the call before every peer is done with its buffers.
+// leaves the call before every peer is done with its buffers: the plan's own waits see to that
+// where they can (peersWaitOutAccesses), else an exchange at the end of the call.
 //
 // Signals: a channel's n-th signal in call m stores signalValue(m, n, 1) in its flag row of the
 // peer's flags; the n-th wait waits for at least that. LL packets carry the call number as flag.
@@ -46,6 +47,7 @@ struct ExecArgs {
   int lanes = 1;
   bool merge = false;  // a multi-chunk reference is one contiguous piece everywhere
   bool direct = false;
+  bool finalExchange = false;  // RankProgram::finalExchange
   bool ll = false;
   bool average = false;
 };
@@ -254,8 +256,8 @@ __global__ void __launch_bounds__(kThreads) executePlan(CollectiveContext c, Exe
     const ExecOp op = a.program.ops[i];
     runOp<T, Op>(op, a, b, c, m);
   }
-  if (a.direct || a.average) gridBarrier(c);
-  if (a.direct && blockIdx.x == 0) {
+  if (a.finalExchange || a.average) gridBarrier(c);
+  if (a.finalExchange && blockIdx.x == 0) {
     // Every block of every rank is done: the peers may let their streams reuse their buffers.
     __syncthreads();
     if (p < c.nranks && p != c.rank) {
@@ -267,7 +269,7 @@ __global__ void __launch_bounds__(kThreads) executePlan(CollectiveContext c, Exe
   }
   if (a.average) {
     if constexpr (Op == ReduceOp::Sum) {
-      if (a.direct) gridBarrier(c);  // peers' writes into this output are all in
+      if (a.finalExchange) gridBarrier(c);  // peers' writes into this output are all in
       const Range part = splitRange(a.outputElements, gridDim.x, blockIdx.x, 1);
       T* out = reinterpret_cast<T*>(a.output);
       for (std::uint64_t i = part.begin + threadIdx.x; i < part.end; i += blockDim.x)
@@ -299,6 +301,7 @@ void launchPlan(const Plan& plan, const RankProgram& program, const DeviceProgra
   a.scratchStride = a.ll ? packetBufferBytes<LL16Packet>(chunkBytes) : chunkBytes;
   a.merge = a.geometry.uniform() && (!a.ll || chunkBytes % 8 == 0);
   a.direct = program.touchesPeerBuffers;
+  a.finalExchange = program.finalExchange;
   a.average = call.reduces() && call.op == ReduceOp::Avg;
   a.outputElements = call.recvElements();
   if (a.direct) {

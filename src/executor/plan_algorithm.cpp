@@ -39,7 +39,11 @@ void PlanAlgorithm::add(Plan plan, const std::string& source) {
   // Direct mode is the whole plan's: every rank publishes its buffers when any rank uses a peer's.
   bool direct = false;
   for (const RankProgram& p : e.programs) direct = direct || p.touchesPeerBuffers;
-  for (RankProgram& p : e.programs) p.touchesPeerBuffers = direct;
+  const bool finalExchange = direct && !peersWaitOutAccesses(e.programs);
+  for (RankProgram& p : e.programs) {
+    p.touchesPeerBuffers = direct;
+    p.finalExchange = finalExchange;
+  }
   e.plan = std::move(plan);
   byWorld_.emplace(w, std::move(e));
   sources_.emplace(w, source);

@@ -233,6 +233,45 @@ int planLanes(const Plan& plan, std::uint64_t bytes, int maxLanes, int maxBlocks
   return static_cast<int>(std::max<std::uint64_t>(1, std::min(want, most)));
 }
 
+bool peersWaitOutAccesses(const std::vector<RankProgram>& programs) {
+  auto waitedFor = [&](int waiter, int signaller, const ExecOp& signal) {
+    for (const ExecOp& op : programs[static_cast<std::size_t>(waiter)].ops)
+      if (static_cast<OpKind>(op.kind) == OpKind::Wait && op.peer == signaller && op.slot == signal.slot &&
+          op.seq == signal.seq)
+        return true;
+    return false;
+  };
+  for (std::size_t me = 0; me < programs.size(); ++me) {
+    const RankProgram& prog = programs[me];
+    for (int tb = 0; tb < prog.threadBlocks(); ++tb) {
+      const std::uint32_t first = prog.tbFirst[static_cast<std::size_t>(tb)];
+      const std::uint32_t last = prog.tbFirst[static_cast<std::size_t>(tb) + 1];
+      std::vector<std::int64_t> lastAccess(programs.size(), -1);  // per peer: this block's last op on its buffers
+      for (std::uint32_t i = first; i < last; ++i) {
+        const ExecOp& op = prog.ops[i];
+        auto note = [&](const ExecRef& r) {
+          if (r.rank != kLocal && r.buffer != static_cast<std::int8_t>(BufferKind::Scratch))
+            lastAccess[static_cast<std::size_t>(r.rank)] = i;
+        };
+        note(op.src);
+        note(op.dst);
+        for (std::uint32_t k = 0; k < static_cast<std::uint32_t>(op.nsrcs + op.nsends); ++k) note(prog.refs[op.firstRef + k]);
+      }
+      for (std::size_t peer = 0; peer < programs.size(); ++peer) {
+        if (lastAccess[peer] < 0) continue;
+        bool covered = false;
+        for (std::uint32_t j = static_cast<std::uint32_t>(lastAccess[peer]) + 1; j < last && !covered; ++j) {
+          const ExecOp& op = prog.ops[j];
+          covered = static_cast<OpKind>(op.kind) == OpKind::Signal && op.peer == static_cast<int>(peer) &&
+                    waitedFor(static_cast<int>(peer), static_cast<int>(me), op);
+        }
+        if (!covered) return false;
+      }
+    }
+  }
+  return true;
+}
+
 ChunkGeometry chunkGeometry(const Plan& plan, std::uint64_t count) {
   ChunkGeometry g;
   g.groupElements = count;

@@ -74,6 +74,10 @@ struct RankProgram {
   // PlanAlgorithm::add): the call's buffers must be registered (or staged: staging.hpp), and the
   // kernel learns the peers' addresses at its start (direct mode).
   bool touchesPeerBuffers = false;
+  // Direct mode and not every access to a peer's buffers is waited out by that peer (set for every
+  // rank by PlanAlgorithm::add, from peersWaitOutAccesses): the call then ends with every rank
+  // telling every other that it is done.
+  bool finalExchange = false;
   bool usesCopyEngine = false;  // some op of this rank puts, signals or flushes on a port channel
   int threadBlocks() const { return static_cast<int>(tbFirst.size()) - 1; }
 };
@@ -89,6 +93,13 @@ struct RankProgram {
 // - a reduce has at most 8 sources, a read_reduce_copy_send at most 8 sends;
 // - at most 128 thread blocks.
 RankProgram compileRankProgram(const Plan& plan, int rank);
+
+// Whether the plan's own signals already keep every rank in the call until its peers are done with
+// its input and output: for each thread block that reads or writes peer X's input or output, a
+// later op of that block signals X, and X waits for that very signal. The executor then leaves
+// out its end-of-call exchange (one round trip between the ranks). `programs`: every rank's, in
+// rank order.
+bool peersWaitOutAccesses(const std::vector<RankProgram>& programs);
 
 // Where chunks of a call lie. Input and output are made of groups (one per rank block where the
 // collective has them: allgather's output, reducescatter's input, alltoall's both) of `groupChunks`

@@ -108,6 +108,29 @@ TEST(RankProgram, FlagRowsSequencesAndPeers) {
   EXPECT_TRUE(p.touchesPeerBuffers);  // the put into rank 0's output
 }
 
+std::vector<RankProgram> programsOf(const Json& plan) {
+  const Plan p = loadPlan(plan.dump());
+  std::vector<RankProgram> out;
+  for (int r = 0; r < p.worldSize; ++r) out.push_back(compileRankProgram(p, r));
+  return out;
+}
+
+// The end-of-call exchange is left out only where the plan's own signals keep each rank in the call
+// until its peers are done with its buffers.
+TEST(RankProgram, PeersWaitOutAccessesOnlyWhenEveryAccessIsSignalledAndWaitedFor) {
+  EXPECT_TRUE(peersWaitOutAccesses(programsOf(twoShot())));
+  Json noWait = twoShot();  // rank 1 never waits for rank 0's last signal
+  noWait["ranks"][1]["thread_blocks"][0]["ops"].erase(6);
+  EXPECT_FALSE(peersWaitOutAccesses(programsOf(noWait)));
+  Json signalFirst = twoShot();  // rank 0 signals before its put into rank 1's output
+  std::swap(opOf(signalFirst, 0, 0, 4), opOf(signalFirst, 0, 0, 5));
+  EXPECT_FALSE(peersWaitOutAccesses(programsOf(signalFirst)));
+  Json otherChannel = twoShot();  // rank 0's last signal goes to the channel rank 1 waited on before
+  opOf(otherChannel, 0, 0, 5)["channel"] = 0;
+  EXPECT_FALSE(peersWaitOutAccesses(programsOf(otherChannel)));
+  EXPECT_TRUE(peersWaitOutAccesses(programsOf(packets())));  // nothing of a peer's but scratch
+}
+
 TEST(RankProgram, SecondSignalOnAChannelCountsOn) {
   Json plan = twoShot();
   auto& ops = plan["ranks"][0]["thread_blocks"][0]["ops"];
@@ -351,6 +374,8 @@ TEST(CompiledPlans, EveryShippedProgramRunsOnTheExecutor) {
       const auto* e = a->forWorldSize(w);
       ASSERT_NE(e, nullptr);
       EXPECT_EQ(e->programs.size(), static_cast<std::size_t>(w));
+      // Every shipped direct program waits out its peers' accesses itself.
+      for (const RankProgram& p : e->programs) EXPECT_FALSE(p.finalExchange) << w << " ranks";
     }
   }
 }
