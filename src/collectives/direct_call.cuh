@@ -81,6 +81,11 @@ FERRY_DEVICE FERRY_INLINE std::uint64_t beginDirect(const CollectiveContext& c, 
   const int p = static_cast<int>(threadIdx.x);
   if (p < c.nranks && p != c.rank) {
     if (blockIdx.x == 0) {
+      // The peer reads its descriptor half (m & 1) in its blocks of call m - 2; it started call
+      // m - 1 only once every one of them was done. Almost always so already, but a rank may leave
+      // a call while some of a peer's blocks have yet to start (a plan without the end-of-call
+      // exchange), then pass a call that waits for nothing of that peer.
+      awaitPeerStarted(c, p, m);
       CallBuffers published = mine;
       published.epoch = m;
       c.peerBuffers[p][(m & 1) * kMaxRanks + c.rank] = published;

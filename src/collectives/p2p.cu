@@ -11,6 +11,10 @@
 namespace ferry {
 namespace {
 
+// Kernel parameters: 4 KiB is what every CUDA version takes.
+static_assert(sizeof(P2PContext) + sizeof(P2PBatch) <= 4096,
+              "the send/recv kernel's parameters outgrow 4 KiB");
+
 struct Lane {
   std::uint64_t begin, bytes;  // this lane's part of the message
 };

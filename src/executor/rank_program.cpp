@@ -101,7 +101,8 @@ class Compiler {
     r.rank = static_cast<std::int8_t>(rank);
     r.index = static_cast<std::int32_t>(c.index);
     r.count = static_cast<std::int32_t>(c.count);
-    if (rank != kLocal && c.buffer != BufferKind::Scratch) out_.touchesPeerBuffers = true;
+    if (rank != kLocal && c.buffer != BufferKind::Scratch)
+      out_.touchesPeerBuffers = out_.finalExchange = true;
     return r;
   }
   int peerOf(i64 channel) const { return static_cast<int>(me_.channels[static_cast<std::size_t>(channel)].peer); }
@@ -244,29 +245,30 @@ bool peersWaitOutAccesses(const std::vector<RankProgram>& programs) {
   for (std::size_t me = 0; me < programs.size(); ++me) {
     const RankProgram& prog = programs[me];
     for (int tb = 0; tb < prog.threadBlocks(); ++tb) {
-      const std::uint32_t first = prog.tbFirst[static_cast<std::size_t>(tb)];
-      const std::uint32_t last = prog.tbFirst[static_cast<std::size_t>(tb) + 1];
-      std::vector<std::int64_t> lastAccess(programs.size(), -1);  // per peer: this block's last op on its buffers
-      for (std::uint32_t i = first; i < last; ++i) {
+      // Per peer: this block has touched its input or output since its last waited-for signal to
+      // it; and a copy-engine put into it has not been flushed yet (only a port channel's signal
+      // or flush waits for the copy engine; a memory channel's signal does not).
+      std::vector<char> unsignalled(programs.size(), 0), unflushed(programs.size(), 0);
+      for (std::uint32_t i = prog.tbFirst[static_cast<std::size_t>(tb)];
+           i < prog.tbFirst[static_cast<std::size_t>(tb) + 1]; ++i) {
         const ExecOp& op = prog.ops[i];
+        const auto kind = static_cast<OpKind>(op.kind);
         auto note = [&](const ExecRef& r) {
-          if (r.rank != kLocal && r.buffer != static_cast<std::int8_t>(BufferKind::Scratch))
-            lastAccess[static_cast<std::size_t>(r.rank)] = i;
+          if (r.rank == kLocal || r.buffer == static_cast<std::int8_t>(BufferKind::Scratch)) return;
+          unsignalled[static_cast<std::size_t>(r.rank)] = 1;
+          if (op.proxy) unflushed[static_cast<std::size_t>(r.rank)] = 1;
         };
         note(op.src);
         note(op.dst);
         for (std::uint32_t k = 0; k < static_cast<std::uint32_t>(op.nsrcs + op.nsends); ++k) note(prog.refs[op.firstRef + k]);
+        if (op.peer < 0) continue;
+        const auto peer = static_cast<std::size_t>(op.peer);
+        if ((kind == OpKind::Flush || kind == OpKind::Signal) && op.proxy) unflushed[peer] = 0;
+        if (kind == OpKind::Signal && !unflushed[peer] && waitedFor(op.peer, static_cast<int>(me), op))
+          unsignalled[peer] = 0;
       }
-      for (std::size_t peer = 0; peer < programs.size(); ++peer) {
-        if (lastAccess[peer] < 0) continue;
-        bool covered = false;
-        for (std::uint32_t j = static_cast<std::uint32_t>(lastAccess[peer]) + 1; j < last && !covered; ++j) {
-          const ExecOp& op = prog.ops[j];
-          covered = static_cast<OpKind>(op.kind) == OpKind::Signal && op.peer == static_cast<int>(peer) &&
-                    waitedFor(static_cast<int>(peer), static_cast<int>(me), op);
-        }
-        if (!covered) return false;
-      }
+      for (char left : unsignalled)
+        if (left) return false;
     }
   }
   return true;

@@ -74,9 +74,9 @@ struct RankProgram {
   // PlanAlgorithm::add): the call's buffers must be registered (or staged: staging.hpp), and the
   // kernel learns the peers' addresses at its start (direct mode).
   bool touchesPeerBuffers = false;
-  // Direct mode and not every access to a peer's buffers is waited out by that peer (set for every
-  // rank by PlanAlgorithm::add, from peersWaitOutAccesses): the call then ends with every rank
-  // telling every other that it is done.
+  // Direct mode and not every access to a peer's buffers is waited out by that peer: the call then
+  // ends with every rank telling every other that it is done. compileRankProgram sets it with
+  // touchesPeerBuffers; PlanAlgorithm::add sets it for every rank alike, from peersWaitOutAccesses.
   bool finalExchange = false;
   bool usesCopyEngine = false;  // some op of this rank puts, signals or flushes on a port channel
   int threadBlocks() const { return static_cast<int>(tbFirst.size()) - 1; }
@@ -98,7 +98,8 @@ RankProgram compileRankProgram(const Plan& plan, int rank);
 // its input and output: for each thread block that reads or writes peer X's input or output, a
 // later op of that block signals X, and X waits for that very signal. The executor then leaves
 // out its end-of-call exchange (one round trip between the ranks). `programs`: every rank's, in
-// rank order.
+// rank order. A copy-engine put counts as done once a later port-channel signal or flush of the
+// block to that peer has waited for the copy engine.
 bool peersWaitOutAccesses(const std::vector<RankProgram>& programs);
 
 // Where chunks of a call lie. Input and output are made of groups (one per rank block where the

@@ -131,6 +131,22 @@ TEST(RankProgram, PeersWaitOutAccessesOnlyWhenEveryAccessIsSignalledAndWaitedFor
   EXPECT_TRUE(peersWaitOutAccesses(programsOf(packets())));  // nothing of a peer's but scratch
 }
 
+// A copy-engine put is done only once a port channel's signal or flush has waited for the copy
+// engine: a memory channel's signal after it does not cover it.
+TEST(RankProgram, CopyEnginePutsAreCoveredOnlyAfterTheCopyEngine) {
+  Json port = twoShot();
+  for (int r = 0; r < 2; ++r) port["ranks"][r]["channels"][1]["type"] = "port";
+  EXPECT_TRUE(peersWaitOutAccesses(programsOf(port)));  // put, then the port channel's signal
+  Json memorySignal = port;  // rank 0 signals the memory channel after its port put instead
+  opOf(memorySignal, 0, 0, 5)["channel"] = 0;
+  memorySignal["ranks"][1]["thread_blocks"][0]["ops"].push_back({{"op", "wait"}, {"channel", 0}});
+  EXPECT_FALSE(peersWaitOutAccesses(programsOf(memorySignal)));
+  Json flushed = memorySignal;  // ... after a flush of the port channel
+  auto& ops = flushed["ranks"][0]["thread_blocks"][0]["ops"];
+  ops.insert(ops.begin() + 5, Json{{"op", "flush"}, {"channel", 1}});
+  EXPECT_TRUE(peersWaitOutAccesses(programsOf(flushed)));
+}
+
 TEST(RankProgram, SecondSignalOnAChannelCountsOn) {
   Json plan = twoShot();
   auto& ops = plan["ranks"][0]["thread_blocks"][0]["ops"];

@@ -29,11 +29,11 @@ struct SemaphoreDeviceHandle {
                                              // signalled by a proxy (PortChannel) instead
   WaitContext wait_;
 
-  // One thread at a time (signals from several threads must be ordered among themselves, e.g. by
-  // __syncthreads or kernel boundaries). Makes this thread's earlier writes visible, then increments
-  // the peer's counter. The release store costs a system-scope fence (about 0.5 us on H200 over
-  // NVLink); to signal several peers after one write, use atomicFence(memory_order_release) once
-  // and relaxedSignal() to each.
+  // One thread at a time (signals from several threads must be ordered among themselves: within a
+  // block by __syncthreads, across blocks by a release/acquire chain or a kernel boundary). Makes this
+  // thread's earlier writes visible, then increments the peer's counter. The release store costs a
+  // system-scope fence (about 0.5 us on H200 over NVLink); to signal several peers after one write, use
+  // atomicFence(memory_order_release) once and relaxedSignal() to each.
   FERRY_HOST_DEVICE FERRY_INLINE void signal() {
     atomicStore(remoteInbound, incrementOutbound(), memory_order_release);
   }
