@@ -262,10 +262,19 @@ class Runner {
   }
 
   void alignFerry() {
-    // Not through an allreduce forced with --algo: a plan, say, may refuse this in-place call.
-    if (!allReduceForced_.empty()) comm_->setAlgorithm(Collective::AllReduce, "");
+    // Not through an allreduce forced with --algo: a plan, say, may refuse this in-place call. The
+    // forced one comes back even if the call throws, so later rows never run unforced.
+    struct Unforce {
+      Comm& comm;
+      const std::string& name;
+      explicit Unforce(Comm& c, const std::string& n) : comm(c), name(n) {
+        if (!name.empty()) comm.setAlgorithm(Collective::AllReduce, "");
+      }
+      ~Unforce() {
+        if (!name.empty()) comm.setAlgorithm(Collective::AllReduce, name);
+      }
+    } unforce(*comm_, allReduceForced_);
     comm_->allReduce(barrierBuf_->ptr, barrierBuf_->ptr, 1, DataType::Float32, ReduceOp::Max, stream_);
-    if (!allReduceForced_.empty()) comm_->setAlgorithm(Collective::AllReduce, allReduceForced_);
   }
   void alignNccl() {
     nccl_->allReduce(barrierBuf_->ptr, barrierBuf_->ptr, 1, static_cast<int>(DataType::Float32),
