@@ -316,7 +316,7 @@ void launchPlan(const Plan& plan, const RankProgram& program, const DeviceProgra
     a.ce = context.copyEngine->handle();
   }
   const CollectiveContext c = forCall(context, call);
-  a.lanes = planLanes(plan, call.bytes(), context.planLanes, context.maxBlocks);
+  a.lanes = planLanes(program, call.bytes(), context.planLanes, context.maxBlocks);
   const auto grid = static_cast<unsigned>(program.threadBlocks() * a.lanes);
   if (!call.reduces()) {
     executePlan<std::uint8_t, ReduceOp::Sum><<<grid, kThreads, 0, call.stream>>>(c, a);

@@ -74,8 +74,7 @@ std::string PlanAlgorithm::whyNot(const CollectiveCall& call, const CommLimits& 
     return p.inplace ? "the plan is for in-place calls only" : "the plan is for out-of-place calls only";
   if (p.collective == Collective::Broadcast && p.root != call.root)
     return "the plan broadcasts from rank " + std::to_string(p.root) + ", not " + std::to_string(call.root);
-  int blocks = 0;  // the most of any rank: every rank must decide alike
-  for (const RankProgram& prog : e->programs) blocks = std::max(blocks, prog.threadBlocks());
+  const int blocks = e->programs.front().widestRank;  // the most of any rank: every rank must decide alike
   if (blocks > limits.maxBlocks)
     return "it runs " + std::to_string(blocks) + " thread blocks; the Comm allows " +
            std::to_string(limits.maxBlocks) + " (CommOptions::maxBlocks, maxCTAs)";

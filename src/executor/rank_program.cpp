@@ -36,6 +36,11 @@ class Compiler {
       for (std::size_t i = 0; i < tbs[b].ops.size(); ++i) out_.ops.push_back(compile(tbs[b].ops[i], static_cast<i64>(b), static_cast<i64>(i)));
     }
     out_.tbFirst.push_back(static_cast<std::uint32_t>(out_.ops.size()));
+    for (const RankPlan& r : plan_.ranks) {
+      out_.widestRank = std::max(out_.widestRank, static_cast<int>(r.threadBlocks.size()));
+      for (const Channel& ch : r.channels)
+        out_.planHasPortChannels = out_.planHasPortChannels || ch.type == ChannelType::Port;
+    }
     return std::move(out_);
   }
 
@@ -220,14 +225,9 @@ class Compiler {
 
 RankProgram compileRankProgram(const Plan& plan, int rank) { return Compiler(plan, rank).run(); }
 
-int planLanes(const Plan& plan, std::uint64_t bytes, int maxLanes, int maxBlocks) {
-  std::size_t widest = 1;
-  for (const RankPlan& r : plan.ranks) {
-    widest = std::max(widest, r.threadBlocks.size());
-    for (const Channel& ch : r.channels)
-      if (ch.type == ChannelType::Port) return 1;
-  }
-  const auto fit = static_cast<std::uint64_t>(std::min(maxBlocks, kMaxThreadBlocks)) / widest;
+int planLanes(const RankProgram& program, std::uint64_t bytes, int maxLanes, int maxBlocks) {
+  if (program.planHasPortChannels) return 1;
+  const auto fit = static_cast<std::uint64_t>(std::min(maxBlocks, kMaxThreadBlocks) / program.widestRank);
   const std::uint64_t want = std::max<std::uint64_t>(1, bytes / kLaneBytes);
   const std::uint64_t most = std::min<std::uint64_t>(
       {static_cast<std::uint64_t>(std::max(1, maxLanes)), static_cast<std::uint64_t>(kMaxLanes), fit});

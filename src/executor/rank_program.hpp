@@ -60,12 +60,6 @@ FERRY_HOST_DEVICE constexpr int laneFlagRow(int slot, int lane) {
   return lane == 0 ? slot : kFinalSlot + 1 + (lane - 1) * kMaxChannelSlots + (slot - 1);
 }
 
-// The lanes a call of `bytes` runs each thread block of `plan` in, the same on every rank: one per
-// kLaneBytes, at most `maxLanes` (FERRY_PLAN_LANES, agreed by the Comm), and within `maxBlocks`
-// (CommOptions) and kMaxThreadBlocks for the rank with the most thread blocks. 1 for plans with port
-// channels: their copies go through the copy engine, which lanes would only cut into more requests.
-int planLanes(const Plan& plan, std::uint64_t bytes, int maxLanes, int maxBlocks);
-
 struct RankProgram {
   std::vector<ExecOp> ops;
   std::vector<ExecRef> refs;
@@ -79,8 +73,18 @@ struct RankProgram {
   // touchesPeerBuffers; PlanAlgorithm::add sets it for every rank alike, from peersWaitOutAccesses.
   bool finalExchange = false;
   bool usesCopyEngine = false;  // some op of this rank puts, signals or flushes on a port channel
+  // The whole plan's, alike on every rank (what planLanes and the block limit go by): the thread
+  // blocks of the rank with the most, and whether any rank has a port channel.
+  int widestRank = 1;
+  bool planHasPortChannels = false;
   int threadBlocks() const { return static_cast<int>(tbFirst.size()) - 1; }
 };
+
+// The lanes a call of `bytes` runs each thread block of `program`'s plan in, the same on every rank:
+// one per kLaneBytes, at most `maxLanes` (FERRY_PLAN_LANES, agreed by the Comm), and within
+// `maxBlocks` (CommOptions) and kMaxThreadBlocks for the plan's widest rank. 1 for plans with port
+// channels: their copies go through the copy engine, which lanes would only cut into more requests.
+int planLanes(const RankProgram& program, std::uint64_t bytes, int maxLanes, int maxBlocks);
 
 // Rules beyond the format, each refused with a PlanError naming rank, thread block and op:
 // - a channel end is signalled from one thread block only and waited on from one thread block only

@@ -220,7 +220,7 @@ TEST(RankProgram, NoPacketsInASimplePlan) {
 // One lane per 256 KiB of the call, within FERRY_PLAN_LANES, the Comm's blocks (for the rank with
 // the most thread blocks) and kMaxLanes; plans with port channels run as written.
 TEST(PlanLanes, FollowTheSizeWithinEveryBound) {
-  const Plan plan = loadPlan(twoShot().dump());  // one thread block a rank
+  const RankProgram plan = compileRankProgram(loadPlan(twoShot().dump()), 0);  // one thread block a rank
   EXPECT_EQ(planLanes(plan, 1 << 10, 32, 128), 1);
   EXPECT_EQ(planLanes(plan, 1 << 20, 32, 128), 4);
   EXPECT_EQ(planLanes(plan, 1 << 20, 1, 128), 1);
@@ -231,10 +231,10 @@ TEST(PlanLanes, FollowTheSizeWithinEveryBound) {
   Json wide = twoShot();  // rank 1 gets a second thread block: every rank counts as two wide
   wide["ranks"][1]["thread_blocks"].push_back(
       {{"id", 1}, {"ops", {{{"op", "copy"}, {"src", ref("input", 0)}, {"dst", ref("output", 0)}}}}});
-  EXPECT_EQ(planLanes(loadPlan(wide.dump()), 1ull << 30, 32, 16), 8);
+  EXPECT_EQ(planLanes(compileRankProgram(loadPlan(wide.dump()), 0), 1ull << 30, 32, 16), 8);
   Json port = twoShot();
   for (int r = 0; r < 2; ++r) port["ranks"][r]["channels"][1]["type"] = "port";
-  EXPECT_EQ(planLanes(loadPlan(port.dump()), 1ull << 30, 32, 128), 1);
+  EXPECT_EQ(planLanes(compileRankProgram(loadPlan(port.dump()), 0), 1ull << 30, 32, 128), 1);
 }
 
 // Every (channel row, lane) has a flag row of its own, clear of the call-start and final rows.
