@@ -9,7 +9,6 @@
 #   scripts/gpu-tables.sh bench                 # ferry-bench all, 1 KiB-1 GiB, beside NCCL
 #   scripts/gpu-tables.sh bench-registered      # the same on registered buffers (zero-copy)
 #   scripts/gpu-tables.sh plans                 # each shipped plan beside the native algorithm of its shape
-#                                               # (plans in up to GPU_TABLES_PLAN_LANES=32 lanes)
 #   scripts/gpu-tables.sh nccl-api              # ferry through libferry_nccl.so beside native ferry and NCCL
 #   scripts/gpu-tables.sh tune                  # ferry-bench --tune on registered buffers: tuning.json
 #
@@ -70,7 +69,7 @@ plan_pairs=(
 )
 
 part_plans() {
-  local n=$(( gpus == 1 ? 2 : gpus )) dir="$out/plans" rc=0 lanes=${GPU_TABLES_PLAN_LANES:-32}
+  local n=$(( gpus == 1 ? 2 : gpus )) dir="$out/plans" rc=0
   mkdir -p "$dir"
   : >"$out/plans.md"
   for pair in "${plan_pairs[@]}"; do
@@ -80,7 +79,7 @@ part_plans() {
     local common=("$coll" "${ranks[@]}" -R 1 --no-in-place --no-nccl -b 1K -e "$top" -f 4)
     # A plan may share its native's name (allreduce_ring): their results go to files of their own.
     local mine="$dir/plan_$plan" theirs="$dir/native_$native"
-    if FERRY_PLAN_DIR=$dir/$plan.json FERRY_PLAN_LANES=$lanes guarded "$bench" "${common[@]}" --algo "plan:$plan" \
+    if FERRY_PLAN_DIR=$dir/$plan.json guarded "$bench" "${common[@]}" --algo "plan:$plan" \
       --json "$mine.bench.json" >"$mine.txt" 2>&1 &&
       guarded "$bench" "${common[@]}" --algo "$native" --json "$theirs.bench.json" >"$theirs.txt" 2>&1; then
       python3 "$tables" pair "$mine.bench.json" "$theirs.bench.json" | tee -a "$out/plans.md" || rc=1
