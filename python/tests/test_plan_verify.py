@@ -5,7 +5,7 @@ import pytest
 from ferry.plan import load_plan
 from ferry.plan.verify import Finding, main, verify
 from plan_builders import (allgather, allreduce_allpairs, allreduce_packets, allreduce_two_shot, mutated,
-                           ops_of, ref)
+                           ops_of, plan_doc, ref)
 
 
 def findings_of(doc: dict) -> list[Finding]:
@@ -92,27 +92,28 @@ def test_chunk_summed_twice_is_a_wrong_result():
     # Rank 2 lists its own input twice in the final reduce.
     doc = mutated(allreduce_allpairs(4), lambda d: ops_of(d, 2)[-1]["srcs"].append(ref("input", 0)))
     found = findings_of(doc)
-    assert kinds(found) == [("wrong_result", 2, None, None)]
-    assert "extra in[2][0]" in found[0].message and "rank 2 tb 0 op 9" in found[0].message
+    assert kinds(found) == [("wrong_result", 2, 0, 9)]  # the reduce, the chunk's last writer
+    assert found[0].message.startswith("rank 2 output[0]: ") and "extra in[2][0]" in found[0].message
 
 
 def test_missing_contribution_is_a_wrong_result():
     doc = mutated(allreduce_allpairs(4), lambda d: ops_of(d, 1)[-1]["srcs"].pop(1))  # scratch[0]
     found = findings_of(doc)
-    assert kinds(found) == [("wrong_result", 1, None, None)]
+    assert kinds(found) == [("wrong_result", 1, 0, 9)]
     assert "missing in[0][0]" in found[0].message
 
 
 def test_missing_allgather_copy_leaves_garbage():
     found = findings_of(mutated(allgather(2), lambda d: ops_of(d, 1).pop(0)))
-    assert kinds(found) == [("wrong_result", 1, None, None)]
-    assert found[0].message.startswith("output[1]: expected in[1][0], found garbage(rank 1 output[1])")
+    assert kinds(found) == [("wrong_result", 1, None, None)]  # no op writes it: no op to point at
+    assert found[0].message.startswith("rank 1 output[1]: expected in[1][0], found garbage(rank 1 output[1])")
+    assert found[0].message.endswith("(no op writes it)")
 
 
 def test_overwriting_the_input_of_a_plan_that_is_not_in_place_is_a_wrong_result():
     doc = mutated(allgather(2), lambda d: ops_of(d, 0).append(
         {"op": "copy", "src": ref("output", 1), "dst": ref("input", 0)}))
-    assert kinds(findings_of(doc)) == [("wrong_result", 0, None, None)]
+    assert kinds(findings_of(doc)) == [("wrong_result", 0, 0, 4)]
 
 
 def test_inplace_allgather_aliases_input_into_output():
@@ -181,3 +182,85 @@ def test_port_put_source_reused_after_flush_is_clean():
 
 def test_port_allgather_with_signals_verifies_clean():
     assert findings_of(_port_allgather(4, lambda d: None)) == []
+
+
+def test_wrong_result_is_located_at_the_last_writer_on_another_rank():
+    # Rank 0 puts never-written scratch instead of its input: rank 1's output[0] is wrong, and the put
+    # (rank 0 tb 0 op 1) is what wrote it.
+    def edit(d):
+        d["chunks"]["scratch"] = 1
+        ops_of(d, 0)[1]["src"] = ref("scratch", 0)
+    found = findings_of(mutated(allgather(2), edit))
+    assert kinds(found) == [("wrong_result", 0, 0, 1)]
+    assert found[0].message.startswith("rank 1 output[0]: expected in[0][0], found garbage(rank 0 scratch[0])")
+    assert str(found[0]).startswith("rank 0 tb 0 op 1: wrong_result: rank 1 output[0]")
+
+
+# Port puts: the copy engine lands them some time after the put; only a flush or signal of the same
+# port channel waits for that (src/executor/executor.cu), a memory channel's signal does not.
+
+def _port_put_then_peer_reads(after_put: list, *, peer_waits_on: int = 1, tb1: list | None = None) -> dict:
+    """Allgather of 2 ranks with channel 0 a port channel and channel 1 a memory channel on each. Rank 0
+    tb 0 copies its chunk (op 0), puts it through port channel 0 into rank 1's output[0] (op 1), runs
+    ``after_put`` and waits on channel 1; ``tb1``, if given, is its tb 1. Rank 1 sends its chunk back
+    over memory channel 1, waits on channel ``peer_waits_on`` and then reads output[0] (op 4)."""
+    put, copy, sig, wait = "put", "copy", "signal", "wait"
+    r0 = [{"op": copy, "src": ref("input", 0), "dst": ref("output", 0)},
+          {"op": put, "channel": 0, "src": ref("input", 0), "dst": ref("output", 0)},
+          *after_put, {"op": wait, "channel": 1}]
+    r1 = [{"op": copy, "src": ref("input", 0), "dst": ref("output", 1)},
+          {"op": put, "channel": 1, "src": ref("input", 0), "dst": ref("output", 1)},
+          {"op": sig, "channel": 1}, {"op": wait, "channel": peer_waits_on},
+          {"op": copy, "src": ref("output", 0), "dst": ref("scratch", 0)}]
+    tbs0 = [{"id": 0, "ops": r0}] + ([{"id": 1, "ops": tb1}] if tb1 is not None else [])
+    ranks = [{"rank": r, "channels": [{"type": "port", "peer": 1 - r}, {"type": "memory", "peer": 1 - r}],
+              "thread_blocks": tbs} for r, tbs in ((0, tbs0), (1, [{"id": 0, "ops": r1}]))]
+    return plan_doc("allgather", 2, (1, 2, 1), ranks)
+
+
+FLUSH0, SIGNAL0, SIGNAL1 = {"op": "flush", "channel": 0}, {"op": "signal", "channel": 0}, {"op": "signal", "channel": 1}
+
+
+def test_port_put_ordered_by_a_memory_signal_alone_races_with_the_peer_read():
+    found = findings_of(_port_put_then_peer_reads([SIGNAL1]))
+    assert kinds(found) == [("race", 1, 0, 4), ("unflushed_put", 0, 0, 1)]
+    assert "rank 1 output[0]" in found[0].message and "port-channel put by rank 0 tb 0 op 1" in found[0].message
+    assert "no later flush or signal of that channel" in found[1].message
+
+
+def test_port_put_flushed_only_after_the_memory_signal_still_races():
+    found = findings_of(_port_put_then_peer_reads([SIGNAL1, FLUSH0]))
+    assert kinds(found) == [("race", 1, 0, 4)]
+    assert "rank 0 tb 0 op 1" in found[0].message
+
+
+def test_port_put_then_port_signal_and_wait_is_clean():
+    assert findings_of(_port_put_then_peer_reads([SIGNAL0], peer_waits_on=0)) == []
+
+
+def test_port_put_then_flush_then_memory_signal_is_clean():
+    # The flush returns once the copy engine has landed the put; the memory signal after it orders that.
+    assert findings_of(_port_put_then_peer_reads([FLUSH0, SIGNAL1])) == []
+
+
+def test_second_port_put_to_the_same_chunk_on_the_channel_lands_after_the_first():
+    again = {"op": "put", "channel": 0, "src": ref("input", 0), "dst": ref("output", 0)}
+    assert findings_of(_port_put_then_peer_reads([again, SIGNAL0], peer_waits_on=0)) == []
+
+
+def test_port_put_source_overwritten_before_the_flush_is_a_race():
+    overwrite = {"op": "copy", "src": ref("output", 0), "dst": ref("input", 0)}  # same value: ordering only
+    found = findings_of(_port_put_then_peer_reads([overwrite, FLUSH0, SIGNAL1]))
+    assert kinds(found) == [("race", 0, 0, 2)]
+    assert "source of the port-channel put by rank 0 tb 0 op 1" in found[0].message
+    assert findings_of(_port_put_then_peer_reads([FLUSH0, overwrite, SIGNAL1])) == []
+
+
+def test_flush_by_another_thread_block_covers_only_puts_ordered_before_it():
+    # Rank 0's tb 1 flushes channel 0 and signals: without the barriers the put may be queued after the
+    # flush, so nothing waits for it.
+    barrier = {"op": "barrier"}
+    unordered = _port_put_then_peer_reads([], tb1=[FLUSH0, SIGNAL1])
+    assert kinds(findings_of(unordered)) == [("race", 1, 0, 4), ("unflushed_put", 0, 0, 1)]
+    ordered = _port_put_then_peer_reads([barrier], tb1=[barrier, FLUSH0, SIGNAL1])
+    assert findings_of(ordered) == []

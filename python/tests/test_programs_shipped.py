@@ -1,12 +1,17 @@
 """Every shipped program, compiled for 2, 4 and 8 ranks, passes the plan loader and the verifier;
 a planted fault in a shipped plan is caught (so a clean result means something)."""
 
+import re
+from pathlib import Path
+
 import pytest
 
 from ferry.dsl.cli import load_program
 from ferry.plan.load import load_plan
 from ferry.plan.verify import verify
-from ferry.programs import PROGRAMS, path_of
+from ferry.programs import PROGRAM_GLOB, PROGRAMS, discover, path_of
+
+CMAKE_LISTS = Path(__file__).resolve().parents[2] / "tests" / "unit" / "CMakeLists.txt"
 
 
 @pytest.mark.parametrize("world_size", [2, 4, 8])
@@ -45,3 +50,21 @@ def test_pipelined_plan_with_a_dropped_wait_is_caught():
     waits = [i for i, o in enumerate(ops) if o["op"] == "wait"]
     ops.pop(waits[len(waits) // 2])   # the first wait of stage 1
     assert any(f.rank == 1 for f in verify(load_plan(plan)))
+
+
+def test_programs_are_discovered_from_the_directory(tmp_path):
+    for name in ("new_collective.py", "_helper.py", "__init__.py", "notes.txt", "Upper.py"):
+        (tmp_path / name).write_text("")
+    assert discover(tmp_path) == ("new_collective",)
+    assert {"allgather_port", "allreduce_ring", "alltoall_allpairs"} <= set(PROGRAMS)
+
+
+def test_programs_match_the_files_the_cpp_cross_check_compiles():
+    """The C++ side compiles what its glob finds; pytest must verify the same set, or a program could
+    run on GPUs unverified."""
+    if not CMAKE_LISTS.exists():
+        pytest.skip("not a source checkout")
+    found = re.search(r"file\(GLOB programs \$\{PROJECT_SOURCE_DIR\}/python/ferry/programs/(\S+)\)",
+                      CMAKE_LISTS.read_text())
+    assert found, f"{CMAKE_LISTS} no longer globs python/ferry/programs: update ferry.programs.PROGRAM_GLOB"
+    assert found.group(1) == PROGRAM_GLOB

@@ -64,7 +64,9 @@ class Channel:
         self._transfer("put", src, dst, tb)
 
     def signal(self, *, tb: int) -> None:
-        """Tells the peer; its matching wait then sees this thread block's earlier puts."""
+        """Tells the peer; its matching wait then sees this thread block's earlier writes. A port
+        channel's signal first waits for the channel's earlier puts to land; a memory channel's
+        signal does not wait for port puts."""
         self.program.rank(self.rank).record(tb, Op("signal", channel=self))
 
     def wait(self, *, tb: int) -> None:
@@ -80,7 +82,8 @@ class Channel:
         self.program.rank(self.rank).record(tb, Op("get", channel=self, src=src, dst=dst))
 
     def flush(self, *, tb: int) -> None:
-        """Waits until this channel's earlier puts completed (port channels)."""
+        """Waits until this channel's earlier puts have landed (port channels); a later signal of
+        this thread block, on any channel, then orders them before the peer's matching wait."""
         self._need("flush", PortChannel)
         self.program.rank(self.rank).record(tb, Op("flush", channel=self))
 

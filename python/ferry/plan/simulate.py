@@ -15,9 +15,22 @@ signal -> the matching wait, the packet write -> the unpack that consumes it, an
 join every thread block of the rank). Each chunk remembers its last write and the reads since; an
 access that is not ordered after a conflicting access of another thread block is a race.
 
-A put on a port channel is performed later by a proxy: its source may be read at any time until the
-thread block's next flush or signal on that channel. A write to the source before that (by the same
-thread block too), or not ordered after it, is a race.
+A put on a port channel only queues a copy for the host proxy (the copy engine, one stream per peer),
+which reads the source and writes the destination some time later. The executor waits for the
+copies queued so far in a port channel's ``flush`` and, before its flag store, in a port channel's
+``signal``; a memory channel's signal waits for nothing. So a port put is modelled as completing at
+the first flush or signal of its channel that it happens before (one later in its thread block, or
+in another thread block of the rank that a barrier or signal/wait orders after the put; one that
+is not may have asked the copy engine before the put was queued); until then
+- its destination chunks are in flight: any access to them (by any rank or thread block, the
+  putting one too) races with the landing copy, except a port put on the same channel ordered after
+  it, which the copy engine performs after it; at completion the write counts as done by the completing thread
+  block at that op, so a wait for that signal, or for any later signal of that block, orders it;
+- its source may still be read: a write to it (by the putting thread block too), or one not
+  ordered after the completion, is a race.
+A port put still not completed when every thread block has finished is reported: nothing waits for
+its copy, which may land after the call ends. (The executor's flush covers every copy to the peer,
+whatever the port channel; going by the channel, as docs/plan-format.md promises, is stricter.)
 """
 
 from __future__ import annotations
@@ -42,10 +55,27 @@ class Event:
 
 @dataclass
 class _Access:
-    """Who last wrote a chunk and who read it since: (thread, its own clock component, location)."""
+    """Who last wrote a chunk and who read it since: (thread, its own clock component, location).
+
+    ``landing`` is the port put whose copy into this chunk may still be in flight (see _PortPut)."""
 
     write: tuple | None = None
     reads: dict = field(default_factory=dict)
+    landing: _PortPut | None = None
+
+
+@dataclass
+class _PortPut:
+    """A put on a port channel, from when it is queued until a flush or signal of its channel completes it."""
+
+    rank: int
+    channel: int
+    gid: int                  # the putting thread and its clock component at the put
+    epoch: int
+    loc: Loc
+    sources: frozenset        # slots the copy engine may still read
+    dests: tuple              # slots it may still write
+    done: tuple | None = None  # (gid, epoch) of the completing flush or signal
 
 
 @dataclass
@@ -81,9 +111,8 @@ class Simulator:
         self.unpacked: dict[Slot, int] = {}       # scratch slot -> packet writes consumed
         self.events: list[Event] = []
         self._reported: set = set()
-        # Sources of port-channel puts: [slots, put location, (gid, epoch) once flushed or signalled].
-        self.port_reads: list[list] = []
-        self.open_port_reads: dict[tuple, list] = {}  # (rank, channel) -> entries not yet completed
+        self.port_puts: list[_PortPut] = []
+        self.open_port_puts: dict[tuple, list] = {}  # (rank, channel) -> its puts not yet completed
 
     # -- scheduling -------------------------------------------------------------------------------
 
@@ -100,6 +129,7 @@ class Simulator:
             self._event("deadlock", t, self._why_blocked(t))
         if not stuck:
             self._check_leftover_signals()
+            self._check_unfinished_port_puts()
         return not stuck
 
     def _step(self, t: _Thread) -> bool:
@@ -134,14 +164,18 @@ class Simulator:
     # -- operations -------------------------------------------------------------------------------
 
     def _op_put(self, t, op):
-        peer = self._peer(t, op.channel)
-        sources = self._slots(t.rank, op.src)
-        for s, d in zip(sources, self._slots(peer, op.dst)):
-            self._write(t, d, self._read(t, s))
-        if self._is_port(t, op.channel):
-            entry = [set(sources), self._loc(t), None]
-            self.port_reads.append(entry)
-            self.open_port_reads.setdefault((t.rank, op.channel), []).append(entry)
+        sources, dests = self._slots(t.rank, op.src), self._slots(self._peer(t, op.channel), op.dst)
+        if not self._is_port(t, op.channel):
+            for s, d in zip(sources, dests):
+                self._write(t, d, self._read(t, s))
+            return
+        put = _PortPut(t.rank, op.channel, t.gid, t.clock[t.gid], self._loc(t), frozenset(sources), tuple(dests))
+        for s, d in zip(sources, dests):
+            # Checked as a write at the put: whatever is not ordered before the put may meet the copy.
+            self._write(t, d, self._read(t, s), port_put=put)
+            self.access[d].landing = put
+        self.port_puts.append(put)
+        self.open_port_puts.setdefault((t.rank, op.channel), []).append(put)
 
     def _op_get(self, t, op):
         peer = self._peer(t, op.channel)
@@ -153,7 +187,7 @@ class Simulator:
             self._write(t, d, self._read(t, s))
 
     def _op_signal(self, t, op):
-        self._complete_port_reads(t, op.channel)  # a signal follows the landing of earlier puts
+        self._complete_port_puts(t, op.channel)  # on a port channel, the flag follows the landing
         self.signals.setdefault((t.rank, op.channel), []).append((tuple(t.clock), self._loc(t)))
 
     def _op_wait(self, t, op):
@@ -163,11 +197,23 @@ class Simulator:
         self.waits[key] = n + 1
 
     def _op_flush(self, t, op):
-        self._complete_port_reads(t, op.channel)
+        self._complete_port_puts(t, op.channel)
 
-    def _complete_port_reads(self, t, channel: int) -> None:
-        for entry in self.open_port_reads.pop((t.rank, channel), []):
-            entry[2] = (t.gid, t.clock[t.gid])
+    def _complete_port_puts(self, t, channel: int) -> None:
+        """A flush or signal of a port channel waits for the copies queued before it; a put of another
+        thread block that does not happen before it may be queued after it, so it stays open."""
+        key = (t.rank, channel)
+        still_open = []
+        for put in self.open_port_puts.get(key, []):
+            if t.clock[put.gid] < put.epoch:
+                still_open.append(put)
+                continue
+            put.done = (t.gid, t.clock[t.gid])
+            for d in put.dests:
+                acc = self.access[d]
+                if acc.landing is put:  # the copy's write happens here, as far as ordering goes
+                    acc.write, acc.landing = (t.gid, t.clock[t.gid], put.loc), None
+        self.open_port_puts[key] = still_open
 
     def _op_reduce(self, t, op):
         self._reduce_into(t, op)
@@ -214,17 +260,22 @@ class Simulator:
 
     def _read(self, t: _Thread, s: Slot) -> Value:
         acc = self.access.setdefault(s, _Access())
-        if acc.write and acc.write[0] != t.gid and t.clock[acc.write[0]] < acc.write[1]:
+        if acc.landing:
+            self._landing_race(t, s, "reads", acc.landing)
+        elif acc.write and acc.write[0] != t.gid and t.clock[acc.write[0]] < acc.write[1]:
             self._race(t, s, "reads", "write", acc.write[2])
         acc.reads[t.gid] = (t.clock[t.gid], self._loc(t))
         return self.memory.get(s, garbage(s))
 
-    def _write(self, t: _Thread, s: Slot, value: Value) -> None:
-        for sources, put_loc, done in self.port_reads:
-            if s in sources and (done is None or t.clock[done[0]] < done[1]):
-                self._port_race(t, s, put_loc)
+    def _write(self, t: _Thread, s: Slot, value: Value, port_put: _PortPut | None = None) -> None:
+        """``port_put``: the write is that port put's copy (queued now, landing later)."""
+        for put in self.port_puts:
+            if s in put.sources and (put.done is None or t.clock[put.done[0]] < put.done[1]):
+                self._port_race(t, s, put.loc)
         acc = self.access.setdefault(s, _Access())
-        if acc.write and acc.write[0] != t.gid and t.clock[acc.write[0]] < acc.write[1]:
+        if acc.landing and not _lands_before(acc.landing, port_put, t):
+            self._landing_race(t, s, "writes", acc.landing)
+        elif acc.write and acc.write[0] != t.gid and t.clock[acc.write[0]] < acc.write[1]:
             self._race(t, s, "writes", "write", acc.write[2])
         for gid, (epoch, loc) in acc.reads.items():
             if gid != t.gid and t.clock[gid] < epoch:
@@ -273,6 +324,15 @@ class Simulator:
                     f"{_where(put_loc)}, which the proxy may still be reading (flush or signal that channel "
                     f"before the source is overwritten, and order this write after it)")
 
+    def _landing_race(self, t: _Thread, s: Slot, verb: str, put: _PortPut) -> None:
+        key = (self._loc(t), put.loc)
+        if key in self._reported:
+            return
+        self._reported.add(key)
+        self._event("race", t, f"{verb} rank {s[0]} {s[1]}[{s[2]}] while the copy of the port-channel put by "
+                    f"{_where(put.loc)} may still be landing (only a flush or signal of that port channel "
+                    f"waits for it; order this access after it, e.g. by waiting for that signal)")
+
     def _why_blocked(self, t: _Thread) -> str:
         op = t.ops[t.pc]
         if op.kind == "wait":
@@ -305,6 +365,24 @@ class Simulator:
                 self.events.append(Event("unmatched_signal", (r, tb, k), r,
                                          f"signal on channel {ch} (to rank {self.plan.ranks[r].channels[ch].peer}) "
                                          f"is one of {len(sent) - consumed} that no wait consumes"))
+
+    def _check_unfinished_port_puts(self) -> None:
+        """A port put no flush or signal of its channel waits for may land after the call ends."""
+        for put in self.port_puts:
+            if put.done is None:
+                peer = self.plan.ranks[put.rank].channels[put.channel].peer
+                self.events.append(Event("unflushed_put", put.loc, put.rank,
+                                         f"put on port channel {put.channel} (to rank {peer}) that no later flush "
+                                         f"or signal of that channel waits for (none follows it in this thread "
+                                         f"block or is ordered after it): its copy may land, and read its source, "
+                                         f"after the call ends"))
+
+
+def _lands_before(earlier: _PortPut, later: _PortPut | None, t: _Thread) -> bool:
+    """Whether port put ``later``, made by ``t``, is queued behind ``earlier`` on one copy-engine stream
+    (same channel, ordered after it), which runs copies in order: its copy then lands after."""
+    return (later is not None and (earlier.rank, earlier.channel) == (later.rank, later.channel)
+            and t.clock[earlier.gid] >= earlier.epoch)
 
 
 def _where(loc: Loc) -> str:

@@ -6,7 +6,11 @@ Finding kinds:
 - ``race``: a chunk access not ordered after a conflicting access of another thread block or rank;
 - ``wrong_result``: an output chunk that is not exactly the collective's answer, or an input chunk
   that a plan that is not in-place left changed (checked only when the plan runs to completion);
+  located at the op that last wrote the chunk (rank, thread block, op; the rank may be another than
+  the chunk's, which the message names), or at the chunk's rank alone when no op writes it;
 - ``unmatched_signal``: signals that no wait consumes (they would satisfy the next launch's waits);
+- ``unflushed_put``: a put on a port channel that no later flush or signal of that channel waits for
+  (its copy may land after the call ends; see simulate.py for how port puts are modelled);
 - ``nondeterministic``: a channel end signalled (or waited on) by two thread blocks, or a scratch
   chunk that receives packets twice in one call: what such a plan computes depends on timing (which
   signal a wait pairs with; which packet an unpack sees, since LL flags tell calls apart, not writes),
@@ -101,20 +105,25 @@ def _check_result(plan: Plan, sim: Simulator) -> list[Finding]:
             s = slot(plan, r, "output", i)
             found, want = sim.memory.get(s, garbage(s)), expected_output(plan, r, i)
             if found != want:
-                findings.append(_wrong(r, f"output[{i}]", want, found, sim.last_writer(s)))
+                findings.append(_wrong(r, f"rank {r} output[{i}]", want, found, sim.last_writer(s)))
         if plan.inplace:
             continue
         for i in range(plan.chunks.input):
             s = slot(plan, r, "input", i)
             if sim.memory[s] != input_atom(r, i):
-                findings.append(_wrong(r, f"input[{i}] (the plan is not in-place, so it must stay unchanged)",
-                                       input_atom(r, i), sim.memory[s], sim.last_writer(s)))
+                what = f"rank {r} input[{i}] (the plan is not in-place, so it must stay unchanged)"
+                findings.append(_wrong(r, what, input_atom(r, i), sim.memory[s], sim.last_writer(s)))
     return findings
 
 
 def _wrong(rank: int, what: str, want, found, writer) -> Finding:
-    by = f" (last written by rank {writer[0]} tb {writer[1]} op {writer[2]})" if writer else " (never written)"
-    return Finding("wrong_result", rank, None, None, f"{what}: {describe_mismatch(want, found)}{by}")
+    """Located at the op that last wrote the chunk (where a fix usually starts), which may be another
+    rank's; a chunk the plan never wrote has only its own rank."""
+    if writer is None:
+        return Finding("wrong_result", rank, None, None,
+                       f"{what}: {describe_mismatch(want, found)} (no op writes it)")
+    return Finding("wrong_result", writer[0], writer[1], writer[2],
+                   f"{what}: {describe_mismatch(want, found)} (this op wrote it last)")
 
 
 def main(argv: list[str] | None = None) -> int:
