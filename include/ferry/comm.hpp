@@ -169,6 +169,9 @@ class FERRY_API Comm {
   std::string algorithmFor(Collective c, std::size_t bytes, DataType type, bool registered = false) const;
   // Every algorithm of c, in the registry's order.
   static std::vector<std::string> algorithmNames(Collective c);
+  // How the Comm's GPUs are joined, as tuning rows name it: "nvswitch", "nvlink", "pcie", or
+  // "unknown" (NVML could not tell, or one rank); the slowest over the ranks.
+  std::string topology() const;
 
   struct Impl;
 

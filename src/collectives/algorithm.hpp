@@ -10,15 +10,17 @@
 
 #include "collectives/collective_call.hpp"
 #include "collectives/device_context.hpp"
+#include "collectives/fabric.hpp"
 
 namespace ferry {
 
-// Sizes of a Comm's shared buffers (CommResources), per rank.
+// Sizes of a Comm's shared buffers (CommResources), per rank, and how its GPUs are joined.
 struct CommLimits {
   int worldSize = 1;
   std::uint64_t llSlotDataBytes = 0;  // data one LL packet slot carries (half its bytes)
   std::uint64_t scratchHalfBytes = 0;
   int maxBlocks = kMaxBlocks;  // the most thread blocks a kernel of the Comm may have (CommOptions)
+  Fabric fabric = Fabric::Unknown;  // how the Comm's GPUs are joined (fabric.hpp)
 };
 
 class Algorithm {

@@ -117,7 +117,7 @@ struct Comm::Impl {
     FERRY_CUDA_CHECK(cudaGetDevice(&device));
     if (bootstrap->size() > 1) {
       resources = std::make_unique<CommResources>(communicator, env().llBytes, env().scratchBytes);
-      agreeOnBlockLimits(options);
+      agreeOnLimits(options);
       p2p = std::make_unique<P2PResources>(communicator, &resources->context().state->aborted);
       int least = 0, greatest = 0;
       FERRY_CUDA_CHECK(cudaDeviceGetStreamPriorityRange(&least, &greatest));
@@ -150,23 +150,28 @@ struct Comm::Impl {
   }
 
   // The ranks' kernels pair up block by block, so every rank takes the tightest bounds any asked for
-  // (the plans' lanes too: FERRY_PLAN_LANES is read by each process).
-  void agreeOnBlockLimits(const CommOptions& o) {
+  // (the plans' lanes too: FERRY_PLAN_LANES is read by each process). In the same round, the
+  // fabric: the selector must pick alike on every rank.
+  void agreeOnLimits(const CommOptions& o) {
     struct Bounds {
       int lo, hi, lanes;
+      Fabric fabric;
     };
     std::vector<Bounds> all(static_cast<std::size_t>(bootstrap->size()));
     const auto lanes = static_cast<int>(std::clamp<std::int64_t>(env().planLanes, 1, kMaxBlocks));
     all[static_cast<std::size_t>(bootstrap->rank())] = {
         std::clamp(o.minBlocks, 1, kMaxBlocks),
-        o.maxBlocks == 0 ? kMaxBlocks : std::min(o.maxBlocks, kMaxBlocks), lanes};
+        o.maxBlocks == 0 ? kMaxBlocks : std::min(o.maxBlocks, kMaxBlocks), lanes, localFabric(device)};
     bootstrap->allGather(all.data(), sizeof(Bounds));
     int lo = 1, hi = kMaxBlocks, planLanes = kMaxBlocks;
+    std::vector<Fabric> fabrics;
     for (const Bounds& b : all) {
       lo = std::max(lo, b.lo);
       hi = std::min(hi, b.hi);
       planLanes = std::min(planLanes, b.lanes);
+      fabrics.push_back(b.fabric);
     }
+    resources->setFabric(commFabric(fabrics));
     resources->setBlockLimits(std::min(lo, hi), hi);
     resources->setPlanLanes(planLanes);
     if (lo > 1 || hi < kMaxBlocks)
@@ -399,6 +404,10 @@ bool Comm::aborted() const {
 }
 
 void Comm::setAlgorithm(Collective c, std::string_view name) { impl_->selector.force(c, name); }
+
+std::string Comm::topology() const {
+  return toString(impl_->resources ? impl_->resources->limits().fabric : Fabric::Unknown);
+}
 
 std::string Comm::algorithmFor(Collective c, std::size_t bytes, DataType type, bool registered) const {
   if (worldSize() == 1) return "local_copy";

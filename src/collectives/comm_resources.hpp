@@ -34,6 +34,8 @@ class CommResources {
     context_.minBlocks = minBlocks;
     context_.maxBlocks = limits_.maxBlocks = maxBlocks;
   }
+  // @pre the same on every rank.
+  void setFabric(Fabric fabric) { limits_.fabric = fabric; }
   // @pre 1 <= lanes, the same on every rank.
   void setPlanLanes(int lanes) { context_.planLanes = lanes; }
   const CommLimits& limits() const { return limits_; }

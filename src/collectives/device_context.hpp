@@ -3,8 +3,8 @@
 // are, and the call counter. One allocation per rank (CommResources) holds, in order:
 //
 //   CallState   the epoch (calls completed) and a count of finished blocks
-//   flags       uint64 inbound flags: slot 0 holds "peer p started call m" (the epoch row), slot
-//               1 + b is block b's signal row; flags[slot * kMaxRanks + p] is written by peer p only
+//   flags       uint64 inbound flags: slot 0 holds "peer p started call m" (the start row: startWord),
+//               slot 1 + b is block b's signal row; flags[slot * kMaxRanks + p] is written by peer p only
 //   buffers     two halves of one CallBuffers per peer: where a direct (zero-copy) call's buffers
 //               are (registration.hpp), written by the peer before its start flag
 //   LL region   two halves; each holds one packet slot per sending rank
@@ -18,7 +18,15 @@
 //
 // Signal values are (epoch << 20) | (round << 3) | phase, increasing over a Comm's life, so a flag
 // is never reset and a wait is `flag >= value`.
+//
+// A start word carries, below the call's number, a digest of the call's arguments (its shape:
+// collective, count, type, op, root). Ranks whose calls differ would otherwise exchange
+// mismatched data, or write past a peer's buffer: each rank compares the shape of every peer it
+// hears from with its own, before a direct call touches a peer's buffers and at the end of every
+// call, and stops the kernel with a report on a difference. The check rides on stores and loads
+// the call makes anyway.
 #include <cstdint>
+#include <cstdio>
 
 #include "ferry/device/arch/atomics.hpp"
 #include "ferry/device/macros.hpp"
@@ -43,6 +51,15 @@ struct CallState {
   std::uint32_t ceArrived;
   std::uint32_t ceReduced;
 };
+
+inline constexpr int kShapeBits = 24;
+inline constexpr std::uint64_t kShapeMask = (std::uint64_t{1} << kShapeBits) - 1;
+
+// The start word of call m with the given shape, and the call number in one.
+FERRY_HOST_DEVICE constexpr std::uint64_t startWord(std::uint64_t m, std::uint64_t shape) {
+  return m << kShapeBits | (shape & kShapeMask);
+}
+FERRY_HOST_DEVICE constexpr std::uint64_t startedCall(std::uint64_t word) { return word >> kShapeBits; }
 
 struct CallBuffers;
 struct RegTable;
@@ -70,6 +87,9 @@ struct CollectiveContext {
   std::uint64_t scratchHalfBytes = 0;
   std::uint64_t timeoutNs = 0;
   int op = 0;  // which collective, for timeout reports (Collective)
+  // The call's shape (see startWord) and its count, for the report when a peer's shape differs.
+  std::uint64_t shape = 0;
+  std::uint64_t count = 0;
   int minBlocks = 1;           // host only: bounds on a kernel's blocks (CommOptions)
   int maxBlocks = kMaxBlocks;
   int planLanes = 1;  // host only: the most lanes a plan's thread block may run in (FERRY_PLAN_LANES)
@@ -106,21 +126,38 @@ FERRY_DEVICE FERRY_INLINE bool abortRaised(const CollectiveContext& c) {
   return *static_cast<const volatile std::uint32_t*>(&c.state->aborted) != 0;
 }
 
+// One thread: tells peer p that this rank started call m, with this call's shape.
+FERRY_DEVICE FERRY_INLINE void announceStart(const CollectiveContext& c, int p, std::uint64_t m) {
+  atomicStore(c.peerFlags[p] + c.rank, startWord(m, c.shape), memory_order_release);
+}
+
 // Every block calls this first. Returns m, the number of this call (1 for the first). Block 0
 // announces m to every peer.
 FERRY_DEVICE FERRY_INLINE std::uint64_t beginCall(const CollectiveContext& c) {
   const std::uint64_t m = c.state->epoch + 1;
   const int p = static_cast<int>(threadIdx.x);
-  if (blockIdx.x == 0 && p < c.nranks && p != c.rank)
-    atomicStore(c.peerFlags[p] + c.rank, m, memory_order_release);
+  if (blockIdx.x == 0 && p < c.nranks && p != c.rank) announceStart(c, p, m);
   return m;
 }
 
 // Called by thread p (one per peer): waits until peer p has started call m - 1 (see above).
 FERRY_DEVICE FERRY_INLINE void awaitPeerStarted(const CollectiveContext& c, int p, std::uint64_t m) {
   const std::uint64_t* flag = c.flags + p;
-  spinUntil([&] { return atomicLoad(flag, memory_order_acquire) + 1 >= m; }, waitContext(c, p),
+  spinUntil([&] { return startedCall(atomicLoad(flag, memory_order_acquire)) + 1 >= m; }, waitContext(c, p),
             "collective: peer start of previous call", m);
+}
+
+// Peer p's start word `word` says it is in call m: its shape must be this rank's.
+FERRY_DEVICE FERRY_INLINE void checkPeerShape(const CollectiveContext& c, int p, std::uint64_t word,
+                                              std::uint64_t m) {
+  if (startedCall(word) != m || (word & kShapeMask) == (c.shape & kShapeMask) || abortRaised(c)) return;
+  printf(
+      "ferry: rank %d: %s (call %llu, count %llu here): rank %d made this call with other arguments (the "
+      "collective, count, data type, reduce op or root differ); every rank must make the same calls, in the "
+      "same order, with matching arguments\n",
+      c.rank, collectiveName(c.op), static_cast<unsigned long long>(m),
+      static_cast<unsigned long long>(c.count), p);
+  __trap();
 }
 
 // Threads [0, nranks) of the block: each waits for its peer to have started call m - 1. Ends
@@ -167,8 +204,14 @@ FERRY_DEVICE FERRY_INLINE void exchangeSignals(const CollectiveContext& c, std::
 }
 
 // Every block calls this last; the last block to finish advances the epoch for the next call.
+// Block 0 checks the shape of every peer still in this call (the last threads of the block, so
+// they load beside thread 0's atomic). A peer may already be in the next call, whose word hides
+// this one's shape; whichever of a pair finishes first sees the other's.
 FERRY_DEVICE FERRY_INLINE void endCall(const CollectiveContext& c, std::uint64_t m) {
   __syncthreads();
+  const int checker = static_cast<int>(blockDim.x - 1 - threadIdx.x);
+  if (blockIdx.x == 0 && checker < c.nranks && checker != c.rank)
+    checkPeerShape(c, checker, atomicLoad(c.flags + checker, memory_order_acquire), m);
   if (threadIdx.x == 0) {
     const std::uint32_t done =
         atomicFetchAdd<std::uint32_t, cuda::thread_scope_device>(&c.state->blocksDone, 1u, memory_order_acq_rel);

@@ -89,11 +89,13 @@ FERRY_DEVICE FERRY_INLINE std::uint64_t beginDirect(const CollectiveContext& c, 
       CallBuffers published = mine;
       published.epoch = m;
       c.peerBuffers[p][(m & 1) * kMaxRanks + c.rank] = published;
-      atomicStore(c.peerFlags[p] + c.rank, m, memory_order_release);  // after the descriptor
+      announceStart(c, p, m);  // after the descriptor
     }
     const std::uint64_t* flag = c.flags + p;
-    spinUntil([&] { return atomicLoad(flag, memory_order_acquire) >= m; }, waitContext(c, p),
-              "collective: peer start of this call", m);
+    std::uint64_t word = 0;
+    spinUntil([&] { return startedCall(word = atomicLoad(flag, memory_order_acquire)) >= m; },
+              waitContext(c, p), "collective: peer start of this call", m);
+    checkPeerShape(c, p, word, m);  // before this rank touches the peer's buffers
     const CallBuffers theirs = c.buffers[(m & 1) * kMaxRanks + p];
     if (theirs.epoch != m && abortRaised(c)) {
       // The wait gave up (Comm::abort): the peer's descriptor is stale. This rank's own buffers,

@@ -54,9 +54,27 @@ void forEveryTypeOp(F&& f) {
     for (int o = 0; o < kReduceOpCount; ++o) dispatchTypeOp(static_cast<DataType>(t), static_cast<ReduceOp>(o), f);
 }
 
-// The context with the collective filled in, for timeout reports.
+// The digest of what every rank's call must agree on (device_context.hpp, startWord): the
+// collective, the count, the type, and the op and root where the collective has them. A
+// mismatch shows unless the digests collide (one chance in 2^24).
+inline std::uint64_t callShape(const CollectiveCall& call) {
+  std::uint64_t h = 0xcbf29ce484222325ull;  // FNV-1a over the fields, then a final mix
+  const auto mix = [&h](std::uint64_t v) {
+    for (int i = 0; i < 8; ++i, v >>= 8) h = (h ^ (v & 0xff)) * 0x100000001b3ull;
+  };
+  mix(static_cast<std::uint64_t>(call.collective));
+  mix(call.count);
+  mix(static_cast<std::uint64_t>(call.type));
+  mix(call.reduces() ? static_cast<std::uint64_t>(call.op) : 0);
+  mix(call.rooted() ? static_cast<std::uint64_t>(call.root) : 0);
+  return (h ^ h >> 29) & kShapeMask;
+}
+
+// The context for one call: the collective (for timeout reports) and the call's shape.
 inline CollectiveContext forCall(CollectiveContext c, const CollectiveCall& call) {
   c.op = static_cast<int>(call.collective);
+  c.shape = callShape(call);
+  c.count = call.count;
   return c;
 }
 

@@ -2,6 +2,7 @@
 // messages (p2p.hpp says how lanes, chunks and the two counters work).
 #include "collectives/launch.hpp"
 #include "collectives/p2p.hpp"
+#include "collectives/ranges.hpp"
 #include "core/cuda_check.hpp"
 #include "ferry/device/arch/atomics.hpp"
 #include "ferry/device/copy.hpp"
@@ -15,25 +16,14 @@ namespace {
 static_assert(sizeof(P2PContext) + sizeof(P2PBatch) <= 4096,
               "the send/recv kernel's parameters outgrow 4 KiB");
 
-struct Lane {
-  std::uint64_t begin, bytes;  // this lane's part of the message
-};
-
-FERRY_DEVICE FERRY_INLINE Lane laneOf(std::uint64_t bytes, int lanes, int lane) {
-  // Equal parts, multiples of 16 bytes, so that aligned buffers stay aligned in every lane.
-  std::uint64_t per = (bytes + lanes - 1) / lanes;
-  per = (per + 15) / 16 * 16;
-  const std::uint64_t b = min(lane * per, bytes), e = min(b + per, bytes);
-  return {b, e - b};
-}
-
 // One message's lane: chunks through the ring of slots, continuing the running total of
 // (peer, lane). Every thread reads the total before the first barrier of the loop; thread 0
 // advances it only after the last.
-FERRY_DEVICE FERRY_INLINE void sendLane(const P2PContext& c, int peer, const char* src, int lane, const Lane& part) {
+FERRY_DEVICE FERRY_INLINE void sendLane(const P2PContext& c, int peer, const char* src, int lane,
+                                        const Range& part) {
   std::uint64_t* total = c.sent + peer * kP2PLanes + lane;
   const std::uint64_t first = *total;
-  const std::uint64_t chunks = (part.bytes + kP2PChunkBytes - 1) / kP2PChunkBytes;
+  const std::uint64_t chunks = (part.size() + kP2PChunkBytes - 1) / kP2PChunkBytes;
   const std::uint64_t* acked = c.acked + peer * kP2PLanes + lane;
   char* inbox = c.peerInbox[peer];
   for (std::uint64_t i = 0; i < chunks; ++i) {
@@ -42,7 +32,7 @@ FERRY_DEVICE FERRY_INLINE void sendLane(const P2PContext& c, int peer, const cha
       spinUntil([&] { return atomicLoad(acked, memory_order_acquire) + kP2PSlots >= g + 1; },
                 WaitContext{c.rank, peer, c.timeoutNs, c.abortFlag}, "send: waiting for the receiver to free a slot", g);
     __syncthreads();
-    const std::uint64_t off = i * kP2PChunkBytes, len = min(kP2PChunkBytes, part.bytes - off);
+    const std::uint64_t off = i * kP2PChunkBytes, len = min(kP2PChunkBytes, part.size() - off);
     copy(inbox + p2pSlotOffset(c.rank, lane, g % kP2PSlots), src + part.begin + off, len, threadIdx.x, blockDim.x);
     __syncthreads();
     if (threadIdx.x == 0)
@@ -51,10 +41,11 @@ FERRY_DEVICE FERRY_INLINE void sendLane(const P2PContext& c, int peer, const cha
   if (threadIdx.x == 0) *total = first + chunks;
 }
 
-FERRY_DEVICE FERRY_INLINE void recvLane(const P2PContext& c, int peer, char* dst, int lane, const Lane& part) {
+FERRY_DEVICE FERRY_INLINE void recvLane(const P2PContext& c, int peer, char* dst, int lane,
+                                        const Range& part) {
   std::uint64_t* total = c.received + peer * kP2PLanes + lane;
   const std::uint64_t first = *total;
-  const std::uint64_t chunks = (part.bytes + kP2PChunkBytes - 1) / kP2PChunkBytes;
+  const std::uint64_t chunks = (part.size() + kP2PChunkBytes - 1) / kP2PChunkBytes;
   const std::uint64_t* arrived = c.arrived + peer * kP2PLanes + lane;
   for (std::uint64_t i = 0; i < chunks; ++i) {
     const std::uint64_t g = first + i;
@@ -62,7 +53,7 @@ FERRY_DEVICE FERRY_INLINE void recvLane(const P2PContext& c, int peer, char* dst
       spinUntil([&] { return atomicLoad(arrived, memory_order_acquire) >= g + 1; },
                 WaitContext{c.rank, peer, c.timeoutNs, c.abortFlag}, "recv: waiting for the sender's data", g);
     __syncthreads();
-    const std::uint64_t off = i * kP2PChunkBytes, len = min(kP2PChunkBytes, part.bytes - off);
+    const std::uint64_t off = i * kP2PChunkBytes, len = min(kP2PChunkBytes, part.size() - off);
     copy(dst + part.begin + off, c.inbox + p2pSlotOffset(peer, lane, g % kP2PSlots), len, threadIdx.x, blockDim.x);
     __syncthreads();  // every read of the slot is done before the sender may overwrite it
     if (threadIdx.x == 0) atomicStore(c.peerAcked[peer] + c.rank * kP2PLanes + lane, g + 1, memory_order_release);
@@ -80,12 +71,13 @@ __global__ void __launch_bounds__(kP2PThreads, 2) p2pKernel(P2PContext c, P2PBat
     const int lanes = p2pLanes(msg.bytes);
     // A lane this message does not have leaves that lane's total where it is.
     for (int lane = block; lane < lanes; lane += s.blocks) {
-      const Lane part = laneOf(msg.bytes, lanes, lane);
+      // Equal parts in 16-byte grains, so that aligned buffers stay aligned in every lane.
+      const Range part = splitRange(msg.bytes, lanes, lane, 16);
       switch (s.kind) {
         case P2PKind::Send: sendLane(c, s.peer, msg.buffer, lane, part); break;
         case P2PKind::Recv: recvLane(c, s.peer, msg.buffer, lane, part); break;
         case P2PKind::Copy:
-          copy(msg.buffer + part.begin, msg.source + part.begin, part.bytes, threadIdx.x, blockDim.x);
+          copy(msg.buffer + part.begin, msg.source + part.begin, part.size(), threadIdx.x, blockDim.x);
           break;
       }
       __syncthreads();  // thread 0's new total is what every thread reads for the next lane

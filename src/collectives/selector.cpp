@@ -62,9 +62,10 @@ std::array<std::string, kCollectiveCount> parseForcedAlgorithms(std::string_view
   return out;
 }
 
-bool TuningRow::matches(const CollectiveCall& call) const {
+bool TuningRow::matches(const CollectiveCall& call, Fabric commFabric) const {
   return collective == call.collective && (worldSize == 0 || worldSize == call.worldSize) &&
-         (!type || *type == call.type) && (!registered || *registered == call.registered());
+         (!type || *type == call.type) && (!registered || *registered == call.registered()) &&
+         (!fabric || *fabric == commFabric);
 }
 
 Selector::Selector(std::vector<TuningRow> rows, std::vector<const Algorithm*> plans)
@@ -97,7 +98,7 @@ const Algorithm& Selector::select(const CollectiveCall& call, const CommLimits& 
     if (a->collective() == call.collective && a->whyNot(call, limits).empty()) return *a;
   const std::uint64_t bytes = call.bytes();
   for (const TuningRow& row : rows_) {
-    if (!row.matches(call) || bytes > row.maxBytes) continue;
+    if (!row.matches(call, limits.fabric) || bytes > row.maxBytes) continue;
     const Algorithm* a = findAlgorithm(row.algorithm);
     if (a && a->whyNot(call, limits).empty()) return *a;
   }

@@ -5,8 +5,8 @@
 //   2. the first loaded plan (FERRY_PLAN_DIR) of the collective that can run the call: a plan is
 //      for one world size and a range of message sizes, and the user who loads it wants it there;
 //   3. the first row of the tuning table (FERRY_TUNING_FILE, then the built-in defaults) whose
-//      collective and world size match (and data type, and registration, where the row names
-//      them), whose maxBytes is at least the call's bytes, and whose algorithm can run the call;
+//      collective and world size match (and data type, registration and topology, where the row
+//      names them), whose maxBytes is at least the call's bytes, and whose algorithm can run the call;
 //   4. the first algorithm of the collective (registry order) that can run it.
 //
 // Tuning file (what `ferry-bench --tune` writes):
@@ -15,7 +15,8 @@
 //     ...]}
 // world_size 0 (or left out) matches any size. Optional keys narrow a row: "datatype" (e.g. "bf16")
 // to calls of that type, "registered" (true or false) to calls whose buffers are (or are not) all
-// registered with Comm::registerBuffer.
+// registered with Comm::registerBuffer; "topology" ("nvswitch", "nvlink", "pcie": fabric.hpp) to
+// Comms whose GPUs are joined so (ferry-bench --tune writes the one it measured on).
 #include <array>
 #include <optional>
 #include <string>
@@ -33,9 +34,11 @@ struct TuningRow {
   std::string algorithm;
   std::optional<DataType> type;     // unset: any
   std::optional<bool> registered;   // unset: either
+  std::optional<Fabric> fabric;     // unset: any
   bool operator==(const TuningRow&) const = default;
-  // The row applies to the call (everything but whether its algorithm can run it).
-  bool matches(const CollectiveCall& call) const;
+  // The row applies to the call on a Comm of that fabric (everything but whether its algorithm
+  // can run the call).
+  bool matches(const CollectiveCall& call, Fabric commFabric) const;
 };
 
 // The built-in table: rows for two ranks measured on 2x H200, the general rows on 4x H200 (both

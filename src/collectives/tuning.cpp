@@ -104,6 +104,13 @@ std::vector<TuningRow> parseTuning(std::string_view text, std::string_view sourc
       if (!r["registered"].is_boolean()) throw fail(where + ".registered", "must be true or false");
       row.registered = r["registered"].get<bool>();
     }
+    if (r.contains("topology")) {
+      const auto fabric =
+          r["topology"].is_string() ? parseFabric(r["topology"].get<std::string>()) : std::nullopt;
+      if (!fabric || *fabric == Fabric::Unknown)
+        throw fail(where + ".topology", "must be \"nvswitch\", \"nvlink\" or \"pcie\"");
+      row.fabric = *fabric;
+    }
     if (!r.contains("max_bytes") || !r["max_bytes"].is_number_unsigned())
       throw fail(where + ".max_bytes", "missing or not a non-negative integer");
     row.maxBytes = r["max_bytes"].get<std::uint64_t>();
@@ -139,6 +146,7 @@ std::string tuningToJson(const std::vector<TuningRow>& rows) {
                           {"algorithm", r.algorithm}};
     if (r.type) row["datatype"] = std::string(toString(*r.type));
     if (r.registered) row["registered"] = *r.registered;
+    if (r.fabric) row["topology"] = toString(*r.fabric);
     doc["rows"].push_back(std::move(row));
   }
   return doc.dump(2) + "\n";

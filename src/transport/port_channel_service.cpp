@@ -127,6 +127,10 @@ PortChannel PortChannelService::addChannel(std::shared_ptr<Host2DeviceSemaphore>
   impl_->count.store(id + 1, std::memory_order_release);
   PortChannelDeviceHandle h;
   h.fifo = impl_->proxy->fifo().deviceHandle();
+  // The FIFO is the service's, shared by its channels; a timeout in this channel's push or flush
+  // should still name the two ranks the channel joins.
+  h.fifo.wait.rank = conn->rank();
+  h.fifo.wait.peer = conn->remoteRank();
   h.semaphore = semaphore->deviceHandle();
   h.channel = id;
   h.flushed = impl_->flushedDevice;

@@ -1,12 +1,19 @@
 // The data plane across processes, one per GPU, on 2 and 4 GPUs: memory from gpuAlloc registered,
 // sent and mapped through the Communicator; MemoryChannel puts and LL16 packets from every rank to
 // every other rank at once; PortChannel puts, signals and flushes through the proxy and copy engine
-// (their latency and bandwidth are ferry-perf's to measure: tools/ferry-perf). Every byte is checked against each sender's seeded pattern; receive buffers are poisoned first.
+// (their latency and bandwidth are ferry-perf's to measure: tools/ferry-perf). Every byte is checked
+// against each sender's seeded pattern; receive buffers are poisoned first.
+// Then, on a smaller setup with random data checked on the host (Mesh, channel_mesh.hpp): several
+// MemoryChannels and PortChannels per pair all at once; PortChannel put() then signal(), and flush()
+// before the sources are overwritten; MemoryChannel get() after a signal; LL16/LL8 packets of odd
+// sizes; and a relaxedSignal() ping-pong. With GPU_TESTS_SHARE_GPUS=1 the ranks share one GPU.
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <random>
+#include <string>
 
+#include "channel_mesh.hpp"
 #include "ferry/bootstrap.hpp"
 #include "ferry/communicator.hpp"
 #include "ferry/memory.hpp"
@@ -249,6 +256,285 @@ TEST_P(GpuChannels, PortChannelPutSignalFlush) {
         s.boot->barrier();
       }
     }
+  });
+}
+
+// ---- Several channels per pair, PortChannel put/signal/flush, get, odd packets, relaxed ping-pong ----
+// On the Mesh (channel_mesh.hpp): every buffer poisoned, random data, every byte checked on the host.
+
+constexpr unsigned kThreads = 256;  // small grids: the ranks' kernels must fit on one GPU together
+
+// Copies this rank's dst region (sender, slot) to the same place in snapshot: taken right after the
+// wait() for that sender, it holds what the wait let through, not what arrived by the kernel's end.
+__device__ void snapshotRegion(const unsigned char* dst, unsigned char* snapshot, int sender, int slot) {
+  const std::size_t off = regionOffset(sender, slot);
+  copy(snapshot + off, dst + off, kRegion, threadIdx.x, blockDim.x);
+}
+
+// One block per channel, all at once: blocks [0, channels) drive the MemoryChannels, [channels,
+// 2 channels) the PortChannels (each peer-major). Each puts its kSegments segments (a MemoryChannel's
+// with the whole block), signals, waits for the peer's signal on the same channel, and snapshots the
+// region the peer filled over it.
+__global__ void manyChannelsAtOnce(MemoryChannelDeviceHandle* mem, PortChannelDeviceHandle* port,
+                                   const int* peers, int channels, const Segment* out,
+                                   const unsigned char* dst, unsigned char* snapshot) {
+  const bool isPort = static_cast<int>(blockIdx.x) >= channels;
+  const int c = blockIdx.x % channels;
+  const Segment* s = out + blockIdx.x * kSegments;
+  if (!isPort) {
+    MemoryChannelDeviceHandle& ch = mem[c];
+    for (int j = 0; j < kSegments; ++j) ch.put(s[j].dst, s[j].src, s[j].bytes, threadIdx.x, blockDim.x);
+    __syncthreads();  // every thread's puts before thread 0's signal
+    if (threadIdx.x == 0) {
+      ch.signal();
+      ch.wait();
+    }
+  } else if (threadIdx.x == 0) {
+    PortChannelDeviceHandle& ch = port[c];
+    for (int j = 0; j < kSegments; ++j) ch.put(s[j].dst, s[j].src, s[j].bytes);
+    ch.signal();
+    ch.wait();
+  }
+  __syncthreads();
+  snapshotRegion(dst, snapshot, peers[c / kChannels], (isPort ? kChannels : 0) + c % kChannels);
+}
+
+// Thread 0 of block c drives PortChannel c: standalone put()s, then (flush) flush(), after which the
+// block overwrites every byte of the channel's source partition (flush promises the sources may be
+// reused, so the peer must still get the old bytes), then a separate signal(); it waits for the peer's
+// signal and the block snapshots what the peer put here.
+__global__ void portPutsThenSignal(PortChannelDeviceHandle* port, const int* peers, const Segment* out,
+                                   unsigned char* src, const unsigned char* dst, unsigned char* snapshot,
+                                   bool flush) {
+  const int c = blockIdx.x, receiver = c / kChannels, slot = kChannels + c % kChannels;
+  PortChannelDeviceHandle& ch = port[c];
+  const Segment* s = out + c * kSegments;
+  if (threadIdx.x == 0)
+    for (int j = 0; j < kSegments; ++j) ch.put(s[j].dst, s[j].src, s[j].bytes);
+  if (flush) {
+    if (threadIdx.x == 0) ch.flush();
+    __syncthreads();
+    unsigned char* mine = src + partitionOffset(receiver, slot);
+    for (std::size_t i = threadIdx.x; i < kRegion; i += blockDim.x)
+      mine[i] = static_cast<unsigned char>(~mine[i]);
+    __syncthreads();
+  }
+  if (threadIdx.x == 0) {
+    ch.signal();
+    ch.wait();
+  }
+  __syncthreads();
+  snapshotRegion(dst, snapshot, peers[receiver], slot);
+}
+
+// Block c serves get channel c (peer c / kChannels, region c % kChannels): it publishes the partition
+// of src that peer reads over this channel (written by this kernel, so only the signal can make it
+// visible there), signals, waits for the peer's signal, then gets its kSegments segments from the
+// peer's src into this rank's dst with the whole block.
+__global__ void getAfterSignal(MemoryChannelDeviceHandle* gets, const Segment* in,
+                               const unsigned char* staging, unsigned char* src) {
+  const int c = blockIdx.x;
+  MemoryChannelDeviceHandle& ch = gets[c];
+  const std::size_t mine = partitionOffset(c / kChannels, c % kChannels);
+  copy(src + mine, staging + mine, kRegion, threadIdx.x, blockDim.x);
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    ch.signal();
+    ch.wait();
+  }
+  __syncthreads();
+  const Segment* s = in + c * kSegments;
+  // get(offset in the peer's buffer, offset in ours, bytes)
+  for (int j = 0; j < kSegments; ++j) ch.get(s[j].src, s[j].dst, s[j].bytes, threadIdx.x, blockDim.x);
+}
+
+// Blocks [0, peers) send kMessages packet messages each to their peer; blocks [peers, 2 peers)
+// unpack the messages from theirs into dst, at once.
+template <class Packet>
+__global__ void exchangeMessages(MemoryChannelDeviceHandle* send, MemoryChannelDeviceHandle* unpack,
+                                 int npeers, const Segment* out, const Segment* in, std::uint32_t flag) {
+  const bool sending = static_cast<int>(blockIdx.x) < npeers;
+  const int b = sending ? blockIdx.x : blockIdx.x - npeers;
+  for (int j = 0; j < kMessages; ++j) {
+    if (sending) {
+      const Segment& s = out[b * kMessages + j];
+      send[b].putPackets<Packet>(s.packet, s.src, s.bytes, flag, threadIdx.x, blockDim.x);
+    } else {
+      const Segment& s = in[b * kMessages + j];
+      unpack[b].unpackPackets<Packet>(s.packet, s.dst, s.bytes, flag, threadIdx.x, blockDim.x);
+    }
+  }
+}
+
+// relaxedSignal() orders nothing: the semaphore header prescribes one release fence after the writes
+// (and __syncthreads() for the other threads' writes) before it.
+__device__ void sendRelaxed(MemoryChannelDeviceHandle& ch, const Segment& s) {
+  ch.put(s.dst, s.src, s.bytes, threadIdx.x, blockDim.x);
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    atomicFence(memory_order_release);
+    ch.relaxedSignal();
+  }
+}
+__device__ void receiveAndLog(MemoryChannelDeviceHandle& ch, const Segment& s, const unsigned char* dst,
+                              unsigned char* log) {
+  if (threadIdx.x == 0) ch.wait();
+  __syncthreads();
+  copy(log, dst + s.dst, s.bytes, threadIdx.x, blockDim.x);
+}
+
+// Block b plays kPingPongTurns turns each way with peer b over its first put channel, the lower rank
+// first; every turn carries new data to where the last turn's lay, and the receiver logs it at
+// once, so a receiver that ran ahead of the data logs stale bytes. The peer writes here again only
+// after this rank's next signal, which follows the log copy (__syncthreads in sendRelaxed).
+__global__ void relaxedPingPong(MemoryChannelDeviceHandle* puts, const int* peers, int self,
+                                const Segment* out, const Segment* in, const unsigned char* dst,
+                                unsigned char* log) {
+  MemoryChannelDeviceHandle& ch = puts[blockIdx.x * kChannels];
+  const int peer = peers[blockIdx.x];
+  const Segment* o = out + blockIdx.x * kPingPongTurns;
+  const Segment* i = in + blockIdx.x * kPingPongTurns;
+  unsigned char* myLog = log + regionOffset(peer, 0);
+  for (int t = 0; t < kPingPongTurns; ++t) {
+    if (self < peer) sendRelaxed(ch, o[t]);
+    receiveAndLog(ch, i[t], dst, myLog + t * kTurnStride);
+    if (self > peer) sendRelaxed(ch, o[t]);
+  }
+}
+
+TEST_P(GpuChannels, SeveralChannelsPerPairAllAtOnce) {
+  const int n = GetParam();
+  UniqueId id = UniqueId::create();
+  runRanksOk(n, [&](int rank) {
+    Mesh m(id, rank, n);
+    const int channels = (n - 1) * kChannels;
+    for (int round = 1; round <= 6; ++round) {
+      auto out = m.outbound(round, 0), viaPort = m.outbound(round, kChannels);
+      out.insert(out.end(), viaPort.begin(), viaPort.end());
+      DeviceArray<Segment> segs(out);
+      m.prepare(round);
+      manyChannelsAtOnce<<<2 * channels, kThreads>>>(m.puts.ptr, m.ports.ptr, m.peersDev.ptr, channels,
+                                                     segs.ptr, m.dst.get(), m.scratch.get());
+      GPU_CHECK(cudaDeviceSynchronize());
+      // This rank waited on every channel, so everything sent to it has landed.
+      auto want = m.expected(round, [&](int p) { return Mesh::segments(round, p, rank, 0, kSlots); });
+      const std::string where = "round " + std::to_string(round);
+      expectSame(download(m.dst.get(), m.dstBytes), want, where + ", dst");
+      expectSame(download(m.scratch.get(), m.dstBytes), want, where + ", snapshots after wait()");
+      m.boot->barrier();
+    }
+  });
+}
+
+TEST_P(GpuChannels, PortChannelPutsThenSignalAndFlush) {
+  const int n = GetParam();
+  UniqueId id = UniqueId::create();
+  runRanksOk(n, [&](int rank) {
+    Mesh m(id, rank, n);
+    for (int round = 1; round <= 6; ++round) {  // every size class with and without flush
+      const bool flush = round % 2 == 0;
+      DeviceArray<Segment> segs(m.outbound(round, kChannels));
+      m.prepare(round);
+      portPutsThenSignal<<<(n - 1) * kChannels, kThreads>>>(m.ports.ptr, m.peersDev.ptr, segs.ptr,
+                                                            m.src.get(), m.dst.get(), m.scratch.get(), flush);
+      GPU_CHECK(cudaDeviceSynchronize());
+      auto want =
+          m.expected(round, [&](int p) { return Mesh::segments(round, p, rank, kChannels, kChannels); });
+      const std::string where = "round " + std::to_string(round) + (flush ? " (flush)" : "");
+      expectSame(download(m.dst.get(), m.dstBytes), want, where + ", dst");
+      expectSame(download(m.scratch.get(), m.dstBytes), want, where + ", snapshots after wait()");
+      if (flush) {  // the sources really were overwritten, or the check above proves nothing
+        auto src = roundData(round, rank);
+        for (int i = 0; i < n - 1; ++i)
+          for (int slot = kChannels; slot < kSlots; ++slot)
+            for (std::size_t b = 0; b < kRegion; ++b) src[partitionOffset(i, slot) + b] ^= 0xFF;
+        expectSame(download(m.src.get(), kSrcBytes), src, where + ", sources overwritten after flush()");
+      }
+      m.boot->barrier();
+    }
+  });
+}
+
+TEST_P(GpuChannels, MemoryChannelGetAfterSignal) {
+  const int n = GetParam();
+  UniqueId id = UniqueId::create();
+  runRanksOk(n, [&](int rank) {
+    Mesh m(id, rank, n);
+    for (int round = 1; round <= 6; ++round) {
+      DeviceArray<Segment> segs(m.inbound(round, 0));
+      m.prepare(round, /*staged=*/true);
+      getAfterSignal<<<(n - 1) * kChannels, kThreads>>>(m.gets.ptr, segs.ptr, m.scratch.get(), m.src.get());
+      GPU_CHECK(cudaDeviceSynchronize());
+      auto want = m.expected(round, [&](int p) { return Mesh::segments(round, p, rank, 0, kChannels); });
+      expectSame(download(m.dst.get(), m.dstBytes), want, "round " + std::to_string(round) + ", dst");
+      m.boot->barrier();  // peers are done reading this rank's src before the next round poisons it
+    }
+  });
+}
+
+template <class Packet>
+void packetRound(Mesh& m, int round, std::uint32_t flag) {
+  std::vector<Segment> out, in;
+  for (int p : m.peers) {
+    for (const Segment& s : packetMessages<Packet>(round, m.rank, p)) out.push_back(s);
+    for (const Segment& s : packetMessages<Packet>(round, p, m.rank)) in.push_back(s);
+  }
+  DeviceArray<Segment> outDev(out), inDev(in);
+  m.prepare(round);
+  const int npeers = m.n - 1;
+  exchangeMessages<Packet>
+      <<<2 * npeers, kThreads>>>(m.packetSend.ptr, m.packetUnpack.ptr, npeers, outDev.ptr, inDev.ptr, flag);
+  GPU_CHECK(cudaDeviceSynchronize());
+  // Also catches an unpack that writes a partial word's padding past the message.
+  auto want = m.expected(round, [&](int p) { return packetMessages<Packet>(round, p, m.rank); });
+  expectSame(download(m.dst.get(), m.dstBytes), want,
+             "round " + std::to_string(round) + (sizeof(Packet) == 16 ? " (LL16)" : " (LL8)"));
+  m.boot->barrier();
+}
+
+TEST_P(GpuChannels, PacketsOfOddSizesAndOffsets) {
+  const int n = GetParam();
+  UniqueId id = UniqueId::create();
+  runRanksOk(n, [&](int rank) {
+    Mesh m(id, rank, n);
+    // The flag is the round: packet buffers start zeroed and are never cleared, so every stale packet
+    // (of either format: flags sit at the same 8-byte positions) carries a smaller one.
+    for (int round = 1; round <= 6; ++round) {
+      if (round <= 3)
+        packetRound<LL16Packet>(m, round, round);
+      else
+        packetRound<LL8Packet>(m, round, round);
+    }
+  });
+}
+
+TEST_P(GpuChannels, RelaxedSignalPingPong) {
+  const int n = GetParam();
+  UniqueId id = UniqueId::create();
+  runRanksOk(n, [&](int rank) {
+    Mesh m(id, rank, n);
+    std::vector<Segment> out, in;
+    for (int p : m.peers)
+      for (int t = 0; t < kPingPongTurns; ++t) {
+        out.push_back(pingPongTurn(t, rank, p));
+        in.push_back(pingPongTurn(t, p, rank));
+      }
+    DeviceArray<Segment> outDev(out), inDev(in);
+    m.prepare(1);
+    relaxedPingPong<<<n - 1, kThreads>>>(m.puts.ptr, m.peersDev.ptr, rank, outDev.ptr, inDev.ptr, m.dst.get(),
+                                         m.scratch.get());
+    GPU_CHECK(cudaDeviceSynchronize());
+    // The log: turn t from p at (p, 0) + t * kTurnStride.
+    auto want = m.expected(1, [&](int p) {
+      std::vector<Segment> log;
+      for (int t = 0; t < kPingPongTurns; ++t) {
+        Segment s = pingPongTurn(t, p, rank);
+        s.dst = regionOffset(p, 0) + t * kTurnStride;
+        log.push_back(s);
+      }
+      return log;
+    });
+    expectSame(download(m.scratch.get(), m.dstBytes), want, "ping-pong log");
   });
 }
 

@@ -4,11 +4,15 @@
 // (tools/common/collective_data.hpp) with the output poisoned first. Then: 1,000 back-to-back calls of changing size, CUDA graph capture and
 // replay, two Comms used at once on different streams, and a rank that never joins a call.
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <chrono>
+#include <cstdio>
 #include <cstdlib>
+#include <fstream>
 #include <functional>
 #include <random>
+#include <sstream>
 #include <thread>
 
 #include "common/collective_data.hpp"
@@ -222,6 +226,7 @@ TEST_P(GpuCollectives, EveryAlgorithmTypeOpAndPlacement) {
         // The zero-copy and copy-engine algorithms run on buffers registered for the call (on every rank).
         const bool direct = algo.ends_with("_direct") || algo.ends_with("_ce");
         r.comm->setAlgorithm(coll, algo);
+        const std::size_t callsBefore = calls;
         for (int t = 0; t < kDataTypeCount; ++t) {
           for (int o = 0; o < (tools::reduces(coll) ? kReduceOpCount : 1); ++o) {
             for (std::size_t count : {1ul, 3ul, 1023ul, 4099ul, 70001ul}) {
@@ -244,6 +249,8 @@ TEST_P(GpuCollectives, EveryAlgorithmTypeOpAndPlacement) {
             }
           }
         }
+        // An algorithm that refused every call would otherwise pass unseen.
+        EXPECT_GT(calls, callsBefore) << algo << " ran none of the calls";
       }
       r.comm->setAlgorithm(coll, "");
     }
@@ -339,6 +346,52 @@ TEST_P(GpuCollectives, EveryPlanTypeOpAndPlacement) {
     }
     EXPECT_GE(plans, 7) << "FERRY_PLAN_DIR holds fewer plans than the shipped programs";
   }, {std::chrono::seconds(900)});
+}
+
+// Every plan on a call large enough to run in every lane FERRY_PLAN_LANES allows (32 by default;
+// a call runs in one lane per 256 KiB), with a count that leaves every lane a ragged tail. Plans
+// that need more scratch than this binary's 1 MiB refuse it; the direct ones must run it.
+TEST_P(GpuCollectives, EveryPlanInManyLanes) {
+  const int n = GetParam();
+  if (std::getenv("FERRY_PLAN_DIR") == nullptr) GTEST_SKIP() << "FERRY_PLAN_DIR is not set: no plans to run";
+  UniqueId id = UniqueId::create();
+  runRanksOk(n,
+             [&](int rank) {
+               Rank r(id, rank, n);
+               std::size_t calls = 0;
+               for (int c = 0; c < kCollectiveCount; ++c) {
+                 const auto coll = static_cast<Collective>(c);
+                 for (const std::string& algo : Comm::algorithmNames(coll)) {
+                   if (!algo.starts_with("plan:")) continue;
+                   r.comm->setAlgorithm(coll, algo);
+                   // 12 MiB of output (and 5 floats): past 32 lanes of 256 KiB.
+                   const std::size_t out = (std::size_t{3} << 20) + 5;
+                   const bool perRank = coll == Collective::AllGather || coll == Collective::ReduceScatter ||
+                                        coll == Collective::AllToAll;
+                   const CallShape s{coll,
+                                     DataType::Float32,
+                                     ReduceOp::Sum,
+                                     perRank ? out / n : out,
+                                     rank,
+                                     n,
+                                     0,
+                                     9000u + static_cast<unsigned>(c)};
+                   try {
+                     EXPECT_EQ(runAndCheck(r, s, false, {.reordered = true, .registered = true}), 0u)
+                         << label(s, algo, false);
+                     ++calls;
+                     if (rank == 0) std::printf("%s: %zu elements checked\n", algo.c_str(), s.recvCount());
+                   } catch (const Error& e) {
+                     EXPECT_NE(std::string(e.what()).find("cannot run this call"), std::string::npos)
+                         << e.what();
+                   }
+                   if (::testing::Test::HasFailure()) return;
+                 }
+                 r.comm->setAlgorithm(coll, "");
+               }
+               EXPECT_GE(calls, 2u) << "too few plans ran a call of many lanes";
+             },
+             {std::chrono::seconds(600)});
 }
 
 // Plans in a CUDA graph: a direct plan (the ring) on registered buffers and on unregistered ones
@@ -825,6 +878,60 @@ TEST_P(GpuCollectives, RegisteredOnOneRankOnlyIsAnError) {
     std::fflush(stdout);
     _exit(::testing::Test::HasFailure() ? 1 : 0);  // the trapped context cannot be torn down cleanly
   });
+}
+
+// Ranks whose calls differ (a count off by one, a different op) would exchange mismatched data
+// without noticing: the counts below move the same number of packets or words, so nothing waits
+// for data that never comes. Every rank's kernel must instead stop with a report naming the
+// mismatch, at once (well inside FERRY_DEVICE_TIMEOUT), before a direct call touches a peer's buffer.
+TEST_P(GpuCollectives, MismatchedCallsAreAnError) {
+  const int n = GetParam();
+  if (n > 2 && ranksShareGpus(n)) GTEST_SKIP() << "several ranks trap at once: needs a GPU per rank";
+  struct Case {
+    const char* algorithm;
+    std::size_t count, lastRankCount;  // of float; the last rank calls with the second
+    ReduceOp op, lastRankOp;
+    bool registered;
+  };
+  const Case cases[] = {
+      {"allreduce_ll", 100, 99, ReduceOp::Sum, ReduceOp::Sum, false},
+      {"allreduce_two_shot", 1 << 16, 1 << 16, ReduceOp::Sum, ReduceOp::Max, false},
+      {"allreduce_direct", 4096, 4095, ReduceOp::Sum, ReduceOp::Sum, true},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.algorithm);
+    UniqueId id = UniqueId::create();
+    runRanksOk(n, [&](int rank) {
+      Rank r(id, rank, n);
+      DeviceBuffer buf(r.device, c.count * 4);
+      if (c.registered) r.comm->registerBuffer(buf.ptr, buf.bytes);
+      r.comm->setAlgorithm(Collective::AllReduce, c.algorithm);
+      const bool last = rank == n - 1;
+      // The kernel's report goes to stdout: into a file, to check it.
+      char path[] = "/tmp/ferry-mismatch-XXXXXX";
+      const int out = mkstemp(path);
+      std::fflush(stdout);
+      const int saved = dup(1);
+      dup2(out, 1);
+      const auto start = std::chrono::steady_clock::now();
+      r.comm->allReduce(buf.ptr, buf.ptr, last ? c.lastRankCount : c.count, DataType::Float32,
+                        last ? c.lastRankOp : c.op, r.stream);
+      const cudaError_t err = cudaStreamSynchronize(r.stream);
+      const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+      std::fflush(stdout);
+      dup2(saved, 1);
+      close(out);
+      std::stringstream report;
+      report << std::ifstream(path).rdbuf();
+      std::remove(path);
+      EXPECT_NE(err, cudaSuccess);
+      EXPECT_LT(s, 5.0) << "found by the timeout (10 s here), not by the shape check";
+      EXPECT_NE(report.str().find("made this call with other arguments"), std::string::npos) << report.str();
+      r.boot->barrier();
+      std::fflush(stdout);
+      _exit(::testing::Test::HasFailure() ? 1 : 0);  // the trapped context cannot be torn down cleanly
+    });
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(Gpus, GpuCollectives, ::testing::Values(2, 4),

@@ -316,6 +316,42 @@ TEST(Selector, RowsNamingRegistrationApplyOnlyToCallsThatMatchIt) {
   EXPECT_EQ(selected(s, call), "allgather_push");
 }
 
+TEST(Selector, RowsNamingATopologyApplyOnlyOnIt) {
+  TuningRow pcieRow{Collective::AllReduce, 0, kAny, "allreduce_ring"};
+  pcieRow.fabric = Fabric::Pcie;
+  const Selector s({pcieRow, {Collective::AllReduce, 0, kAny, "allreduce_two_shot"}});
+  const CollectiveCall call = callOfBytes(Collective::AllReduce, 64 << 20);
+  CommLimits limits = kLimits;
+  for (Fabric f : {Fabric::Unknown, Fabric::NvLink, Fabric::NvSwitch}) {
+    limits.fabric = f;
+    EXPECT_EQ(selected(s, call, limits), "allreduce_two_shot") << toString(f);
+  }
+  limits.fabric = Fabric::Pcie;
+  EXPECT_EQ(selected(s, call, limits), "allreduce_ring");
+}
+
+TEST(Fabric, OfAGpuFollowsItsLinks) {
+  const NvlinkLink toSwitch{0, NvlinkRemote::Switch, ""}, toGpu{1, NvlinkRemote::Gpu, "0000:1b:00.0"};
+  EXPECT_EQ(gpuFabric({}, false), Fabric::Unknown);
+  EXPECT_EQ(gpuFabric({}, true), Fabric::Pcie);
+  const NvlinkLink switches[] = {toSwitch, toSwitch};
+  EXPECT_EQ(gpuFabric(switches, true), Fabric::NvSwitch);
+  const NvlinkLink mixed[] = {toSwitch, toGpu};
+  EXPECT_EQ(gpuFabric(mixed, true), Fabric::NvLink);
+}
+
+TEST(Fabric, OfACommIsItsSlowestRanks) {
+  const Fabric same[] = {Fabric::NvSwitch, Fabric::NvSwitch};
+  EXPECT_EQ(commFabric(same), Fabric::NvSwitch);
+  const Fabric mixed[] = {Fabric::NvSwitch, Fabric::Pcie, Fabric::NvLink};
+  EXPECT_EQ(commFabric(mixed), Fabric::Pcie);
+  const Fabric unknown[] = {Fabric::NvSwitch, Fabric::Unknown};
+  EXPECT_EQ(commFabric(unknown), Fabric::Unknown);
+  for (Fabric f : {Fabric::Unknown, Fabric::Pcie, Fabric::NvLink, Fabric::NvSwitch})
+    EXPECT_EQ(parseFabric(toString(f)), f);
+  EXPECT_EQ(parseFabric("infiniband"), std::nullopt);
+}
+
 TEST(Selector, RowsOfOtherCollectivesDoNotApply) {
   const Selector s({{Collective::AllGather, 0, kAny, "allgather_push"}});
   // No row of allreduce: the first allreduce algorithm that can run it.
@@ -386,6 +422,20 @@ TEST(SelectorForce, ForcedAlgorithmThatCannotRunTheCallIsInvalidUsage) {
   EXPECT_CONTAINS(msg, "rank 0: allReduce");
   EXPECT_CONTAINS(msg, "allreduce_ll cannot run this call");
   EXPECT_CONTAINS(msg, "exceed the LL slot");
+}
+
+TEST(SelectorForce, ZeroCopyAlgorithmOnUnregisteredBuffersIsInvalidUsage) {
+  Selector s(defaultTuning());
+  for (const char* name : {"allreduce_direct", "allreduce_ce"}) {
+    SCOPED_TRACE(name);
+    s.force(Collective::AllReduce, name);
+    CollectiveCall call = callOfBytes(Collective::AllReduce, 1 << 20);
+    const std::string msg = invalidUsageOf([&] { s.select(call, kLimits); });
+    EXPECT_CONTAINS(msg, std::string(name) + " cannot run this call");
+    EXPECT_CONTAINS(msg, "buffer is not registered (Comm::registerBuffer, on every rank)");
+    call.sendId = call.recvId = 1;  // registered: the same call runs
+    EXPECT_EQ(selected(s, call), name);
+  }
 }
 
 // --- Tuning files -------------------------------------------------------------------------------
@@ -480,6 +530,18 @@ TEST(ParseTuning, ReadsTheOptionalDataTypeAndRegistration) {
                                 "inline");
                   }),
                   "rows[0].registered");
+  const auto pcie =
+      parseTuning(table("{\"collective\": \"allreduce\", \"topology\": \"pcie\", \"max_bytes\": 1, "
+                        "\"algorithm\": \"allreduce_ll\"}"),
+                  "inline");
+  EXPECT_EQ(pcie.at(0).fabric, Fabric::Pcie);
+  EXPECT_CONTAINS(invalidUsageOf([] {
+                    parseTuning(
+                        table("{\"collective\": \"allreduce\", \"topology\": \"unknown\", \"max_bytes\": 1, "
+                              "\"algorithm\": \"allreduce_ll\"}"),
+                        "inline");
+                  }),
+                  "rows[0].topology");
 }
 
 TEST(ParseTuning, RoundTripsThroughJson) {
@@ -487,6 +549,7 @@ TEST(ParseTuning, RoundTripsThroughJson) {
   TuningRow narrow{Collective::ReduceScatter, 4, 1 << 20, "reducescatter_ce"};
   narrow.type = DataType::Fp8E5M2;
   narrow.registered = false;
+  narrow.fabric = Fabric::NvSwitch;
   rows.push_back(narrow);
   rows.insert(rows.begin(), {Collective::AllToAll, 4, 12345, "alltoall_push"});
   rows.insert(rows.begin(), {Collective::Broadcast, 8, 0, "broadcast_ll"});

@@ -65,7 +65,7 @@ class Runner {
 
   int run() {
     printHeader();
-    std::uint64_t wrongTotal = 0;
+    std::uint64_t wrongTotal = 0, ncclWrongTotal = 0;
     std::vector<TuningChoice> tuned;
     for (Collective c : o_.collectives) {
       for (DataType t : o_.types) {
@@ -87,6 +87,7 @@ class Runner {
               continue;
             }
             wrongTotal += row.outOfPlace.wrong + row.inPlace.wrong;
+            ncclWrongTotal += row.nccl.wrong;
             if (r_.rank == 0) printRow(row);
             rows_.push_back(std::move(row));
           }
@@ -94,7 +95,7 @@ class Runner {
       }
     }
     if (r_.rank == 0) {
-      printFooter(wrongTotal);
+      printFooter(wrongTotal, ncclWrongTotal);
       if (!o_.jsonPath.empty()) writeJson();
       if (!o_.tunePath.empty()) writeTuning(tuned);
     }
@@ -206,7 +207,11 @@ class Runner {
   }
 
   // Runs ferry once on fresh input with poisoned output; wrong elements on this rank.
-  std::uint64_t check(const CallShape& s, const Buffers& b, bool inPlace) {
+  // Runs `issue` once on random input with the output poisoned, and counts the wrong elements.
+  // reordered: the library reduces in its own order (NCCL), so floats get countWrongReordered's
+  // tolerance; ferry reduces in rank order, as the reference does, and must match it exactly.
+  std::uint64_t check(const CallShape& s, const Buffers& b, bool inPlace,
+                      const std::function<void(const void*, void*)>& issue, bool reordered = false) {
     const std::size_t es = sizeOf(s.type);
     auto [send, recv] = pointers(s, b, inPlace);
     std::vector<char> host(s.sendCount() * es);
@@ -217,11 +222,13 @@ class Runner {
       FERRY_TOOL_CUDA(cudaMemcpy(const_cast<void*>(send), host.data(), host.size(), cudaMemcpyHostToDevice));
     FERRY_TOOL_CUDA(cudaDeviceSynchronize());
     r_.bootstrap->barrier();
-    issueFerry(s, send, recv);
+    issue(send, recv);
     FERRY_TOOL_CUDA(cudaStreamSynchronize(stream_));
     std::vector<char> got(s.recvCount() * es), want(s.recvCount() * es);
     FERRY_TOOL_CUDA(cudaMemcpy(got.data(), recv, got.size(), cudaMemcpyDeviceToHost));
     expectedRecv(s, want.data(), inPlace);
+    if (reordered && reduces(s.collective))
+      return countWrongReordered(s.type, s.op, r_.worldSize, got.data(), want.data(), s.recvCount());
     return countWrong(s.type, got.data(), want.data(), s.recvCount());
   }
 
@@ -231,7 +238,7 @@ class Runner {
     for (int i = 0; i < o_.warmup; ++i) call();
     FERRY_TOOL_CUDA(cudaStreamSynchronize(stream_));
     cudaGraphExec_t exec = nullptr;
-    if (o_.graph) {
+    if (o_.graphLaunches > 0) {
       cudaGraph_t graph;
       FERRY_TOOL_CUDA(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal));
       for (int i = 0; i < o_.iters; ++i) call();
@@ -246,15 +253,18 @@ class Runner {
       r_.bootstrap->barrier();
       align();
       FERRY_TOOL_CUDA(cudaEventRecord(start_, stream_));
-      if (exec)
-        FERRY_TOOL_CUDA(cudaGraphLaunch(exec, stream_));
-      else
+      int calls = o_.iters;
+      if (exec) {
+        for (int g = 0; g < o_.graphLaunches; ++g) FERRY_TOOL_CUDA(cudaGraphLaunch(exec, stream_));
+        calls *= o_.graphLaunches;
+      } else {
         for (int i = 0; i < o_.iters; ++i) call();
+      }
       FERRY_TOOL_CUDA(cudaEventRecord(stop_, stream_));
       FERRY_TOOL_CUDA(cudaEventSynchronize(stop_));
       float ms = 0;
       FERRY_TOOL_CUDA(cudaEventElapsedTime(&ms, start_, stop_));
-      us.push_back(ms * 1000.0 / o_.iters);
+      us.push_back(ms * 1000.0 / calls);
     }
     if (exec) cudaGraphExecDestroy(exec);
     std::sort(us.begin(), us.end());
@@ -283,7 +293,8 @@ class Runner {
 
   Measure measureFerry(const CallShape& s, const Buffers& b, bool inPlace) {
     Measure m;
-    if (o_.check) m.wrong = check(s, b, inPlace);
+    if (o_.check)
+      m.wrong = check(s, b, inPlace, [&](const void* send, void* recv) { issueFerry(s, send, recv); });
     auto [send, recv] = pointers(s, b, inPlace);
     m.us = time([&] { issueFerry(s, s.hasSend() ? send : nullptr, recv); }, [&] { alignFerry(); });
     return m;
@@ -317,8 +328,12 @@ class Runner {
       row.inPlace = reduceOverRanks(measureFerry(s, b, true));
     }
     if (nccl_) {
+      s.seed = ++seed_;
       auto [send, recv] = pointers(s, b, false);
       Measure m;
+      if (o_.check)
+        m.wrong = check(
+            s, b, false, [&](const void* in, void* out) { issueNccl(s, in, out); }, true);
       m.us = time([&] { issueNccl(s, send, recv); }, [&] { alignNccl(); });
       row.nccl = reduceOverRanks(m);
     }
@@ -375,13 +390,18 @@ class Runner {
                   "the hardware (and the real NCCL, which refuses shared GPUs, is not run)\n",
                   r_.worldSize, o_.gpus);
     std::printf("# %s, %d calls per sample, median of %d samples, %d warm-up calls; checked: %s\n",
-                o_.graph ? "CUDA graphs" : "stream launches", o_.iters, o_.samples, o_.warmup,
+                o_.graphLaunches > 0 ? "CUDA graphs" : "stream launches",
+                o_.iters * std::max(1, o_.graphLaunches), o_.samples, o_.warmup,
                 o_.check ? "every size, random input, poisoned output" : "no");
+    std::printf("# topology: %s\n", comm_->topology().c_str());
     std::printf("# ferry's buffers: %s\n", o_.registered ? "registered (Comm::registerBuffer; zero-copy above the LL sizes)"
                                                         : "not registered (staged through scratch)");
     if (nccl_)
-      std::printf("# NCCL %s in the same run on the same buffers (out of place); ratio = NCCL time / ferry time\n",
-                  nccl_->versionString().c_str());
+      std::printf(
+          "# NCCL %s in the same run on the same buffers (out of place, its result checked too); ratio = "
+          "NCCL "
+          "time / ferry time\n",
+          nccl_->versionString().c_str());
   }
 
   void printTitle(Collective c, DataType t, ReduceOp op) {
@@ -391,7 +411,7 @@ class Runner {
     std::printf("#                                                      out-of-place                       in-place          ");
     std::printf("%s\n", nccl_ ? "              NCCL" : "");
     std::printf("#       size         count      type   redop    root     time   algbw   busbw #wrong     time   algbw   busbw #wrong");
-    std::printf("%s  algorithm\n", nccl_ ? "     time   busbw  ratio" : "");
+    std::printf("%s  algorithm\n", nccl_ ? "     time   busbw  ratio #wrong" : "");
     std::printf("#        (B)    (elements)                               (us)  (GB/s)  (GB/s)            (us)  (GB/s)  (GB/s)       ");
     std::printf("%s\n", nccl_ ? "     (us)  (GB/s)" : "");
     std::fflush(stdout);
@@ -415,13 +435,15 @@ class Runner {
     cols(r.inPlace);
     if (nccl_) {
       const double busbw = r.bytes / r.nccl.us / 1e3 * factor;
-      std::printf(" %8.2f %7.2f %6.2f", r.nccl.us, busbw, r.nccl.us / r.outOfPlace.us);
+      std::printf(" %8.2f %7.2f %6.2f %6llu", r.nccl.us, busbw, r.nccl.us / r.outOfPlace.us,
+                  static_cast<unsigned long long>(r.nccl.wrong));
     }
     std::printf("  %s\n", r.algorithm.c_str());
     std::fflush(stdout);
   }
 
-  void printFooter(std::uint64_t wrong) {
+  // NCCL's wrong values are reported, but only ferry's fail the run.
+  void printFooter(std::uint64_t wrong, std::uint64_t ncclWrong) {
     double sum = 0;
     int n = 0;
     for (const auto& r : rows_) {
@@ -429,6 +451,9 @@ class Runner {
       ++n;
     }
     std::printf("# Out of bounds values : %llu %s\n", static_cast<unsigned long long>(wrong), wrong ? "FAILED" : "OK");
+    if (nccl_ && o_.check)
+      std::printf("# NCCL's wrong values  : %llu%s\n", static_cast<unsigned long long>(ncclWrong),
+                  ncclWrong ? " (NCCL's own results: reported, not failed)" : "");
     std::printf("# Avg bus bandwidth    : %g\n", n ? sum / n : 0.0);
     std::printf("#\n");
   }
@@ -438,7 +463,8 @@ class Runner {
     doc["tool"] = "ferry-bench";
     doc["version"] = FERRY_VERSION_STRING;
     doc["world_size"] = r_.worldSize;
-    doc["graph"] = o_.graph;
+    doc["graph"] = o_.graphLaunches > 0;
+    doc["graph_launches"] = o_.graphLaunches;
     doc["registered"] = o_.registered;
     doc["iters"] = o_.iters;
     doc["samples"] = o_.samples;
@@ -467,8 +493,10 @@ class Runner {
 
   void writeTuning(const std::vector<TuningChoice>& choices) {
     // One row per run of sizes with the same winner, up to the last size it won, for the data type
-    // and the registration (-R) it was measured with.
+    // and the registration (-R) it was measured with, and the topology it was measured on (none
+    // when NVML could not tell: the rows then apply anywhere).
     nlohmann::json doc = {{"version", 1}, {"rows", nlohmann::json::array()}};
+    const std::string topology = comm_->topology();
     for (std::size_t i = 0; i < choices.size(); ++i) {
       const auto& c = choices[i];
       if (c.algorithm.empty()) continue;
@@ -481,6 +509,7 @@ class Runner {
                              {"registered", o_.registered},
                              {"max_bytes", last ? ~0ull : c.bytes},
                              {"algorithm", c.algorithm}});
+      if (topology != "unknown") doc["rows"].back()["topology"] = topology;
     }
     std::ofstream(o_.tunePath) << doc.dump(2) << "\n";
     std::printf("# tuning table: %s (use it with FERRY_TUNING_FILE=%s)\n", o_.tunePath.c_str(), o_.tunePath.c_str());

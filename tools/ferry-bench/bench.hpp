@@ -25,7 +25,7 @@ struct BenchOptions {
   int warmup = 5;
   int samples = 5;  // timed samples; the median is reported
   bool check = true;
-  bool graph = true;
+  int graphLaunches = 1;  // -G: each sample launches a graph of `iters` calls this often; 0: no graph
   bool inPlace = true;
   bool registered = false;  // register ferry's buffers (Comm::registerBuffer): the zero-copy path
   std::string algorithm;  // forced for every collective that has it

@@ -60,7 +60,12 @@ int main(int argc, char** argv) {
   app.add_option("-w,--warmup_iters", o.warmup, "warm-up calls")->capture_default_str();
   app.add_option("-N,--samples", o.samples, "timed samples (the median is reported)")->capture_default_str();
   app.add_option("-c,--check", check, "check results (1) or not (0)")->capture_default_str();
-  app.add_option("-G,--cudagraph", graph, "time CUDA graph replays (1) or stream launches (0)")->capture_default_str();
+  app.add_option(
+         "-G,--cudagraph", graph,
+         "capture the timed calls in a CUDA graph and launch it this many times per sample (0: stream "
+         "launches)")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
   app.add_option("-g,--ngpus", ngpus,
                  "ranks to start (default: every local GPU; more ranks than GPUs share them, which checks "
                  "results but times nothing real, without NCCL); ignored under mpirun/torchrun");
@@ -94,7 +99,7 @@ int main(int argc, char** argv) {
     if (o.iters < 1 || o.samples < 1 || o.warmup < 0) throw CLI::ValidationError("iters", "need iters, samples >= 1");
     o.check = check != 0;
     o.registered = registered != 0;
-    o.graph = graph != 0;
+    o.graphLaunches = graph;
     o.nccl = !noNccl;
     o.inPlace = !noInPlace;
     o.collectives.clear();

@@ -163,7 +163,10 @@ NCCL_API ncclResult_t ncclCommInitAll(ncclComm_t* comms, int ndev, const int* de
       devices[i] = devlist ? devlist[i] : i;
       checkRankIn(devices[i], count, devlist ? "devlist entry" : "device (ndev exceeds the GPUs)");
     }
-    // Ranks of one process reach each other's cudaMalloc'd buffers only with peer access on.
+    // Ranks of one process reach each other's cudaMalloc'd buffers only with peer access on. The
+    // caller's current device is theirs: put it back.
+    int callerDevice = 0;
+    (void)cudaGetDevice(&callerDevice);
     for (int a : devices)
       for (int b : devices) {
         int can = 0;
@@ -171,6 +174,7 @@ NCCL_API ncclResult_t ncclCommInitAll(ncclComm_t* comms, int ndev, const int* de
         cudaSetDevice(a);
         if (cudaDeviceEnablePeerAccess(b, 0) != cudaSuccess) (void)cudaGetLastError();  // already on
       }
+    (void)cudaSetDevice(callerDevice);
     const UniqueId id = UniqueId::create();
     std::vector<ncclComm*> made(static_cast<std::size_t>(ndev));
     std::vector<std::thread> threads;

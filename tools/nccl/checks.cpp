@@ -1,5 +1,6 @@
 #include "checks.hpp"
 
+#include <cstddef>
 #include <limits>
 #include <string>
 
@@ -7,6 +8,18 @@ namespace ferry::nccl {
 namespace {
 
 [[noreturn]] void invalid(const std::string& message) { throw ApiError{ncclInvalidArgument, message}; }
+
+// The caller's structure reaches `field` (an older caller's is shorter: `size` says how much).
+#define FERRY_CONFIG_HAS(config, field) \
+  ((config)->size >= offsetof(ncclConfig_t, field) + sizeof((config)->field))
+
+// A bound on the blocks the caller set (and its structure has).
+bool hasMinCTAs(const ncclConfig_t* config) {
+  return FERRY_CONFIG_HAS(config, minCTAs) && config->minCTAs != NCCL_CONFIG_UNDEF_INT;
+}
+bool hasMaxCTAs(const ncclConfig_t* config) {
+  return FERRY_CONFIG_HAS(config, maxCTAs) && config->maxCTAs != NCCL_CONFIG_UNDEF_INT;
+}
 
 }  // namespace
 
@@ -74,7 +87,7 @@ void checkConfig(const ncclConfig_t* config) {
     invalid("config->size " + std::to_string(config->size) + " is too small for an ncclConfig_t");
   if (config->blocking != NCCL_CONFIG_UNDEF_INT && config->blocking != 0 && config->blocking != 1)
     invalid("config->blocking " + std::to_string(config->blocking) + " must be 0 or 1");
-  const bool hasMin = config->minCTAs != NCCL_CONFIG_UNDEF_INT, hasMax = config->maxCTAs != NCCL_CONFIG_UNDEF_INT;
+  const bool hasMin = hasMinCTAs(config), hasMax = hasMaxCTAs(config);
   if (hasMin && config->minCTAs < 1) invalid("config->minCTAs " + std::to_string(config->minCTAs) + " must be >= 1");
   if (hasMax && config->maxCTAs < 1) invalid("config->maxCTAs " + std::to_string(config->maxCTAs) + " must be >= 1");
   if (hasMin && hasMax && config->minCTAs > config->maxCTAs)
@@ -85,8 +98,8 @@ void checkConfig(const ncclConfig_t* config) {
 CommOptions commOptions(const ncclConfig_t* config, const CommOptions& inherited) {
   if (config == nullptr) return inherited;
   CommOptions o;
-  if (config->minCTAs != NCCL_CONFIG_UNDEF_INT) o.minBlocks = config->minCTAs;
-  if (config->maxCTAs != NCCL_CONFIG_UNDEF_INT) o.maxBlocks = config->maxCTAs;
+  if (hasMinCTAs(config)) o.minBlocks = config->minCTAs;
+  if (hasMaxCTAs(config)) o.maxBlocks = config->maxCTAs;
   return o;
 }
 
