@@ -886,7 +886,8 @@ TEST_P(GpuCollectives, RegisteredOnOneRankOnlyIsAnError) {
 // mismatch, at once (well inside FERRY_DEVICE_TIMEOUT), before a direct call touches a peer's buffer.
 TEST_P(GpuCollectives, MismatchedCallsAreAnError) {
   const int n = GetParam();
-  if (n > 2 && ranksShareGpus(n)) GTEST_SKIP() << "several ranks trap at once: needs a GPU per rank";
+  // Two ranks trapping at once on one GPU left one of them hung (seen on one H200).
+  if (ranksShareGpus(n)) GTEST_SKIP() << "several ranks trap at once: needs a GPU per rank";
   struct Case {
     const char* algorithm;
     std::size_t count, lastRankCount;  // of float; the last rank calls with the second
