@@ -315,21 +315,20 @@ class Simulator:
         self._event("race", t, f"{verb} rank {s[0]} {s[1]}[{s[2]}] unordered with the {other} by "
                     f"{_where(other_loc)} (no program order, barrier, signal/wait or packet orders them)")
 
-    def _port_race(self, t: _Thread, s: Slot, put_loc: Loc) -> None:
+    def _race_once(self, t: _Thread, put_loc: Loc, message: str) -> None:
+        """A race of this op with that port put, reported once however many chunks show it."""
         key = (self._loc(t), put_loc)
-        if key in self._reported:
-            return
-        self._reported.add(key)
-        self._event("race", t, f"writes rank {s[0]} {s[1]}[{s[2]}], the source of the port-channel put by "
+        if key not in self._reported:
+            self._reported.add(key)
+            self._event("race", t, message)
+
+    def _port_race(self, t: _Thread, s: Slot, put_loc: Loc) -> None:
+        self._race_once(t, put_loc, f"writes rank {s[0]} {s[1]}[{s[2]}], the source of the port-channel put by "
                     f"{_where(put_loc)}, which the proxy may still be reading (flush or signal that channel "
                     f"before the source is overwritten, and order this write after it)")
 
     def _landing_race(self, t: _Thread, s: Slot, verb: str, put: _PortPut) -> None:
-        key = (self._loc(t), put.loc)
-        if key in self._reported:
-            return
-        self._reported.add(key)
-        self._event("race", t, f"{verb} rank {s[0]} {s[1]}[{s[2]}] while the copy of the port-channel put by "
+        self._race_once(t, put.loc, f"{verb} rank {s[0]} {s[1]}[{s[2]}] while the copy of the port-channel put by "
                     f"{_where(put.loc)} may still be landing (only a flush or signal of that port channel "
                     f"waits for it; order this access after it, e.g. by waiting for that signal)")
 
