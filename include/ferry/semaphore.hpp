@@ -9,7 +9,8 @@
 //   MemoryDevice2DeviceSemaphore  a GPU signals the peer's GPU by storing to its counter over
 //                                 NVLink (CudaIpc connection); MemoryChannel uses it.
 //   Host2DeviceSemaphore          a host thread (the proxy) signals through the Connection, after
-//                                 the data it wrote there; the peer's GPU waits. PortChannel uses it.
+//                                 the data it wrote there; the peer's GPU waits. PortChannel uses it
+//                                 (CudaIpc or HostMemory connection).
 //   Host2HostSemaphore            host threads on both sides (HostMemory connection).
 //
 //   auto sem = std::make_shared<ferry::MemoryDevice2DeviceSemaphore>(comm, conn);  // both ranks
@@ -43,7 +44,8 @@ class FERRY_API Host2DeviceSemaphore {
   // The inbound counter lives in shared host memory, where the peer's proxy stores to it directly
   // once the data before it has landed (a store costs far less than issuing an 8-byte copy), and
   // this rank's GPU polls it; the expected count lives on the current CUDA device, the outbound
-  // count on the host. @pre connection is CudaIpc.
+  // count on the host. @pre connection is CudaIpc, or HostMemory (the proxy then copies between
+  // host buffers with memcpy: a PortChannel into a peer's hostAlloc memory).
   Host2DeviceSemaphore(Communicator& comm, std::shared_ptr<Connection> connection, int tag = 0);
   ~Host2DeviceSemaphore();
   // Host side (the proxy): increments the peer's counter, ordered after every earlier write on the

@@ -19,8 +19,13 @@ static_assert(sizeof(P2PContext) + sizeof(P2PBatch) <= 4096,
 // One message's lane: chunks through the ring of slots, continuing the running total of
 // (peer, lane). Every thread reads the total before the first barrier of the loop; thread 0
 // advances it only after the last.
-FERRY_DEVICE FERRY_INLINE void sendLane(const P2PContext& c, int peer, const char* src, int lane,
-                                        const Range& part) {
+// The cell of (sender, lane, slot) in an array of message sizes.
+FERRY_DEVICE FERRY_INLINE std::uint64_t sizeCell(int sender, int lane, std::uint64_t slot) {
+  return (static_cast<std::uint64_t>(sender) * kP2PLanes + lane) * kP2PSlots + slot;
+}
+
+FERRY_DEVICE FERRY_INLINE void sendLane(const P2PContext& c, int peer, const char* src, std::uint64_t bytes,
+                                        int lane, const Range& part) {
   std::uint64_t* total = c.sent + peer * kP2PLanes + lane;
   const std::uint64_t first = *total;
   const std::uint64_t chunks = (part.size() + kP2PChunkBytes - 1) / kP2PChunkBytes;
@@ -35,14 +40,28 @@ FERRY_DEVICE FERRY_INLINE void sendLane(const P2PContext& c, int peer, const cha
     const std::uint64_t off = i * kP2PChunkBytes, len = min(kP2PChunkBytes, part.size() - off);
     copy(inbox + p2pSlotOffset(c.rank, lane, g % kP2PSlots), src + part.begin + off, len, threadIdx.x, blockDim.x);
     __syncthreads();
-    if (threadIdx.x == 0)
+    if (threadIdx.x == 0) {
+      c.peerSizes[peer][sizeCell(c.rank, lane, g % kP2PSlots)] = bytes;  // released with `arrived`
       atomicStore(c.peerArrived[peer] + c.rank * kP2PLanes + lane, g + 1, memory_order_release);
+    }
   }
   if (threadIdx.x == 0) *total = first + chunks;
 }
 
-FERRY_DEVICE FERRY_INLINE void recvLane(const P2PContext& c, int peer, char* dst, int lane,
-                                        const Range& part) {
+// A recv whose sender's message has another size: the lanes of the two sides no longer match,
+// so going on would deliver wrong bytes or wait for chunks that never come.
+FERRY_DEVICE void reportSizeMismatch(const P2PContext& c, int peer, std::uint64_t bytes,
+                                     std::uint64_t theirs) {
+  printf(
+      "ferry: rank %d: recv from rank %d: this recv is %llu bytes, but rank %d sent %llu; every send must "
+      "have the count and data type of its recv (sends and recvs between two ranks pair up in the order "
+      "they were issued)\n",
+      c.rank, peer, static_cast<unsigned long long>(bytes), peer, static_cast<unsigned long long>(theirs));
+  __trap();
+}
+
+FERRY_DEVICE FERRY_INLINE void recvLane(const P2PContext& c, int peer, char* dst, std::uint64_t bytes,
+                                        int lane, const Range& part) {
   std::uint64_t* total = c.received + peer * kP2PLanes + lane;
   const std::uint64_t first = *total;
   const std::uint64_t chunks = (part.size() + kP2PChunkBytes - 1) / kP2PChunkBytes;
@@ -52,6 +71,11 @@ FERRY_DEVICE FERRY_INLINE void recvLane(const P2PContext& c, int peer, char* dst
     if (threadIdx.x == 0)
       spinUntil([&] { return atomicLoad(arrived, memory_order_acquire) >= g + 1; },
                 WaitContext{c.rank, peer, c.timeoutNs, c.abortFlag}, "recv: waiting for the sender's data", g);
+    // (The wait also returns on an abort, with nothing arrived: then there is nothing to compare.)
+    if (threadIdx.x == 0 && atomicLoad(arrived, memory_order_acquire) >= g + 1) {
+      const std::uint64_t theirs = c.sizes[sizeCell(peer, lane, g % kP2PSlots)];
+      if (theirs != bytes) reportSizeMismatch(c, peer, bytes, theirs);
+    }
     __syncthreads();
     const std::uint64_t off = i * kP2PChunkBytes, len = min(kP2PChunkBytes, part.size() - off);
     copy(dst + part.begin + off, c.inbox + p2pSlotOffset(peer, lane, g % kP2PSlots), len, threadIdx.x, blockDim.x);
@@ -74,8 +98,8 @@ __global__ void __launch_bounds__(kP2PThreads, 2) p2pKernel(P2PContext c, P2PBat
       // Equal parts in 16-byte grains, so that aligned buffers stay aligned in every lane.
       const Range part = splitRange(msg.bytes, lanes, lane, 16);
       switch (s.kind) {
-        case P2PKind::Send: sendLane(c, s.peer, msg.buffer, lane, part); break;
-        case P2PKind::Recv: recvLane(c, s.peer, msg.buffer, lane, part); break;
+        case P2PKind::Send: sendLane(c, s.peer, msg.buffer, msg.bytes, lane, part); break;
+        case P2PKind::Recv: recvLane(c, s.peer, msg.buffer, msg.bytes, lane, part); break;
         case P2PKind::Copy:
           copy(msg.buffer + part.begin, msg.source + part.begin, part.size(), threadIdx.x, blockDim.x);
           break;

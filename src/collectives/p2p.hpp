@@ -9,7 +9,11 @@
 // written by r: chunks copied out so far). The sender writes chunk g into slot g % kP2PSlots once
 // acked >= g + 1 - kP2PSlots; the receiver copies it out once arrived >= g + 1. Each side also
 // keeps its own running total per (peer, lane), so consecutive messages continue where the last
-// left off, also across CUDA graph replays.
+// left off, also across CUDA graph replays. Beside each slot the sender writes the size of the
+// message the chunk belongs to (before `arrived`, which releases both); the receiver compares it
+// with its own recv's size, so a send and recv that disagree stop with a report instead of
+// desynchronizing the lanes (a slot is not rewritten before the receiver acks it, so the size it
+// reads is that of its own chunk's message).
 //
 // A group's sends (or recvs) with one peer form one stream of messages, in issue order. Lanes are
 // the protocol; blocks are each side's own choice: a stream's B blocks take its work items
@@ -55,8 +59,10 @@ struct P2PContext {
   std::uint64_t* received = nullptr;   // [peer][lane] chunks this rank has taken from peer (own)
   std::uint64_t* arrived = nullptr;    // [sender][lane] written by sender
   std::uint64_t* acked = nullptr;      // [receiver][lane] written by receiver
+  std::uint64_t* sizes = nullptr;      // [sender][lane][slot] written by sender: its message's bytes
   std::uint64_t* peerArrived[kMaxRanks] = {};
   std::uint64_t* peerAcked[kMaxRanks] = {};
+  std::uint64_t* peerSizes[kMaxRanks] = {};
   char* inbox = nullptr;               // [sender][lane][slot] chunks
   char* peerInbox[kMaxRanks] = {};
   std::uint64_t timeoutNs = 0;

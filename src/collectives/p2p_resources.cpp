@@ -7,8 +7,9 @@ namespace ferry {
 P2PResources::P2PResources(Communicator& comm, const std::uint32_t* abortFlag) {
   const int size = comm.bootstrap()->size();
   constexpr std::uint64_t kCounters = sizeof(std::uint64_t) * kMaxRanks * kP2PLanes;  // one array
+  constexpr std::uint64_t kSizes = sizeof(std::uint64_t) * kMaxRanks * kP2PLanes * kP2PSlots;
   constexpr std::uint64_t kInboxOffset = 64 << 10;
-  static_assert(4 * kCounters <= kInboxOffset);
+  static_assert(4 * kCounters + kSizes <= kInboxOffset);
   const std::uint64_t total = kInboxOffset + p2pSlotOffset(size, 0, 0);
   constexpr int kTag = 0x7032;  // the Comm's own tag for this exchange
   memory_ = std::make_unique<PeerMemory>(comm, total, kTag, "the send/recv inboxes");
@@ -20,10 +21,12 @@ P2PResources::P2PResources(Communicator& comm, const std::uint32_t* abortFlag) {
   context_.received = counters(base, 1);
   context_.arrived = counters(base, 2);
   context_.acked = counters(base, 3);
+  context_.sizes = counters(base, 4);  // kSizes long, the last thing before the inboxes
   context_.inbox = base + kInboxOffset;
   for (int p = 0; p < size; ++p) {
     context_.peerArrived[p] = counters(memory_->peer(p), 2);
     context_.peerAcked[p] = counters(memory_->peer(p), 3);
+    context_.peerSizes[p] = counters(memory_->peer(p), 4);
     context_.peerInbox[p] = memory_->peer(p) + kInboxOffset;
   }
   context_.timeoutNs = static_cast<std::uint64_t>(env().deviceTimeout.count() * 1e9);

@@ -42,7 +42,8 @@ struct ExecArgs {
   ChunkGeometry geometry;
   std::uint64_t elementBytes = 0;
   std::uint64_t scratchStride = 0;   // bytes from one scratch chunk to the next
-  std::uint64_t outputElements = 0;  // for avg
+  std::uint64_t outputElements = 0;  // for avg: this round's
+  std::uint64_t roundOffset = 0;     // bytes from each group's start to this round's part (PlanRounds)
   CopyEngineHandle ce;  // for the ops of port channels (ExecOp::proxy)
   int lanes = 1;
   bool merge = false;  // a multi-chunk reference is one contiguous piece everywhere
@@ -244,8 +245,10 @@ __global__ void __launch_bounds__(kThreads) executePlan(CollectiveContext c, Exe
   const int p = static_cast<int>(threadIdx.x);
   if (p < c.nranks) {
     const bool me = p == c.rank;
-    b.of[p][kInput] = me ? const_cast<char*>(a.input) : a.direct ? direct.send[p] : nullptr;
-    b.of[p][kOutput] = me ? a.output : a.direct ? direct.recv[p] : nullptr;
+    char* input = me ? const_cast<char*>(a.input) : a.direct ? direct.send[p] : nullptr;
+    char* output = me ? a.output : a.direct ? direct.recv[p] : nullptr;
+    b.of[p][kInput] = input == nullptr ? nullptr : input + a.roundOffset;
+    b.of[p][kOutput] = output == nullptr ? nullptr : output + a.roundOffset;
     char* region = a.ll ? (me ? c.ll : c.peerLl[p]) : (me ? c.scratch : c.peerScratch[p]);
     b.of[p][kScratch] = a.ll ? llHalf(region, c, m) : scratchHalf(region, c, m);
   }
@@ -271,7 +274,7 @@ __global__ void __launch_bounds__(kThreads) executePlan(CollectiveContext c, Exe
     if constexpr (Op == ReduceOp::Sum) {
       if (a.finalExchange) gridBarrier(c);  // peers' writes into this output are all in
       const Range part = splitRange(a.outputElements, gridDim.x, blockIdx.x, 1);
-      T* out = reinterpret_cast<T*>(a.output);
+      T* out = reinterpret_cast<T*>(a.output + a.roundOffset);
       for (std::uint64_t i = part.begin + threadIdx.x; i < part.end; i += blockDim.x)
         out[i] = finishOp<ReduceOp::Avg>(out[i], c.nranks);
     }
@@ -294,16 +297,11 @@ void launchPlan(const Plan& plan, const RankProgram& program, const DeviceProgra
   a.program = device;
   a.input = static_cast<const char*>(call.send);
   a.output = static_cast<char*>(call.recv);
-  a.geometry = chunkGeometry(plan, call.count);
   a.elementBytes = call.elementBytes();
-  const std::uint64_t chunkBytes = a.geometry.chunkElements * a.elementBytes;
   a.ll = plan.protocol == Protocol::LL;
-  a.scratchStride = a.ll ? packetBufferBytes<LL16Packet>(chunkBytes) : chunkBytes;
-  a.merge = a.geometry.uniform() && (!a.ll || chunkBytes % 8 == 0);
   a.direct = program.touchesPeerBuffers;
   a.finalExchange = program.finalExchange;
   a.average = call.reduces() && call.op == ReduceOp::Avg;
-  a.outputElements = call.recvElements();
   if (a.direct) {
     a.mine.sendId = call.usesSend() ? call.sendId : 0;
     a.mine.sendOffset = call.sendOffset;
@@ -316,17 +314,30 @@ void launchPlan(const Plan& plan, const RankProgram& program, const DeviceProgra
     a.ce = context.copyEngine->handle();
   }
   const CollectiveContext c = forCall(context, call);
-  a.lanes = planLanes(program, call.bytes(), context.planLanes, context.maxBlocks);
-  const auto grid = static_cast<unsigned>(program.threadBlocks() * a.lanes);
-  if (!call.reduces()) {
-    executePlan<std::uint8_t, ReduceOp::Sum><<<grid, kThreads, 0, call.stream>>>(c, a);
-  } else {
-    const ReduceOp partial = call.op == ReduceOp::Avg ? ReduceOp::Sum : call.op;
-    dispatchTypeOp(call.type, partial, [&]<class T, ReduceOp Op>() {
-      if constexpr (Op != ReduceOp::Avg) executePlan<T, Op><<<grid, kThreads, 0, call.stream>>>(c, a);
-    });
+  const std::uint64_t room =
+      a.ll ? context.llSlotBytes * static_cast<std::uint64_t>(context.nranks) : context.scratchHalfBytes;
+  const PlanRounds rounds = planRounds(plan, call.count, a.elementBytes, room);
+  for (std::uint64_t r = 0; r < rounds.count; ++r) {
+    const std::uint64_t first = r * rounds.elements;
+    const std::uint64_t elements = std::min(rounds.elements, call.count - first);
+    a.geometry = chunkGeometry(plan, call.count, elements);
+    a.roundOffset = first * a.elementBytes;
+    const std::uint64_t chunkBytes = a.geometry.chunkElements * a.elementBytes;
+    a.scratchStride = a.ll ? packetBufferBytes<LL16Packet>(chunkBytes) : chunkBytes;
+    a.merge = a.geometry.uniform() && (!a.ll || chunkBytes % 8 == 0);
+    a.outputElements = call.recvElements() / call.count * elements;  // avg: one group's part
+    a.lanes = planLanes(program, call.bytes() / call.count * elements, context.planLanes, context.maxBlocks);
+    const auto grid = static_cast<unsigned>(program.threadBlocks() * a.lanes);
+    if (!call.reduces()) {
+      executePlan<std::uint8_t, ReduceOp::Sum><<<grid, kThreads, 0, call.stream>>>(c, a);
+    } else {
+      const ReduceOp partial = call.op == ReduceOp::Avg ? ReduceOp::Sum : call.op;
+      dispatchTypeOp(call.type, partial, [&]<class T, ReduceOp Op>() {
+        if constexpr (Op != ReduceOp::Avg) executePlan<T, Op><<<grid, kThreads, 0, call.stream>>>(c, a);
+      });
+    }
+    checkLaunch(call, name);
   }
-  checkLaunch(call, name);
 }
 
 }  // namespace ferry::executor

@@ -6,7 +6,6 @@
 #include "core/logger.hpp"
 #include "executor/device_plans.hpp"
 #include "executor/plan_launch.hpp"
-#include "ferry/device/packet.hpp"
 #include "ferry/env.hpp"
 #include "ferry/errors.hpp"
 
@@ -78,20 +77,14 @@ std::string PlanAlgorithm::whyNot(const CollectiveCall& call, const CommLimits& 
   if (blocks > limits.maxBlocks)
     return "it runs " + std::to_string(blocks) + " thread blocks; the Comm allows " +
            std::to_string(limits.maxBlocks) + " (CommOptions::maxBlocks, maxCTAs)";
-  const ChunkGeometry g = chunkGeometry(p, call.count);
-  const std::uint64_t chunkBytes = g.chunkElements * call.elementBytes();
-  if (p.protocol == Protocol::LL) {
-    const std::uint64_t need = static_cast<std::uint64_t>(p.chunks.scratch) * packetBufferBytes<LL16Packet>(chunkBytes);
-    const std::uint64_t have = 2 * limits.llSlotDataBytes * static_cast<std::uint64_t>(limits.worldSize);
-    if (need > have)
-      return "its packets need " + std::to_string(need) + " bytes, more than the " + std::to_string(have) +
-             " of the packet region (FERRY_LL_BYTES)";
-  } else {
-    const std::uint64_t need = static_cast<std::uint64_t>(p.chunks.scratch) * chunkBytes;
-    if (need > limits.scratchHalfBytes)
-      return "its scratch chunks need " + std::to_string(need) + " bytes, more than the " +
-             std::to_string(limits.scratchHalfBytes) + " of a scratch half (FERRY_SCRATCH_BYTES)";
-  }
+  const bool ll = p.protocol == Protocol::LL;
+  const std::uint64_t room = ll ? 2 * limits.llSlotDataBytes * static_cast<std::uint64_t>(limits.worldSize)
+                                : limits.scratchHalfBytes;
+  if (planRounds(p, call.count, call.elementBytes(), room).count == 0)
+    return "its " + std::to_string(p.chunks.scratch) + " scratch chunks do not fit the " +
+           std::to_string(room) + " bytes of " +
+           (ll ? "a packet half (FERRY_LL_BYTES)" : "a scratch half (FERRY_SCRATCH_BYTES)") +
+           " even 16 bytes each";
   return {};
 }
 

@@ -9,6 +9,8 @@
 #include <string>
 #include <utility>
 
+#include "ferry/device/packet.hpp"
+
 namespace ferry::executor {
 namespace {
 
@@ -274,9 +276,10 @@ bool peersWaitOutAccesses(const std::vector<RankProgram>& programs) {
   return true;
 }
 
-ChunkGeometry chunkGeometry(const Plan& plan, std::uint64_t count) {
+ChunkGeometry chunkGeometry(const Plan& plan, std::uint64_t count, std::uint64_t elements) {
   ChunkGeometry g;
-  g.groupElements = count;
+  g.groupElements = elements;
+  g.groupStride = count;
   switch (plan.collective) {
     case Collective::ReduceScatter: g.groupChunks = static_cast<std::uint64_t>(plan.chunks.output); break;
     case Collective::AllToAll:
@@ -284,8 +287,30 @@ ChunkGeometry chunkGeometry(const Plan& plan, std::uint64_t count) {
       break;
     default: g.groupChunks = static_cast<std::uint64_t>(plan.chunks.input); break;
   }
-  g.chunkElements = (count + g.groupChunks - 1) / g.groupChunks;
+  g.chunkElements = (elements + g.groupChunks - 1) / g.groupChunks;
   return g;
+}
+
+ChunkGeometry chunkGeometry(const Plan& plan, std::uint64_t count) {
+  return chunkGeometry(plan, count, count);
+}
+
+PlanRounds planRounds(const Plan& plan, std::uint64_t count, std::uint64_t elementBytes, std::uint64_t room) {
+  const auto scratch = static_cast<std::uint64_t>(plan.chunks.scratch);
+  const ChunkGeometry whole = chunkGeometry(plan, count);
+  const std::uint64_t chunkBytes = whole.chunkElements * elementBytes;
+  const bool ll = plan.protocol == Protocol::LL;
+  const std::uint64_t need = scratch * (ll ? packetBufferBytes<LL16Packet>(chunkBytes) : chunkBytes);
+  if (need <= room) return {count, 1};
+  // The longest scratch chunk that fits, in whole 16-byte grains (chunks then start aligned in
+  // every round, as lanes want them).
+  const std::uint64_t perChunk = room / scratch;
+  const std::uint64_t dataBytes = ll ? perChunk / sizeof(LL16Packet) * LL16Packet::kDataBytes : perChunk;
+  const std::uint64_t grain = std::max<std::uint64_t>(16 / elementBytes, 1);
+  const std::uint64_t chunkElements = dataBytes / elementBytes / grain * grain;
+  if (chunkElements == 0) return {0, 0};
+  const std::uint64_t elements = chunkElements * whole.groupChunks;
+  return {elements, (count + elements - 1) / elements};
 }
 
 }  // namespace ferry::executor

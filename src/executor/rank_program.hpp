@@ -108,17 +108,21 @@ bool peersWaitOutAccesses(const std::vector<RankProgram>& programs);
 
 // Where chunks of a call lie. Input and output are made of groups (one per rank block where the
 // collective has them: allgather's output, reducescatter's input, alltoall's both) of `groupChunks`
-// chunks covering `groupElements` elements; each chunk holds `chunkElements` =
-// ceil(groupElements / groupChunks) except the last ones of a group, which hold what is left
-// (possibly nothing). Scratch chunks are all `chunkElements` long.
+// chunks covering `groupElements` elements, `groupStride` elements apart; each chunk holds
+// `chunkElements` = ceil(groupElements / groupChunks) except the last ones of a group, which hold
+// what is left (possibly nothing). Scratch chunks are all `chunkElements` long. A round of a call
+// (PlanRounds) is the same geometry over part of every group: its groupElements, the call's stride.
 struct ChunkGeometry {
   std::uint64_t groupElements = 0;
   std::uint64_t groupChunks = 1;
   std::uint64_t chunkElements = 0;
-  FERRY_HOST_DEVICE bool uniform() const { return groupElements == groupChunks * chunkElements; }
+  std::uint64_t groupStride = 0;
+  FERRY_HOST_DEVICE bool uniform() const {
+    return groupElements == groupChunks * chunkElements && groupStride == groupElements;
+  }
   // First element of chunk k of the input or output.
   FERRY_HOST_DEVICE std::uint64_t offset(std::uint64_t k) const {
-    return k / groupChunks * groupElements + k % groupChunks * chunkElements;
+    return k / groupChunks * groupStride + k % groupChunks * chunkElements;
   }
   // Elements of chunk k of the input or output.
   FERRY_HOST_DEVICE std::uint64_t length(std::uint64_t k) const {
@@ -129,7 +133,25 @@ struct ChunkGeometry {
   }
 };
 
-// The geometry of a call of `count` elements (the API's count, as CollectiveCall has it).
+// The geometry of a call of `count` elements (the API's count, as CollectiveCall has it), or of
+// a round of `elements` of each group of such a call.
 ChunkGeometry chunkGeometry(const Plan& plan, std::uint64_t count);
+ChunkGeometry chunkGeometry(const Plan& plan, std::uint64_t count, std::uint64_t elements);
+
+// A call whose scratch does not fit the room the Comm has for one call runs as several rounds, one
+// kernel each: round i is the plan run on elements [i * elements, +elements) of every group (the
+// last round takes what is left). Every collective a plan can have is element-wise across the
+// groups' positions, so the rounds together compute the call; each round is a call of its own on
+// the device (its own call number, signals and scratch half), so consecutive rounds are kept apart
+// exactly as consecutive calls are. `elements` is 0 when even a round of one 16-byte grain per
+// chunk does not fit.
+struct PlanRounds {
+  std::uint64_t elements = 0;  // per group, per round
+  std::uint64_t count = 1;
+};
+
+// `room`: the bytes one call may use, a scratch half for Simple plans, the packet half (packets
+// included) for LL plans.
+PlanRounds planRounds(const Plan& plan, std::uint64_t count, std::uint64_t elementBytes, std::uint64_t room);
 
 }  // namespace ferry::executor

@@ -2,6 +2,7 @@
 
 #include <cuda_runtime_api.h>
 
+#include <algorithm>
 #include <mutex>
 #include <thread>
 
@@ -29,22 +30,26 @@ struct SemaphoreCore {
 
   // onDevice: the private counters (and, unless inboundOnHost, the inbound one) live on the current
   // CUDA device.
+  // `allowed`: the transports the connection may have.
   SemaphoreCore(Communicator& comm, std::shared_ptr<Connection> conn, int tag, const char* kind,
-                Transport required, bool onDevice, bool inboundOnHost = false)
+                TransportFlags allowed, bool onDevice, bool inboundOnHost = false)
       : connection(std::move(conn)), onDevice(onDevice) {
     if (!connection) throw Error(ErrorCode::InvalidUsage, std::string(kind) + ": the connection is null");
-    if (connection->transport() != required)
-      throw Error(ErrorCode::InvalidUsage, std::string(kind) + " between rank " +
-                                               std::to_string(connection->rank()) + " and rank " +
-                                               std::to_string(connection->remoteRank()) + " needs a " +
-                                               std::string(toString(required)) + " connection, not " +
-                                               std::string(toString(connection->transport())));
+    if (!allowed.has(connection->transport())) {
+      std::string names = toString(allowed);
+      std::replace(names.begin(), names.end(), '|', '/');
+      throw Error(ErrorCode::InvalidUsage,
+                  std::string(kind) + " between rank " + std::to_string(connection->rank()) + " and rank " +
+                      std::to_string(connection->remoteRank()) + " needs a " + names + " connection, not " +
+                      std::string(toString(connection->transport())));
+    }
     int device = -1;
     if (onDevice) FERRY_CUDA_CHECK(cudaGetDevice(&device));
     inbound = allocateToken(inboundOnHost ? -1 : device);
     expected = allocateToken(device);
     outbound = allocateToken(device);
-    localInbound = comm.registerMemory(inbound.ptr, sizeof(std::uint64_t), required);
+    // (A host counter is hostAlloc memory, which CUDA has pinned and mapped for this rank's GPU.)
+    localInbound = comm.registerMemory(inbound.ptr, sizeof(std::uint64_t), connection->transport());
     comm.sendMemory(localInbound, connection->remoteRank(), tag);
     remoteFuture = comm.recvMemory(connection->remoteRank(), tag);
   }
@@ -89,7 +94,8 @@ const std::shared_ptr<Connection>& MemoryDevice2DeviceSemaphore::connection() co
 Host2DeviceSemaphore::Host2DeviceSemaphore(Communicator& comm, std::shared_ptr<Connection> connection,
                                            int tag)
     : core_(std::make_shared<SemaphoreCore>(comm, std::move(connection), tag, "Host2DeviceSemaphore",
-                                            Transport::CudaIpc, true, /*inboundOnHost=*/true)) {}
+                                            Transport::CudaIpc | Transport::HostMemory, true,
+                                            /*inboundOnHost=*/true)) {}
 Host2DeviceSemaphore::~Host2DeviceSemaphore() = default;
 void Host2DeviceSemaphore::signal() { core_->signalThroughConnection(); }
 SemaphoreDeviceHandle Host2DeviceSemaphore::deviceHandle() const { return core_->handle(false); }

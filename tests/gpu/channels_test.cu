@@ -6,10 +6,12 @@
 // Then, on a smaller setup with random data checked on the host (Mesh, channel_mesh.hpp): several
 // MemoryChannels and PortChannels per pair all at once; PortChannel put() then signal(), and flush()
 // before the sources are overwritten; MemoryChannel get() after a signal; LL16/LL8 packets of odd
-// sizes; and a relaxedSignal() ping-pong. With GPU_TESTS_SHARE_GPUS=1 the ranks share one GPU.
+// sizes; and a relaxedSignal() ping-pong. Last, PortChannels over HostMemory connections between
+// hostAlloc buffers (the proxy's memcpy path). With GPU_TESTS_SHARE_GPUS=1 the ranks share one GPU.
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cstring>
 #include <random>
 #include <string>
 
@@ -535,6 +537,109 @@ TEST_P(GpuChannels, RelaxedSignalPingPong) {
       return log;
     });
     expectSame(download(m.scratch.get(), m.dstBytes), want, "ping-pong log");
+  });
+}
+
+// ---- PortChannel over a HostMemory connection ----
+
+constexpr std::size_t kHostSlot = (1 << 20) + 64;  // what each peer may put into this rank's host buffer
+
+// Thread 0 of block b puts this rank's bytes into its slot of peer b's host buffer through the
+// proxy (memcpy), signals (flushing too when asked) and waits for the peer's signal; then the whole
+// block copies the slot that peer filled here into `snapshot`: what this GPU reads right after the
+// wait, through the mapping of its own host buffer.
+__global__ void portPutIntoHostMemory(PortChannelDeviceHandle* chans, const int* peers, int self,
+                                      std::size_t off, std::size_t n, bool flush, const unsigned char* dst,
+                                      unsigned char* snapshot) {
+  PortChannelDeviceHandle& ch = chans[blockIdx.x];
+  if (threadIdx.x == 0) {
+    if (flush)
+      ch.putWithSignalAndFlush(self * kHostSlot + off, off, n);
+    else
+      ch.putWithSignal(self * kHostSlot + off, off, n);
+    ch.wait();
+  }
+  __syncthreads();
+  const std::size_t slot = static_cast<std::size_t>(peers[blockIdx.x]) * kHostSlot;
+  copy(snapshot + slot, dst + slot, kHostSlot, threadIdx.x, blockDim.x);
+}
+
+// The proxy's memcpy path: src and dst are hostAlloc memory and the channels run over HostMemory
+// connections; random bytes at odd sizes and offsets, every byte of every slot checked on the host
+// (the rest must stay poison), in the buffer and in what the GPU read after its wait.
+TEST_P(GpuChannels, PortChannelIntoHostMemory) {
+  const int n = GetParam();
+  UniqueId id = UniqueId::create();
+  runRanksOk(n, [&](int rank) {
+    cudaSetDevice(rankDevice(rank));
+    auto boot = TcpBootstrap::create(id, rank, n);
+    Communicator comm(boot);
+    auto src = hostCallocShared<unsigned char>(kHostSlot);
+    auto dst = hostCallocShared<unsigned char>(kHostSlot * n);
+    auto srcMem = comm.registerMemory(src.get(), kHostSlot, Transport::HostMemory);
+    auto dstMem = comm.registerMemory(dst.get(), kHostSlot * n, Transport::HostMemory);
+    std::vector<int> peers;
+    std::vector<std::shared_future<std::shared_ptr<Connection>>> conns;
+    std::vector<std::shared_future<RegisteredMemory>> theirDst;
+    for (int p = 0; p < n; ++p) {
+      if (p == rank) continue;
+      peers.push_back(p);
+      conns.push_back(comm.connect(p, Transport::HostMemory));
+      comm.sendMemory(dstMem, p, 1);
+      theirDst.push_back(comm.recvMemory(p, 1));
+    }
+    std::vector<std::shared_ptr<Host2DeviceSemaphore>> sems;
+    for (auto& c : conns) sems.push_back(std::make_shared<Host2DeviceSemaphore>(comm, c.get(), 2));
+    PortChannelService service;
+    std::vector<PortChannelDeviceHandle> handles;
+    for (std::size_t i = 0; i < peers.size(); ++i)
+      handles.push_back(service.addChannel(sems[i], theirDst[i].get(), srcMem).deviceHandle());
+    service.start();
+    DeviceArray<PortChannelDeviceHandle> chans(handles);
+    DeviceArray<int> peersDev(peers);
+    DeviceArray<unsigned char> snapshot(std::vector<unsigned char>(kHostSlot * n));
+    unsigned char* dstDev = nullptr;
+    GPU_CHECK(cudaHostGetDevicePointer(reinterpret_cast<void**>(&dstDev), dst.get(), 0));
+
+    const std::pair<std::size_t, std::size_t> sizes[] = {
+        {0, 1}, {3, 17}, {1, 4095}, {7, (1 << 20) + 5}, {0, kHostSlot}};
+    int round = 0;
+    for (auto [off, bytes] : sizes) {
+      for (bool flush : {false, true}) {
+        ++round;
+        std::mt19937 rng(static_cast<unsigned>(round * 64 + rank));
+        std::generate(src.get(), src.get() + kHostSlot, [&] { return static_cast<unsigned char>(rng()); });
+        std::memset(dst.get(), kPoison, kHostSlot * n);
+        GPU_CHECK(cudaMemset(snapshot.ptr, kPoison, kHostSlot * n));
+        GPU_CHECK(cudaDeviceSynchronize());
+        boot->barrier();  // every dst is poisoned before anyone puts
+        portPutIntoHostMemory<<<n - 1, kThreads>>>(chans.ptr, peersDev.ptr, rank, off, bytes, flush, dstDev,
+                                                   snapshot.ptr);
+        GPU_CHECK(cudaDeviceSynchronize());
+        std::vector<unsigned char> want(kHostSlot * n, kPoison);
+        for (int p : peers) {
+          std::mt19937 peerRng(static_cast<unsigned>(round * 64 + p));
+          std::vector<unsigned char> theirs(kHostSlot);
+          std::generate(theirs.begin(), theirs.end(), [&] { return static_cast<unsigned char>(peerRng()); });
+          std::copy_n(theirs.begin() + static_cast<std::ptrdiff_t>(off), bytes,
+                      want.begin() + static_cast<std::ptrdiff_t>(p * kHostSlot + off));
+        }
+        const std::string where = "round " + std::to_string(round) + ": " + std::to_string(bytes) +
+                                  " bytes at " + std::to_string(off) + (flush ? " (flush)" : "");
+        std::size_t wrong = 0;
+        for (std::size_t i = 0; i < want.size(); ++i) wrong += dst.get()[i] != want[i];
+        EXPECT_EQ(wrong, 0u) << where << ": bytes of the host buffer";
+        auto seen = download(snapshot.ptr, kHostSlot * n);
+        wrong = 0;
+        for (std::size_t i = 0; i < want.size(); ++i)
+          wrong += seen[i] != want[i] && (i / kHostSlot) != static_cast<std::size_t>(rank);
+        EXPECT_EQ(wrong, 0u) << where << ": bytes this GPU read after its wait";
+        boot->barrier();  // nobody poisons a dst before every rank has checked its own
+        if (::testing::Test::HasFailure()) break;
+      }
+    }
+    boot->barrier();
+    service.stop();
   });
 }
 

@@ -1,11 +1,16 @@
 #pragma once
 // Helpers for GPU tests: checked CUDA calls that fail the test (not abort), device buffers that
-// free themselves, and random data.
+// free themselves, random data, and what a kernel printed.
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <cstdint>
+#include <cstdio>
+#include <fstream>
 #include <random>
+#include <sstream>
+#include <string>
 #include <vector>
 
 #define GPU_CHECK(call)                                                                                   \
@@ -56,6 +61,26 @@ inline std::vector<unsigned char> randomBytes(std::size_t n, std::uint32_t seed)
   }
   for (; i < n; ++i) v[i] = static_cast<unsigned char>(rng());
   return v;
+}
+
+// Runs f() with this process's stdout, where a kernel's printf goes (at the next synchronization,
+// which f must include), sent to a file, and returns what was written there.
+template <class F>
+std::string capturingStdout(F&& f) {
+  char path[] = "/tmp/ferry-stdout-XXXXXX";
+  const int out = mkstemp(path);
+  std::fflush(stdout);
+  const int saved = dup(1);
+  dup2(out, 1);
+  f();
+  std::fflush(stdout);
+  dup2(saved, 1);
+  close(saved);
+  close(out);
+  std::stringstream text;
+  text << std::ifstream(path).rdbuf();
+  std::remove(path);
+  return text.str();
 }
 
 }  // namespace ferry::test

@@ -3,9 +3,11 @@
 // first: a group where every rank sends to and receives from every rank (itself included) with a
 // different size per pair; several messages to one peer in one group; long ungrouped streams
 // between two ranks that overrun the inbox; odd sizes and unaligned buffers; a group captured in a
-// CUDA graph and replayed; and a recv whose sender never comes.
+// CUDA graph and replayed; a recv whose sender never comes; and a send and recv of different sizes.
 #include <gtest/gtest.h>
+#include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
@@ -296,6 +298,47 @@ TEST_P(GpuP2P, BadCallsAndAMissingSender) {
     std::fflush(stdout);
     _exit(::testing::Test::HasFailure() ? 1 : 0);  // the trapped context cannot be torn down cleanly
   }, {std::chrono::seconds(120)});
+}
+
+// A recv whose send has another size stops with a report naming both sizes, at once (well inside
+// FERRY_DEVICE_TIMEOUT), in either direction; the sends are small enough to finish without the
+// receiver, so only the receiver's kernel stops (ranks may share a GPU).
+TEST_P(GpuP2P, SendAndRecvOfDifferentSizesAreAnError) {
+  const int n = GetParam();
+  struct Case {
+    std::size_t sent, expected;  // bytes
+  };
+  for (const Case c : {Case{1000, 2000}, Case{40000, 4000}}) {
+    SCOPED_TRACE(std::to_string(c.sent) + " bytes sent, " + std::to_string(c.expected) + " expected");
+    UniqueId id = UniqueId::create();
+    runRanksOk(
+        n,
+        [&](int rank) {
+          Rank r(id, rank, n);
+          DeviceBuffer buf(r.device, std::max(c.sent, c.expected));
+          if (rank == 0) {
+            r.comm->send(buf.ptr, c.sent, DataType::Uint8, 1, r.stream);
+            EXPECT_EQ(cudaStreamSynchronize(r.stream), cudaSuccess);
+          } else if (rank == 1) {
+            cudaError_t err = cudaSuccess;
+            const auto start = std::chrono::steady_clock::now();
+            const std::string report = capturingStdout([&] {
+              r.comm->recv(buf.ptr, c.expected, DataType::Uint8, 0, r.stream);
+              err = cudaStreamSynchronize(r.stream);
+            });
+            const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+            EXPECT_NE(err, cudaSuccess);
+            EXPECT_LT(s, 5.0) << "found by the timeout (10 s here), not by the size check";
+            const std::string want = "rank 1: recv from rank 0: this recv is " + std::to_string(c.expected) +
+                                     " bytes, but rank 0 sent " + std::to_string(c.sent);
+            EXPECT_NE(report.find(want), std::string::npos) << report;
+          }
+          r.boot->barrier();
+          std::fflush(stdout);
+          _exit(::testing::Test::HasFailure() ? 1 : 0);  // the trapped context cannot be torn down cleanly
+        },
+        {std::chrono::seconds(120)});
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(Gpus, GpuP2P, ::testing::Values(2, 4),

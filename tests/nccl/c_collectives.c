@@ -2,30 +2,34 @@
  * collective, every datatype and every op through nccl.h, plus grouped send/recv in a ring and the
  * three reducing collectives with PreMulSum ops (host and device scalars), each checked element by
  * element (output poisoned first) against values computed here. Inputs are small integers, so every
- * result is exact in every type.
+ * result is exact in every type. Then, at counts 1, 3, 1023 and 65541 (kShapes): in-place calls
+ * (allreduce, broadcast, ncclBcast, reduce, allgather, reducescatter), calls on buffers from
+ * ncclMemAlloc and on buffers registered with ncclCommRegister, and allreduces on a communicator
+ * made with config.blocking = 0; and calls on buffers that are not device memory, which must be
+ * ncclInvalidArgument.
  *
  *   nccl_c_collectives NRANKS     exit 0: all correct; 77: not enough GPUs (unless
  *                                 GPU_TESTS_SHARE_GPUS=1 lets ranks share them)
  *
  * With FERRY_NCCL_FORWARD_ALL=1 every call goes to the real NCCL: the same checks, less the abort
- * phase (the real NCCL's abort leaves the peers waiting), ferry's own argument errors, and avg and
- * PreMulSum of fp8, which the real NCCL refuses.
+ * phase (the real NCCL's abort leaves the peers waiting), ferry's own argument errors (bad pointers
+ * included), and avg and PreMulSum of fp8, which the real NCCL refuses.
  *
  * Diagnostic knobs: NCCL_C_TEST_FIRST_TYPE=k starts the round of types at type k;
  * NCCL_C_TEST_CHECK_UPLOAD=1 reads each input back after upload and reports a difference.
  */
 #include <cuda_runtime.h>
-#include <math.h>
 #include <nccl.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "c_test_checks.h"
+#include "c_test_values.h"
 
 #define COUNT 1023 /* not a multiple of any vector width */
 
@@ -33,75 +37,10 @@ static int failures = 0;
 
 #define CHECK(call) ncclMust((call), #call, __FILE__, __LINE__, rank)
 
-static const size_t kBytes[ncclNumTypes] = {1, 1, 4, 4, 8, 8, 2, 4, 8, 2, 1, 1};
-static const char* const kTypeNames[ncclNumTypes] = {"int8",    "uint8",   "int32", "uint32", "int64", "uint64",
-                                                     "float16", "float32", "float64", "bfloat16", "e4m3", "e5m2"};
-static const char* const kOpNames[ncclNumOps] = {"sum", "prod", "max", "min", "avg"};
-
 /* FERRY_NCCL_FORWARD_ALL=1: every communicator runs on the real NCCL (the forwarding path). */
 static int forwardedAll(void) {
   const char* v = getenv("FERRY_NCCL_FORWARD_ALL");
   return v != NULL && v[0] == '1';
-}
-
-static int isFloat(int t) { return t >= ncclFloat16; }
-static int isUnsigned(int t) { return t == ncclUint8 || t == ncclUint32 || t == ncclUint64; }
-
-/* Rank r's element i: a small integer, never negative for unsigned types. */
-static double value(int t, int r, size_t i) {
-  const int v = (int)((r * 7 + i * 3) % 5);
-  return isUnsigned(t) ? v : v - 2;
-}
-
-/* A float with few mantissa bits, from an exact value: expBits, mantBits, bias. */
-static uint32_t minifloat(double v, int expBits, int mantBits, int bias) {
-  const uint32_t sign = signbit(v) ? 1u : 0u;
-  if (v == 0) return sign << (expBits + mantBits);
-  int e = 0;
-  const double m = frexp(fabs(v), &e); /* v = m * 2^e, m in [0.5, 1) */
-  const uint32_t exponent = (uint32_t)(e - 1 + bias);
-  const uint32_t mantissa = (uint32_t)((m * 2 - 1) * (double)(1u << mantBits));
-  return sign << (expBits + mantBits) | exponent << mantBits | mantissa;
-}
-
-/* Writes v as type t. Each value goes through a typed local and memcpy: GCC 13.3 at -O3 dropped the
- * int8 stores of the earlier version (a pointer cast per case) when this was inlined into the fill
- * loop, leaving the input buffer unwritten (seen on the lent GPU machine; GCC 12 and clang were fine). */
-static void store(void* out, const void* value, size_t bytes) { memcpy(out, value, bytes); }
-
-static void encode(int t, double v, void* out) {
-  /* Integer types only convert v (a NaN may come for the float types). */
-  switch (t) {
-    case ncclInt8: { int8_t x = (int8_t)(int64_t)v; store(out, &x, 1); break; }
-    case ncclUint8: { uint8_t x = (uint8_t)(int64_t)v; store(out, &x, 1); break; }
-    case ncclInt32: { int32_t x = (int32_t)(int64_t)v; store(out, &x, 4); break; }
-    case ncclUint32: { uint32_t x = (uint32_t)(int64_t)v; store(out, &x, 4); break; }
-    case ncclInt64: { int64_t x = (int64_t)v; store(out, &x, 8); break; }
-    case ncclUint64: { uint64_t x = (uint64_t)(int64_t)v; store(out, &x, 8); break; }
-    case ncclFloat16: { uint16_t x = (uint16_t)minifloat(v, 5, 10, 15); store(out, &x, 2); break; }
-    case ncclFloat32: { float x = (float)v; store(out, &x, 4); break; }
-    case ncclFloat64: { store(out, &v, 8); break; }
-    case ncclBfloat16: { uint16_t x = (uint16_t)minifloat(v, 8, 7, 127); store(out, &x, 2); break; }
-    case ncclFloat8e4m3: { uint8_t x = (uint8_t)minifloat(v, 4, 3, 7); store(out, &x, 1); break; }
-    case ncclFloat8e5m2: { uint8_t x = (uint8_t)minifloat(v, 5, 2, 15); store(out, &x, 1); break; }
-  }
-}
-
-/* op over ranks of their element i, as the type computes it (integers wrap like the type). */
-static double reduceAt(int t, int op, int nranks, size_t i) {
-  double acc = value(t, 0, i);
-  for (int q = 1; q < nranks; ++q) {
-    const double v = value(t, q, i);
-    switch (op) {
-      case ncclSum:
-      case ncclAvg: acc += v; break;
-      case ncclProd: acc *= v; break;
-      case ncclMax: acc = v > acc ? v : acc; break;
-      case ncclMin: acc = v < acc ? v : acc; break;
-    }
-  }
-  if (op == ncclAvg) acc = isFloat(t) ? acc / nranks : (double)((int64_t)acc / nranks);
-  return acc;
 }
 
 struct Bufs {
@@ -113,7 +52,7 @@ struct Bufs {
 };
 
 static void prepare(struct Bufs* b, int t, size_t sendCount, size_t recvCount, int sendRank) {
-  const size_t es = kBytes[t];
+  const size_t es = typeBytes(t);
   b->sendBytes = sendCount * es;
   b->recvBytes = recvCount * es;
   b->host = malloc(b->sendBytes > b->recvBytes ? b->sendBytes : b->recvBytes);
@@ -147,10 +86,13 @@ static void finish(struct Bufs* b, cudaStream_t stream, int rank, const char* wh
   if (memcmp(b->host, b->want, b->recvBytes) != 0) {
     size_t first = 0;
     while (b->host[first] == b->want[first]) ++first;
-    fprintf(stderr, "rank %d: %s: wrong result (first differing byte %zu of %zu; got", rank, what, first, b->recvBytes);
-    for (size_t k = first; k < first + 8 && k < b->recvBytes; ++k) fprintf(stderr, " %02x", (unsigned char)b->host[k]);
+    fprintf(stderr, "rank %d: %s: wrong result (first differing byte %zu of %zu; got", rank, what, first,
+            b->recvBytes);
+    for (size_t k = first; k < first + 8 && k < b->recvBytes; ++k)
+      fprintf(stderr, " %02x", (unsigned char)b->host[k]);
     fprintf(stderr, ", want");
-    for (size_t k = first; k < first + 8 && k < b->recvBytes; ++k) fprintf(stderr, " %02x", (unsigned char)b->want[k]);
+    for (size_t k = first; k < first + 8 && k < b->recvBytes; ++k)
+      fprintf(stderr, " %02x", (unsigned char)b->want[k]);
     unsigned char sent[8] = {0};
     CUDA(cudaMemcpy(sent, b->send, b->sendBytes < 8 ? b->sendBytes : 8, cudaMemcpyDeviceToHost));
     fprintf(stderr, "; send %p holds", b->send);
@@ -188,11 +130,12 @@ static int abortPhase(ncclComm_t comm, int rank, int nranks, cudaStream_t stream
     CHECK(ncclAllReduce(buf, buf, count, ncclFloat32, ncclSum, sub, stream));
     CUDA(cudaStreamSynchronize(stream));
     ncclResult_t async = ncclSuccess;
-    while (seconds() - start < 5 && ncclCommGetAsyncError(sub, &async) == ncclSuccess && async != ncclRemoteError)
+    while (seconds() - start < 5 && ncclCommGetAsyncError(sub, &async) == ncclSuccess &&
+           async != ncclRemoteError)
       usleep(1000);
     if (async != ncclRemoteError) {
-      fprintf(stderr, "rank %d: ncclCommGetAsyncError gave %d, not ncclRemoteError, after the peer's abort\n", rank,
-              (int)async);
+      fprintf(stderr, "rank %d: ncclCommGetAsyncError gave %d, not ncclRemoteError, after the peer's abort\n",
+              rank, (int)async);
       bad = 1;
     }
     CHECK(ncclCommAbort(sub));
@@ -217,19 +160,19 @@ static int preMulPhase(ncclComm_t comm, int rank, int nranks, cudaStream_t strea
   for (int t = 0; t < ncclNumTypes; ++t) {
     /* NCCL 2.28.3 refuses PreMulSum ops of fp8 as it does avg (seen on one rank); ferry runs them. */
     if (forwardedAll() && t >= ncclFloat8e4m3) continue;
-    const size_t es = kBytes[t];
+    const size_t es = typeBytes(t);
     unsigned char two[8];
     encode(t, 2, two);
     ncclRedOp_t op;
     CHECK(ncclRedOpCreatePreMulSum(&op, two, (ncclDataType_t)t, ncclScalarHostImmediate, comm));
 
-    snprintf(what, sizeof(what), "ncclAllReduce %s premulsum(2)", kTypeNames[t]);
+    snprintf(what, sizeof(what), "ncclAllReduce %s premulsum(2)", typeName(t));
     prepare(&b, t, COUNT, COUNT, rank);
     for (size_t i = 0; i < COUNT; ++i) encode(t, 2 * reduceAt(t, ncclSum, nranks, i), b.want + i * es);
     CHECK(ncclAllReduce(b.send, b.recv, COUNT, (ncclDataType_t)t, op, comm, stream));
     finish(&b, stream, rank, what);
 
-    snprintf(what, sizeof(what), "ncclReduceScatter %s premulsum(2)", kTypeNames[t]);
+    snprintf(what, sizeof(what), "ncclReduceScatter %s premulsum(2)", typeName(t));
     prepare(&b, t, COUNT * nranks, COUNT, rank);
     for (size_t i = 0; i < COUNT; ++i)
       encode(t, 2 * reduceAt(t, ncclSum, nranks, rank * COUNT + i), b.want + i * es);
@@ -237,7 +180,7 @@ static int preMulPhase(ncclComm_t comm, int rank, int nranks, cudaStream_t strea
     finish(&b, stream, rank, what);
 
     const int root = t % nranks;
-    snprintf(what, sizeof(what), "ncclReduce %s premulsum(2) root %d", kTypeNames[t], root);
+    snprintf(what, sizeof(what), "ncclReduce %s premulsum(2) root %d", typeName(t), root);
     prepare(&b, t, COUNT, COUNT, rank);
     if (rank == root)
       for (size_t i = 0; i < COUNT; ++i) encode(t, 2 * reduceAt(t, ncclSum, nranks, i), b.want + i * es);
@@ -251,7 +194,7 @@ static int preMulPhase(ncclComm_t comm, int rank, int nranks, cudaStream_t strea
     if (!forwardedAll() && ncclAllReduce(b.send, b.recv, COUNT, (ncclDataType_t)other, op, comm, stream) !=
                                ncclInvalidArgument) {
       fprintf(stderr, "rank %d: a %s PreMulSum op used on %s was not ncclInvalidArgument\n", rank,
-              kTypeNames[t], kTypeNames[other]);
+              typeName(t), typeName(other));
       ++failures;
     }
     CHECK(ncclRedOpDestroy(op, comm));
@@ -277,7 +220,378 @@ static int preMulPhase(ncclComm_t comm, int rank, int nranks, cudaStream_t strea
   return calls + 1;
 }
 
-static int runRank(int rank, int nranks, ncclUniqueId id) {
+/* The shapes of the cases below: counts of 1, 3, not a multiple of any vector width and over 64 Ki
+ * elements, each with a type and an op of its own (none that the real NCCL refuses). */
+static const struct Shape {
+  size_t count;
+  int type, op;
+} kShapes[] = {{1, ncclFloat32, ncclSum},
+               {3, ncclInt8, ncclMax},
+               {1023, ncclBfloat16, ncclProd},
+               {65536 + 5, ncclFloat32, ncclSum},
+               {65536 + 5, ncclFloat16, ncclAvg}};
+#define NUM_SHAPES (sizeof(kShapes) / sizeof(kShapes[0]))
+
+/* Writes rank src's input elements [from, from + n) of type t at dev. */
+static void upload(void* dev, int t, int src, size_t from, size_t n) {
+  const size_t es = typeBytes(t);
+  char* host = malloc(n * es);
+  fillInputs(host, t, src, from, n);
+  CUDA(cudaMemcpy(dev, host, n * es, cudaMemcpyHostToDevice));
+  CUDA(cudaDeviceSynchronize()); /* the copy runs on the legacy stream, the calls on a non-blocking one */
+  free(host);
+}
+
+/* Fills an output with 0xFF bytes (a NaN in every float type), so that an element left unwritten shows. */
+static void poison(void* dev, size_t bytes) {
+  CUDA(cudaMemset(dev, 0xFF, bytes));
+  CUDA(cudaDeviceSynchronize());
+}
+
+/* A broadcast's buffer: the root's input on the root, poison elsewhere (where it is only written). */
+static void rootInputOrPoison(void* dev, int t, int rank, int root, size_t n) {
+  if (rank == root)
+    upload(dev, t, rank, 0, n);
+  else
+    poison(dev, n * typeBytes(t));
+}
+
+/* Waits for the call on `stream`, then compares the n elements of type t at dev with want, element
+ * by element; a difference is a failure, reported with the rank and `what`. */
+static void expectElements(int rank, const char* what, cudaStream_t stream, int t, const void* dev,
+                           const char* want, size_t n) {
+  const cudaError_t err = cudaStreamSynchronize(stream);
+  if (err != cudaSuccess) {
+    fprintf(stderr, "rank %d: %s: %s\n", rank, what, cudaGetErrorString(err));
+    exit(3);
+  }
+  char* host = malloc(n * typeBytes(t));
+  CUDA(cudaMemcpy(host, dev, n * typeBytes(t), cudaMemcpyDeviceToHost));
+  char who[256];
+  snprintf(who, sizeof(who), "rank %d: %s", rank, what);
+  if (compareElements(who, t, host, want, n) != 0) ++failures;
+  free(host);
+}
+
+/* In-place calls, by NCCL's rules: one buffer for allreduce, broadcast, ncclBcast (the legacy
+ * in-place broadcast) and reduce; allgather's sendbuff is recvbuff + rank * count; reducescatter's
+ * recvbuff is sendbuff + rank * recvcount. The whole buffer is checked after each: what is only
+ * read (a reduce's buffer off the root, the rest of a reducescatter's sendbuff) must be as it was.
+ * Returns the number of calls checked. */
+static int inPlacePhase(ncclComm_t comm, int rank, int nranks, cudaStream_t stream) {
+  char what[160];
+  int calls = 0;
+  for (size_t s = 0; s < NUM_SHAPES; ++s) {
+    const int t = kShapes[s].type, op = kShapes[s].op;
+    const size_t n = kShapes[s].count, es = typeBytes(t), all = n * (size_t)nranks;
+    const ncclDataType_t type = (ncclDataType_t)t;
+    char* buf = NULL;
+    char* want = malloc(all * es);
+    CUDA(cudaMalloc((void**)&buf, all * es));
+
+    snprintf(what, sizeof(what), "in-place ncclAllReduce %s %s count %zu", typeName(t), opName(op), n);
+    upload(buf, t, rank, 0, n);
+    fillReduced(want, t, op, nranks, 0, n);
+    CHECK(ncclAllReduce(buf, buf, n, type, (ncclRedOp_t)op, comm, stream));
+    expectElements(rank, what, stream, t, buf, want, n);
+
+    int root = (int)(s % (size_t)nranks);
+    snprintf(what, sizeof(what), "in-place ncclBroadcast %s count %zu root %d", typeName(t), n, root);
+    rootInputOrPoison(buf, t, rank, root, n);
+    fillInputs(want, t, root, 0, n);
+    CHECK(ncclBroadcast(buf, buf, n, type, root, comm, stream));
+    expectElements(rank, what, stream, t, buf, want, n);
+
+    root = (int)((s + 1) % (size_t)nranks);
+    snprintf(what, sizeof(what), "ncclBcast %s count %zu root %d", typeName(t), n, root);
+    rootInputOrPoison(buf, t, rank, root, n);
+    fillInputs(want, t, root, 0, n);
+    CHECK(ncclBcast(buf, n, type, root, comm, stream));
+    expectElements(rank, what, stream, t, buf, want, n);
+
+    /* Off the root, the buffer is sendbuff only: it keeps the rank's input. */
+    root = (int)((s + 2) % (size_t)nranks);
+    snprintf(what, sizeof(what), "in-place ncclReduce %s %s count %zu root %d", typeName(t), opName(op), n,
+             root);
+    upload(buf, t, rank, 0, n);
+    if (rank == root)
+      fillReduced(want, t, op, nranks, 0, n);
+    else
+      fillInputs(want, t, rank, 0, n);
+    CHECK(ncclReduce(buf, buf, n, type, (ncclRedOp_t)op, root, comm, stream));
+    expectElements(rank, what, stream, t, buf, want, n);
+
+    snprintf(what, sizeof(what), "in-place ncclAllGather %s count %zu", typeName(t), n);
+    poison(buf, all * es);
+    upload(buf + (size_t)rank * n * es, t, rank, 0, n);
+    for (int q = 0; q < nranks; ++q) fillInputs(want + (size_t)q * n * es, t, q, 0, n);
+    CHECK(ncclAllGather(buf + (size_t)rank * n * es, buf, n, type, comm, stream));
+    expectElements(rank, what, stream, t, buf, want, all);
+
+    snprintf(what, sizeof(what), "in-place ncclReduceScatter %s %s count %zu", typeName(t), opName(op), n);
+    upload(buf, t, rank, 0, all);
+    fillInputs(want, t, rank, 0, all);
+    fillReduced(want + (size_t)rank * n * es, t, op, nranks, (size_t)rank * n, n);
+    CHECK(ncclReduceScatter(buf, buf + (size_t)rank * n * es, n, type, (ncclRedOp_t)op, comm, stream));
+    expectElements(rank, what, stream, t, buf, want, all);
+
+    CUDA(cudaFree(buf));
+    free(want);
+    calls += 6;
+  }
+  return calls;
+}
+
+/* Out-of-place allreduce, reducescatter, allgather and broadcast of one shape on the caller's
+ * buffers (count * nranks elements each), outputs poisoned first; `how` says where the buffers
+ * come from. Returns the number of calls checked. */
+static int outOfPlaceCalls(ncclComm_t comm, int rank, int nranks, cudaStream_t stream,
+                           const struct Shape* shape, char* send, char* recv, const char* how) {
+  const int t = shape->type, op = shape->op, root = nranks - 1;
+  const size_t n = shape->count, es = typeBytes(t), all = n * (size_t)nranks;
+  const ncclDataType_t type = (ncclDataType_t)t;
+  char* want = malloc(all * es);
+  char what[160];
+
+  snprintf(what, sizeof(what), "ncclAllReduce %s %s count %zu, %s", typeName(t), opName(op), n, how);
+  upload(send, t, rank, 0, n);
+  poison(recv, n * es);
+  fillReduced(want, t, op, nranks, 0, n);
+  CHECK(ncclAllReduce(send, recv, n, type, (ncclRedOp_t)op, comm, stream));
+  expectElements(rank, what, stream, t, recv, want, n);
+
+  snprintf(what, sizeof(what), "ncclReduceScatter %s %s count %zu, %s", typeName(t), opName(op), n, how);
+  upload(send, t, rank, 0, all);
+  poison(recv, n * es);
+  fillReduced(want, t, op, nranks, (size_t)rank * n, n);
+  CHECK(ncclReduceScatter(send, recv, n, type, (ncclRedOp_t)op, comm, stream));
+  expectElements(rank, what, stream, t, recv, want, n);
+
+  snprintf(what, sizeof(what), "ncclAllGather %s count %zu, %s", typeName(t), n, how);
+  upload(send, t, rank, 0, n);
+  poison(recv, all * es);
+  for (int q = 0; q < nranks; ++q) fillInputs(want + (size_t)q * n * es, t, q, 0, n);
+  CHECK(ncclAllGather(send, recv, n, type, comm, stream));
+  expectElements(rank, what, stream, t, recv, want, all);
+
+  snprintf(what, sizeof(what), "ncclBroadcast %s count %zu root %d, %s", typeName(t), n, root, how);
+  upload(send, t, rank, 0, n);
+  poison(recv, n * es);
+  fillInputs(want, t, root, 0, n);
+  CHECK(ncclBroadcast(send, recv, n, type, root, comm, stream));
+  expectElements(rank, what, stream, t, recv, want, n);
+
+  free(want);
+  return 4;
+}
+
+/* Buffers from ncclMemAlloc (CUDA VMM memory in ferry), freed with ncclMemFree. */
+static int memAllocPhase(ncclComm_t comm, int rank, int nranks, cudaStream_t stream) {
+  int calls = 0;
+  for (size_t s = 0; s < NUM_SHAPES; ++s) {
+    const size_t bytes = kShapes[s].count * (size_t)nranks * typeBytes(kShapes[s].type);
+    void* send = NULL;
+    void* recv = NULL;
+    CHECK(ncclMemAlloc(&send, bytes));
+    CHECK(ncclMemAlloc(&recv, bytes));
+    calls +=
+        outOfPlaceCalls(comm, rank, nranks, stream, &kShapes[s], send, recv, "buffers from ncclMemAlloc");
+    CHECK(ncclMemFree(send));
+    CHECK(ncclMemFree(recv));
+  }
+  return calls;
+}
+
+/* Buffers registered with ncclCommRegister, which is collective in ferry: every rank registers the
+ * same roles in the same order (sendbuff from cudaMalloc, then recvbuff from ncclMemAlloc, each
+ * whole), and deregisters them all before they are freed. Every shape's calls run on the starts of
+ * the two buffers, then an in-place allreduce in recvbuff. */
+static int registeredPhase(ncclComm_t comm, int rank, int nranks, cudaStream_t stream) {
+  size_t bytes = 0;
+  for (size_t s = 0; s < NUM_SHAPES; ++s) {
+    const size_t b = kShapes[s].count * (size_t)nranks * typeBytes(kShapes[s].type);
+    bytes = b > bytes ? b : bytes;
+  }
+  char* send = NULL;
+  void* recv = NULL;
+  CUDA(cudaMalloc((void**)&send, bytes));
+  CHECK(ncclMemAlloc(&recv, bytes));
+  void* sendHandle = NULL;
+  void* recvHandle = NULL;
+  CHECK(ncclCommRegister(comm, send, bytes, &sendHandle));
+  CHECK(ncclCommRegister(comm, recv, bytes, &recvHandle));
+  char* want = malloc(bytes);
+  char what[160];
+  int calls = 0;
+  for (size_t s = 0; s < NUM_SHAPES; ++s) {
+    const int t = kShapes[s].type, op = kShapes[s].op;
+    const size_t n = kShapes[s].count;
+    calls += outOfPlaceCalls(comm, rank, nranks, stream, &kShapes[s], send, recv, "registered buffers");
+    snprintf(what, sizeof(what), "in-place ncclAllReduce %s %s count %zu, registered buffer", typeName(t),
+             opName(op), n);
+    upload(recv, t, rank, 0, n);
+    fillReduced(want, t, op, nranks, 0, n);
+    CHECK(ncclAllReduce(recv, recv, n, (ncclDataType_t)t, (ncclRedOp_t)op, comm, stream));
+    expectElements(rank, what, stream, t, recv, want, n);
+    ++calls;
+  }
+  CHECK(ncclCommDeregister(comm, sendHandle));
+  CHECK(ncclCommDeregister(comm, recvHandle));
+  CUDA(cudaFree(send));
+  CHECK(ncclMemFree(recv));
+  free(want);
+  return calls;
+}
+
+/* A call that must be ncclInvalidArgument, with a message naming the argument and the rule. */
+static void expectInvalidArgument(int rank, ncclResult_t r, const char* name, const char* rule,
+                                  const char* what) {
+  const char* last = ncclGetLastError(NULL);
+  if (r != ncclInvalidArgument || strstr(last, name) == NULL || strstr(last, rule) == NULL) {
+    fprintf(stderr, "rank %d: %s: got %s (\"%s\"), want ncclInvalidArgument naming %s and \"%s\"\n", rank,
+            what, ncclGetErrorString(r), last, name, rule);
+    ++failures;
+  }
+}
+
+/* Buffers that are not device memory of the communicator's GPU are ncclInvalidArgument naming the
+ * argument, as NCCL's with NCCL_CHECK_POINTERS=1: host memory from malloc, pinned host memory
+ * (which NCCL would take; ferry needs device memory) and another GPU's memory (with two GPUs or
+ * more); so is NULL with a count. Each is found before anything runs, so no rank waits for another.
+ * An empty call checks nothing. Returns the number of calls checked. */
+static int badPointerPhase(ncclComm_t comm, int rank, int nranks, int ngpus, cudaStream_t stream) {
+  const size_t n = 1023;
+  const int peer = (rank + 1) % nranks;
+  float* dev = NULL;
+  float* pinned = NULL;
+  float* host = calloc(n * (size_t)nranks, sizeof(float));
+  CUDA(cudaMalloc((void**)&dev, n * (size_t)nranks * sizeof(float)));
+  CUDA(cudaMallocHost((void**)&pinned, n * (size_t)nranks * sizeof(float)));
+  const char* const rule = "is not a valid pointer";
+  expectInvalidArgument(rank, ncclAllReduce(host, dev, n, ncclFloat32, ncclSum, comm, stream), "sendbuff",
+                        rule, "ncclAllReduce with sendbuff from malloc");
+  expectInvalidArgument(rank, ncclAllReduce(dev, host, n, ncclFloat32, ncclSum, comm, stream), "recvbuff",
+                        rule, "ncclAllReduce with recvbuff from malloc");
+  expectInvalidArgument(rank, ncclReduceScatter(pinned, dev, n, ncclFloat32, ncclSum, comm, stream),
+                        "sendbuff", "pinned host memory",
+                        "ncclReduceScatter with sendbuff from cudaMallocHost");
+  expectInvalidArgument(rank, ncclAllGather(dev, pinned, n, ncclFloat32, comm, stream), "recvbuff",
+                        "pinned host memory", "ncclAllGather with recvbuff from cudaMallocHost");
+  expectInvalidArgument(rank, ncclBcast(host, n, ncclFloat32, rank, comm, stream), "sendbuff", rule,
+                        "ncclBcast of a buffer from malloc on its root");
+  expectInvalidArgument(rank, ncclReduce(host, dev, n, ncclFloat32, ncclSum, 0, comm, stream), "sendbuff",
+                        rule, "ncclReduce with sendbuff from malloc");
+  expectInvalidArgument(rank, ncclSend(host, n, ncclFloat32, peer, comm, stream), "sendbuff", rule,
+                        "ncclSend of a buffer from malloc");
+  expectInvalidArgument(rank, ncclRecv(pinned, n, ncclFloat32, peer, comm, stream), "recvbuff", rule,
+                        "ncclRecv into a buffer from cudaMallocHost");
+  expectInvalidArgument(rank, ncclAllReduce(NULL, dev, n, ncclFloat32, ncclSum, comm, stream), "sendbuff",
+                        "is NULL", "ncclAllReduce with a NULL sendbuff");
+  int calls = 9;
+  int mine = 0;
+  CUDA(cudaGetDevice(&mine));
+  if (ngpus > 1) {
+    const int other = (mine + 1) % ngpus;
+    float* far = NULL;
+    CUDA(cudaSetDevice(other));
+    CUDA(cudaMalloc((void**)&far, n * sizeof(float)));
+    CUDA(cudaSetDevice(mine));
+    char rule2[64];
+    snprintf(rule2, sizeof(rule2), "device memory of GPU %d", other);
+    expectInvalidArgument(rank, ncclAllReduce(dev, far, n, ncclFloat32, ncclSum, comm, stream), "recvbuff",
+                          rule2, "ncclAllReduce with recvbuff on another GPU");
+    CUDA(cudaFree(far));
+    ++calls;
+  }
+  const ncclResult_t empty = ncclAllReduce(host, host, 0, ncclFloat32, ncclSum, comm, stream);
+  if (empty != ncclSuccess) {
+    fprintf(stderr, "rank %d: ncclAllReduce of 0 elements in host memory: %s (%s), want ncclSuccess\n", rank,
+            ncclGetErrorString(empty), ncclGetLastError(NULL));
+    ++failures;
+  }
+  CUDA(cudaStreamSynchronize(stream));
+  CUDA(cudaFreeHost(pinned));
+  CUDA(cudaFree(dev));
+  free(host);
+  return calls + 1;
+}
+
+/* Polls ncclCommGetAsyncError while comm is in progress, for at most `limit` seconds; returns the
+ * last state (or the poll's own error). */
+static ncclResult_t waitWhileInProgress(ncclComm_t comm, double limit) {
+  const double start = seconds();
+  ncclResult_t state = ncclInProgress;
+  for (;;) {
+    const ncclResult_t r = ncclCommGetAsyncError(comm, &state);
+    if (r != ncclSuccess) return r;
+    if (state != ncclInProgress || seconds() - start > limit) return state;
+    usleep(1000);
+  }
+}
+
+/* A communicator of its own, made with config.blocking = 0: ncclCommInitRankConfig returns at once
+ * (ncclInProgress in ferry, whose init runs on a thread of its own), and ncclCommGetAsyncError is
+ * polled until it is no longer ncclInProgress (at most 60 s). Then an allreduce of every shape on
+ * it (a call that returns ncclInProgress, as the real NCCL's non-blocking calls may, is waited out
+ * the same way), and its finalize and destroy. Returns the number of calls checked. */
+static int nonBlockingPhase(int rank, int nranks, ncclUniqueId id, cudaStream_t stream) {
+  ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
+  config.blocking = 0;
+  ncclComm_t comm = NULL;
+  const ncclResult_t started = ncclCommInitRankConfig(&comm, nranks, id, rank, &config);
+  /* The real NCCL may have finished already. */
+  if (started != ncclInProgress && !(forwardedAll() && started == ncclSuccess)) {
+    fprintf(stderr, "rank %d: non-blocking ncclCommInitRankConfig returned %s (%s), not ncclInProgress\n",
+            rank, ncclGetErrorString(started), ncclGetLastError(NULL));
+    ++failures;
+    if (started != ncclSuccess) return 0;
+  }
+  ncclResult_t state = waitWhileInProgress(comm, 60);
+  if (state != ncclSuccess) {
+    fprintf(stderr, "rank %d: non-blocking init: ncclCommGetAsyncError gives %s after up to 60 s (%s)\n",
+            rank, ncclGetErrorString(state), ncclGetLastError(NULL));
+    ++failures;
+    return 0;
+  }
+  int count = 0, me = -1;
+  CHECK(ncclCommCount(comm, &count));
+  CHECK(ncclCommUserRank(comm, &me));
+  if (count != nranks || me != rank) {
+    fprintf(stderr, "rank %d: the non-blocking comm says count %d, rank %d\n", rank, count, me);
+    ++failures;
+  }
+  char what[160];
+  int calls = 0;
+  for (size_t s = 0; s < NUM_SHAPES; ++s) {
+    const int t = kShapes[s].type, op = kShapes[s].op;
+    const size_t n = kShapes[s].count, es = typeBytes(t);
+    char* send = NULL;
+    char* recv = NULL;
+    char* want = malloc(n * es);
+    CUDA(cudaMalloc((void**)&send, n * es));
+    CUDA(cudaMalloc((void**)&recv, n * es));
+    snprintf(what, sizeof(what), "ncclAllReduce %s %s count %zu on a non-blocking comm", typeName(t),
+             opName(op), n);
+    upload(send, t, rank, 0, n);
+    poison(recv, n * es);
+    fillReduced(want, t, op, nranks, 0, n);
+    ncclResult_t r = ncclAllReduce(send, recv, n, (ncclDataType_t)t, (ncclRedOp_t)op, comm, stream);
+    if (r == ncclInProgress) r = waitWhileInProgress(comm, 60);
+    ncclMust(r, what, __FILE__, __LINE__, rank);
+    expectElements(rank, what, stream, t, recv, want, n);
+    CUDA(cudaFree(send));
+    CUDA(cudaFree(recv));
+    free(want);
+    ++calls;
+  }
+  state = ncclCommFinalize(comm);
+  if (state == ncclInProgress) state = waitWhileInProgress(comm, 60);
+  ncclMust(state, "ncclCommFinalize of the non-blocking comm", __FILE__, __LINE__, rank);
+  CHECK(ncclCommDestroy(comm));
+  return calls;
+}
+
+static int runRank(int rank, int nranks, ncclUniqueId id, ncclUniqueId nonBlockingId) {
   int ngpus = 0;
   cudaGetDeviceCount(&ngpus);
   cudaSetDevice(rank % ngpus);
@@ -300,26 +614,27 @@ static int runRank(int rank, int nranks, ncclUniqueId id) {
   const int first = firstType != NULL ? atoi(firstType) % ncclNumTypes : 0;
   for (int k = 0; k < ncclNumTypes; ++k) {
     const int t = (first + k) % ncclNumTypes;
-    const size_t es = kBytes[t];
+    const size_t es = typeBytes(t);
     struct Bufs b;
     for (int op = 0; op < ncclNumOps; ++op) {
       /* NCCL 2.28.3 refuses avg of fp8 (ncclInvalidArgument, seen on one rank); ferry runs it. */
       if (forwardedAll() && op == ncclAvg && t >= ncclFloat8e4m3) continue;
-      snprintf(what, sizeof(what), "ncclAllReduce %s %s", kTypeNames[t], kOpNames[op]);
+      snprintf(what, sizeof(what), "ncclAllReduce %s %s", typeName(t), opName(op));
       prepare(&b, t, COUNT, COUNT, rank);
       for (size_t i = 0; i < COUNT; ++i) encode(t, reduceAt(t, op, nranks, i), b.want + i * es);
       CHECK(ncclAllReduce(b.send, b.recv, COUNT, (ncclDataType_t)t, (ncclRedOp_t)op, comm, stream));
       finish(&b, stream, rank, what);
 
-      snprintf(what, sizeof(what), "ncclReduceScatter %s %s", kTypeNames[t], kOpNames[op]);
+      snprintf(what, sizeof(what), "ncclReduceScatter %s %s", typeName(t), opName(op));
       prepare(&b, t, COUNT * nranks, COUNT, rank);
-      for (size_t i = 0; i < COUNT; ++i) encode(t, reduceAt(t, op, nranks, rank * COUNT + i), b.want + i * es);
+      for (size_t i = 0; i < COUNT; ++i)
+        encode(t, reduceAt(t, op, nranks, rank * COUNT + i), b.want + i * es);
       CHECK(ncclReduceScatter(b.send, b.recv, COUNT, (ncclDataType_t)t, (ncclRedOp_t)op, comm, stream));
       finish(&b, stream, rank, what);
 
       /* Off the root, recvbuff must stay as it was (poisoned). */
       const int root = (t + op) % nranks;
-      snprintf(what, sizeof(what), "ncclReduce %s %s root %d", kTypeNames[t], kOpNames[op], root);
+      snprintf(what, sizeof(what), "ncclReduce %s %s root %d", typeName(t), opName(op), root);
       prepare(&b, t, COUNT, COUNT, rank);
       if (rank == root)
         for (size_t i = 0; i < COUNT; ++i) encode(t, reduceAt(t, op, nranks, i), b.want + i * es);
@@ -329,29 +644,30 @@ static int runRank(int rank, int nranks, ncclUniqueId id) {
       finish(&b, stream, rank, what);
       calls += 3;
     }
-    snprintf(what, sizeof(what), "ncclAllGather %s", kTypeNames[t]);
+    snprintf(what, sizeof(what), "ncclAllGather %s", typeName(t));
     prepare(&b, t, COUNT, COUNT * nranks, rank);
     for (int q = 0; q < nranks; ++q)
       for (size_t i = 0; i < COUNT; ++i) encode(t, value(t, q, i), b.want + (q * COUNT + i) * es);
     CHECK(ncclAllGather(b.send, b.recv, COUNT, (ncclDataType_t)t, comm, stream));
     finish(&b, stream, rank, what);
 
-    snprintf(what, sizeof(what), "ncclAlltoAll %s", kTypeNames[t]);
+    snprintf(what, sizeof(what), "ncclAlltoAll %s", typeName(t));
     prepare(&b, t, COUNT * nranks, COUNT * nranks, rank);
     for (int q = 0; q < nranks; ++q)
-      for (size_t i = 0; i < COUNT; ++i) encode(t, value(t, q, rank * COUNT + i), b.want + (q * COUNT + i) * es);
+      for (size_t i = 0; i < COUNT; ++i)
+        encode(t, value(t, q, rank * COUNT + i), b.want + (q * COUNT + i) * es);
     CHECK(ncclAlltoAll(b.send, b.recv, COUNT, (ncclDataType_t)t, comm, stream));
     finish(&b, stream, rank, what);
 
     const int root = 1 % nranks;
-    snprintf(what, sizeof(what), "ncclBroadcast %s root %d", kTypeNames[t], root);
+    snprintf(what, sizeof(what), "ncclBroadcast %s root %d", typeName(t), root);
     prepare(&b, t, COUNT, COUNT, rank);
     for (size_t i = 0; i < COUNT; ++i) encode(t, value(t, root, i), b.want + i * es);
     CHECK(ncclBroadcast(b.send, b.recv, COUNT, (ncclDataType_t)t, root, comm, stream));
     finish(&b, stream, rank, what);
 
     const int next = (rank + 1) % nranks, prev = (rank + nranks - 1) % nranks;
-    snprintf(what, sizeof(what), "ncclSend/ncclRecv ring %s", kTypeNames[t]);
+    snprintf(what, sizeof(what), "ncclSend/ncclRecv ring %s", typeName(t));
     prepare(&b, t, COUNT, COUNT, rank);
     for (size_t i = 0; i < COUNT; ++i) encode(t, value(t, prev, i), b.want + i * es);
     CHECK(ncclGroupStart());
@@ -362,6 +678,12 @@ static int runRank(int rank, int nranks, ncclUniqueId id) {
     calls += 4;
   }
   calls += preMulPhase(comm, rank, nranks, stream);
+  calls += inPlacePhase(comm, rank, nranks, stream);
+  calls += memAllocPhase(comm, rank, nranks, stream);
+  calls += registeredPhase(comm, rank, nranks, stream);
+  /* The real NCCL checks pointers only with NCCL_CHECK_POINTERS=1 (and a bad one may crash it). */
+  if (!forwardedAll()) calls += badPointerPhase(comm, rank, nranks, ngpus, stream);
+  calls += nonBlockingPhase(rank, nranks, nonBlockingId, stream);
   /* The real NCCL's abort does not release the peers' kernels: only ferry's is checked. */
   if (!forwardedAll() && abortPhase(comm, rank, nranks, stream) != 0) ++failures;
   CHECK(ncclCommFinalize(comm));
@@ -396,8 +718,8 @@ int main(int argc, char** argv) {
         nranks, gpus);
     return 77;
   }
-  ncclUniqueId id;
-  if (ncclGetUniqueId(&id) != ncclSuccess) {
+  ncclUniqueId id, nonBlockingId; /* the second: the non-blocking comm's (nonBlockingPhase) */
+  if (ncclGetUniqueId(&id) != ncclSuccess || ncclGetUniqueId(&nonBlockingId) != ncclSuccess) {
     fprintf(stderr, "ncclGetUniqueId: %s\n", ncclGetLastError(NULL));
     return 1;
   }
@@ -406,7 +728,7 @@ int main(int argc, char** argv) {
   for (int rank = 0; rank < nranks; ++rank) {
     pids[rank] = fork();
     if (pids[rank] == 0) {
-      const int rc = runRank(rank, nranks, id);
+      const int rc = runRank(rank, nranks, id, nonBlockingId);
       fflush(stdout); /* _exit does not flush, and stdout may be a pipe */
       fflush(stderr);
       _exit(rc);

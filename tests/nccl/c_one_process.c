@@ -1,8 +1,10 @@
 /* One process driving every rank through nccl.h, as single-process NCCL programs do: the comms come
  * from ncclCommInitAll, then from ncclCommInitRank calls inside one group, then from
- * ncclCommInitRankConfig with maxCTAs 2; every collective and a send/recv ring are issued for all
- * ranks from this one thread inside ncclGroupStart / ncclGroupEnd, and each rank's output is checked
- * element by element (poisoned first). Rank i uses GPU i % GPUs; ranks share GPUs only with
+ * ncclCommInitRankConfig with maxCTAs 2; every collective and a send/recv ring (int32, sum) are
+ * issued for all ranks from this one thread inside ncclGroupStart / ncclGroupEnd, and each rank's
+ * output is checked element by element (poisoned first). On the comms of ncclCommInitAll and of the
+ * config, ncclAllReduce also runs every datatype with every op, and allgather and reducescatter
+ * every datatype, at counts of 3 and COUNT. Rank i uses GPU i % GPUs; ranks share GPUs only with
  * GPU_TESTS_SHARE_GPUS=1.
  *
  *   nccl_c_one_process NRANKS     exit 0: all correct; 77: not enough GPUs
@@ -15,83 +17,54 @@
 #include <string.h>
 
 #include "c_test_checks.h"
+#include "c_test_values.h"
 
 #define COUNT 3001 /* per rank, odd on purpose */
 #define MAX_RANKS 8
+#define MAX_TYPE_BYTES 8
 
 #define CHECK(call) ncclMust((call), #call, __FILE__, __LINE__, -1)
 
 static int nranks, devs[MAX_RANKS], failures = 0, checked = 0;
 static ncclComm_t comms[MAX_RANKS];
 static cudaStream_t streams[MAX_RANKS];
-static int32_t* send[MAX_RANKS];
-static int32_t* recv[MAX_RANKS];
+static char* send[MAX_RANKS]; /* COUNT * nranks elements of any type, each */
+static char* recv[MAX_RANKS];
+static char* want[MAX_RANKS]; /* on the host: what rank r's recv must hold after the call */
 
-/* Rank r's input element i (int32, small: sums and products stay exact). */
-static int32_t value(int r, size_t i) { return (int32_t)((r * 5 + i * 7) % 11) - 5; }
-
-/* Fills every rank's send buffer (n elements) and poisons its recv buffer (m elements). */
-static void prepare(size_t n, size_t m) {
-  int32_t* host = malloc(n * sizeof(int32_t));
+/* Fills every rank's send buffer with its first n inputs of type t and poisons its recv buffer (m
+ * elements). */
+static void prepare(int t, size_t n, size_t m) {
+  const size_t es = typeBytes(t);
+  char* host = malloc(n * es);
   for (int r = 0; r < nranks; ++r) {
     CUDA(cudaSetDevice(devs[r]));
-    for (size_t i = 0; i < n; ++i) host[i] = value(r, i);
-    CUDA(cudaMemcpy(send[r], host, n * sizeof(int32_t), cudaMemcpyHostToDevice));
-    CUDA(cudaMemset(recv[r], 0xFF, m * sizeof(int32_t)));
+    fillInputs(host, t, r, 0, n);
+    CUDA(cudaMemcpy(send[r], host, n * es, cudaMemcpyHostToDevice));
+    CUDA(cudaMemset(recv[r], 0xFF, m * es));
     CUDA(cudaDeviceSynchronize());
   }
   free(host);
 }
 
-/* Waits for every rank, then compares rank r's recv with want(r, i) for i < m. */
-static void finish(const char* what, size_t m, int32_t (*want)(int r, size_t i)) {
-  int32_t* host = malloc(m * sizeof(int32_t));
+/* Waits for every rank, then compares rank r's recv (m elements of type t) with want[r], element by
+ * element. */
+static void finish(const char* what, int t, size_t m) {
+  char* host = malloc(m * typeBytes(t));
   for (int r = 0; r < nranks; ++r) {
     CUDA(cudaSetDevice(devs[r]));
     CUDA(cudaStreamSynchronize(streams[r]));
   }
   for (int r = 0; r < nranks; ++r) {
-    CUDA(cudaMemcpy(host, recv[r], m * sizeof(int32_t), cudaMemcpyDeviceToHost));
-    for (size_t i = 0; i < m; ++i) {
-      if (host[i] != want(r, i)) {
-        fprintf(stderr, "%s: rank %d element %zu is %d, want %d\n", what, r, i, host[i], want(r, i));
-        ++failures;
-        break;
-      }
-    }
+    CUDA(cudaMemcpy(host, recv[r], m * typeBytes(t), cudaMemcpyDeviceToHost));
+    char who[192];
+    snprintf(who, sizeof(who), "%s: rank %d", what, r);
+    if (compareElements(who, t, host, want[r], m) != 0) ++failures;
     ++checked;
   }
   free(host);
 }
 
-static int32_t sumAt(size_t i) {
-  int32_t s = 0;
-  for (int q = 0; q < nranks; ++q) s += value(q, i);
-  return s;
-}
-static int32_t wantAllReduce(int r, size_t i) {
-  (void)r;
-  return sumAt(i);
-}
-static int32_t wantReduceScatter(int r, size_t i) { return sumAt((size_t)r * COUNT + i); }
-static int32_t wantAllGather(int r, size_t i) {
-  (void)r;
-  return value((int)(i / COUNT), i % COUNT);
-}
-static int32_t wantAllToAll(int r, size_t i) {
-  return value((int)(i / COUNT), (size_t)r * COUNT + i % COUNT);
-}
-static int32_t wantBroadcast(int r, size_t i) {
-  (void)r;
-  return value(1 % nranks, i);
-}
-static int32_t wantReduce(int r, size_t i) { return r == nranks - 1 ? sumAt(i) : -1; /* poison elsewhere */ }
-static int32_t wantRing(int r, size_t i) { return value((r + nranks - 1) % nranks, i); }
-
-/* Every collective, all ranks' calls issued by this thread within one group each. */
-static void runAll(const char* how) {
-  char what[128];
-  const size_t big = (size_t)COUNT * nranks;
 #define FOR_EACH_RANK_IN_A_GROUP(body) \
   do {                                 \
     CHECK(ncclGroupStart());           \
@@ -102,49 +75,121 @@ static void runAll(const char* how) {
     CHECK(ncclGroupEnd());             \
   } while (0)
 
+/* Every collective (int32, sum), all ranks' calls issued by this thread within one group each. */
+static void runAll(const char* how) {
+  char what[128];
+  const int t = ncclInt32;
+  const size_t es = typeBytes(t), big = (size_t)COUNT * nranks;
+
   snprintf(what, sizeof(what), "%s: ncclAllReduce", how);
-  prepare(COUNT, COUNT);
+  prepare(t, COUNT, COUNT);
+  for (int r = 0; r < nranks; ++r) fillReduced(want[r], t, ncclSum, nranks, 0, COUNT);
   FOR_EACH_RANK_IN_A_GROUP(
       CHECK(ncclAllReduce(send[r], recv[r], COUNT, ncclInt32, ncclSum, comms[r], streams[r])));
-  finish(what, COUNT, wantAllReduce);
+  finish(what, t, COUNT);
 
   snprintf(what, sizeof(what), "%s: ncclReduceScatter", how);
-  prepare(big, COUNT);
+  prepare(t, big, COUNT);
+  for (int r = 0; r < nranks; ++r) fillReduced(want[r], t, ncclSum, nranks, (size_t)r * COUNT, COUNT);
   FOR_EACH_RANK_IN_A_GROUP(
       CHECK(ncclReduceScatter(send[r], recv[r], COUNT, ncclInt32, ncclSum, comms[r], streams[r])));
-  finish(what, COUNT, wantReduceScatter);
+  finish(what, t, COUNT);
 
   snprintf(what, sizeof(what), "%s: ncclAllGather", how);
-  prepare(COUNT, big);
+  prepare(t, COUNT, big);
+  for (int r = 0; r < nranks; ++r)
+    for (int q = 0; q < nranks; ++q) fillInputs(want[r] + (size_t)q * COUNT * es, t, q, 0, COUNT);
   FOR_EACH_RANK_IN_A_GROUP(CHECK(ncclAllGather(send[r], recv[r], COUNT, ncclInt32, comms[r], streams[r])));
-  finish(what, big, wantAllGather);
+  finish(what, t, big);
 
+  /* Rank r's block q comes from rank q's block r. */
   snprintf(what, sizeof(what), "%s: ncclAlltoAll", how);
-  prepare(big, big);
+  prepare(t, big, big);
+  for (int r = 0; r < nranks; ++r)
+    for (int q = 0; q < nranks; ++q)
+      fillInputs(want[r] + (size_t)q * COUNT * es, t, q, (size_t)r * COUNT, COUNT);
   FOR_EACH_RANK_IN_A_GROUP(CHECK(ncclAlltoAll(send[r], recv[r], COUNT, ncclInt32, comms[r], streams[r])));
-  finish(what, big, wantAllToAll);
+  finish(what, t, big);
 
   snprintf(what, sizeof(what), "%s: ncclBroadcast", how);
-  prepare(COUNT, COUNT);
+  prepare(t, COUNT, COUNT);
+  for (int r = 0; r < nranks; ++r) fillInputs(want[r], t, 1 % nranks, 0, COUNT);
   FOR_EACH_RANK_IN_A_GROUP(
       CHECK(ncclBroadcast(send[r], recv[r], COUNT, ncclInt32, 1 % nranks, comms[r], streams[r])));
-  finish(what, COUNT, wantBroadcast);
+  finish(what, t, COUNT);
 
+  /* Off the root, recvbuff stays poisoned. */
   snprintf(what, sizeof(what), "%s: ncclReduce", how);
-  prepare(COUNT, COUNT);
+  prepare(t, COUNT, COUNT);
+  for (int r = 0; r < nranks; ++r) {
+    if (r == nranks - 1)
+      fillReduced(want[r], t, ncclSum, nranks, 0, COUNT);
+    else
+      memset(want[r], 0xFF, COUNT * es);
+  }
   FOR_EACH_RANK_IN_A_GROUP(
       CHECK(ncclReduce(send[r], recv[r], COUNT, ncclInt32, ncclSum, nranks - 1, comms[r], streams[r])));
-  finish(what, COUNT, wantReduce);
+  finish(what, t, COUNT);
 
   snprintf(what, sizeof(what), "%s: ncclSend/ncclRecv ring", how);
-  prepare(COUNT, COUNT);
+  prepare(t, COUNT, COUNT);
+  for (int r = 0; r < nranks; ++r) fillInputs(want[r], t, (r + nranks - 1) % nranks, 0, COUNT);
   FOR_EACH_RANK_IN_A_GROUP({
     CHECK(ncclSend(send[r], COUNT, ncclInt32, (r + 1) % nranks, comms[r], streams[r]));
     CHECK(ncclRecv(recv[r], COUNT, ncclInt32, (r + nranks - 1) % nranks, comms[r], streams[r]));
   });
-  finish(what, COUNT, wantRing);
-#undef FOR_EACH_RANK_IN_A_GROUP
+  finish(what, t, COUNT);
 }
+
+/* Whether op of type t over nranks ranks is exact, so that the check can be: the inputs are small
+ * integers, but an average of floats is exact only over a power of two ranks, and e5m2 holds 3
+ * significant bits (the sums of up to 4 ranks). */
+static int exact(int t, int op) {
+  if (!isFloat(t) || op == ncclProd || op == ncclMax || op == ncclMin) return 1;
+  if (op == ncclAvg && (nranks & (nranks - 1)) != 0) return 0;
+  return t != ncclFloat8e5m2 || nranks <= 4;
+}
+
+/* Every datatype: ncclAllReduce with every op, then allgather and reducescatter (sum), at each count,
+ * all ranks' calls issued by this thread within one group each; reductions that are not exact in
+ * their type over nranks ranks are left out. */
+static void runTypes(const char* how) {
+  static const size_t counts[] = {3, COUNT};
+  char what[160];
+  for (size_t c = 0; c < sizeof(counts) / sizeof(counts[0]); ++c) {
+    const size_t n = counts[c], big = n * (size_t)nranks;
+    for (int t = 0; t < ncclNumTypes; ++t) {
+      const ncclDataType_t type = (ncclDataType_t)t;
+      const size_t es = typeBytes(t);
+      for (int op = 0; op < ncclNumOps; ++op) {
+        if (!exact(t, op)) continue;
+        snprintf(what, sizeof(what), "%s: ncclAllReduce %s %s count %zu", how, typeName(t), opName(op), n);
+        prepare(t, n, n);
+        for (int r = 0; r < nranks; ++r) fillReduced(want[r], t, op, nranks, 0, n);
+        FOR_EACH_RANK_IN_A_GROUP(
+            CHECK(ncclAllReduce(send[r], recv[r], n, type, (ncclRedOp_t)op, comms[r], streams[r])));
+        finish(what, t, n);
+      }
+
+      snprintf(what, sizeof(what), "%s: ncclAllGather %s count %zu", how, typeName(t), n);
+      prepare(t, n, big);
+      for (int r = 0; r < nranks; ++r)
+        for (int q = 0; q < nranks; ++q) fillInputs(want[r] + (size_t)q * n * es, t, q, 0, n);
+      FOR_EACH_RANK_IN_A_GROUP(CHECK(ncclAllGather(send[r], recv[r], n, type, comms[r], streams[r])));
+      finish(what, t, big);
+
+      if (!exact(t, ncclSum)) continue;
+      snprintf(what, sizeof(what), "%s: ncclReduceScatter %s sum count %zu", how, typeName(t), n);
+      prepare(t, big, n);
+      for (int r = 0; r < nranks; ++r) fillReduced(want[r], t, ncclSum, nranks, (size_t)r * n, n);
+      FOR_EACH_RANK_IN_A_GROUP(
+          CHECK(ncclReduceScatter(send[r], recv[r], n, type, ncclSum, comms[r], streams[r])));
+      finish(what, t, n);
+    }
+  }
+}
+
+#undef FOR_EACH_RANK_IN_A_GROUP
 
 static void checkComms(const char* how) {
   for (int r = 0; r < nranks; ++r) {
@@ -180,13 +225,15 @@ int main(int argc, char** argv) {
     devs[r] = r % gpus;
     CUDA(cudaSetDevice(devs[r]));
     CUDA(cudaStreamCreateWithFlags(&streams[r], cudaStreamNonBlocking));
-    CUDA(cudaMalloc((void**)&send[r], (size_t)COUNT * nranks * sizeof(int32_t)));
-    CUDA(cudaMalloc((void**)&recv[r], (size_t)COUNT * nranks * sizeof(int32_t)));
+    CUDA(cudaMalloc((void**)&send[r], (size_t)COUNT * nranks * MAX_TYPE_BYTES));
+    CUDA(cudaMalloc((void**)&recv[r], (size_t)COUNT * nranks * MAX_TYPE_BYTES));
+    want[r] = malloc((size_t)COUNT * nranks * MAX_TYPE_BYTES);
   }
 
   CHECK(ncclCommInitAll(comms, nranks, devs));
   checkComms("ncclCommInitAll");
   runAll("ncclCommInitAll");
+  runTypes("ncclCommInitAll");
   destroyComms();
 
   ncclUniqueId id;
@@ -214,6 +261,7 @@ int main(int argc, char** argv) {
   CHECK(ncclGroupEnd());
   checkComms("ncclCommInitRankConfig with maxCTAs 2");
   runAll("ncclCommInitRankConfig with maxCTAs 2");
+  runTypes("ncclCommInitRankConfig with maxCTAs 2");
   destroyComms();
 
   for (int r = 0; r < nranks; ++r) {
@@ -221,6 +269,7 @@ int main(int argc, char** argv) {
     CUDA(cudaFree(send[r]));
     CUDA(cudaFree(recv[r]));
     CUDA(cudaStreamDestroy(streams[r]));
+    free(want[r]);
   }
   printf("nccl C API from one process, %d ranks on %d GPU(s): %d outputs checked, %d wrong\n", nranks,
          gpus < nranks ? gpus : nranks, checked, failures);

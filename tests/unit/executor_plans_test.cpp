@@ -276,6 +276,54 @@ TEST(ChunkGeometry, GroupsFollowTheCollective) {
   EXPECT_EQ(g.length(3), 2u);
 }
 
+TEST(ChunkGeometry, ARoundIsPartOfEveryGroup) {
+  Json j = twoShot();
+  j["collective"] = "allgather";
+  j["chunks"] = {{"input", 2}, {"output", 4}, {"scratch", 1}};
+  // A round of 4 of each rank's 10 elements: chunks of 2, rank 1's block still 10 elements on.
+  ChunkGeometry g = chunkGeometry(loadPlan(j.dump()), 10, 4);
+  EXPECT_FALSE(g.uniform());  // a reference across groups is not one piece
+  EXPECT_EQ(g.chunkElements, 2u);
+  EXPECT_EQ(g.offset(1), 2u);
+  EXPECT_EQ(g.offset(2), 10u);
+  EXPECT_EQ(g.length(3), 2u);
+  EXPECT_TRUE(chunkGeometry(loadPlan(j.dump()), 10, 10).uniform());
+}
+
+TEST(PlanRounds, OneRoundWhenTheScratchFits) {
+  const Plan plan = loadPlan(twoShot().dump());  // 1 scratch chunk of half the count
+  const PlanRounds r = planRounds(plan, 1000, 4, 2000);
+  EXPECT_EQ(r.count, 1u);
+  EXPECT_EQ(r.elements, 1000u);
+}
+
+TEST(PlanRounds, ChunksOfWholeGrainsThatFitTheRoom) {
+  const Plan plan = loadPlan(twoShot().dump());
+  // 1000 floats: a 2000-byte chunk; 1000 bytes of room fit 248 floats (62 grains of 16 bytes).
+  const PlanRounds r = planRounds(plan, 1000, 4, 1000);
+  EXPECT_EQ(r.elements, 2u * 248u);
+  EXPECT_EQ(r.count, 3u);                                 // 496 + 496 + 8
+  EXPECT_EQ(planRounds(plan, 1000, 4, 15).count, 0u);     // not one grain
+  EXPECT_EQ(planRounds(plan, 1000, 8, 16).elements, 4u);  // one grain: 2 doubles per chunk
+}
+
+TEST(PlanRounds, PacketPlansCountPacketBytes) {
+  const Plan plan = loadPlan(packets().dump());  // 1 chunk: the whole input, in LL16 packets
+  // 4096 floats need 32 KiB of packets; 8 KiB of room carry 4 KiB of data per round.
+  const PlanRounds r = planRounds(plan, 4096, 4, 8192);
+  EXPECT_EQ(r.elements, 1024u);
+  EXPECT_EQ(r.count, 4u);
+}
+
+TEST(PlanRounds, NoScratchIsOneRound) {
+  Json j = twoShot();
+  j["chunks"]["scratch"] = 0;
+  for (auto& rank : j["ranks"]) rank["thread_blocks"][0]["ops"] = Json::array();
+  const PlanRounds r = planRounds(loadPlan(j.dump()), 1 << 30, 4, 0);
+  EXPECT_EQ(r.count, 1u);
+  EXPECT_EQ(r.elements, 1u << 30);
+}
+
 // --- Plans as algorithms -------------------------------------------------------------------------
 
 struct TempDir {
@@ -323,7 +371,8 @@ TEST(PlanAlgorithm, WhyNotNamesEachLimit) {
   CollectiveCall inPlace = call;
   inPlace.send = inPlace.recv;
   EXPECT_CONTAINS(a.whyNot(inPlace, kLimits), "out-of-place calls only");
-  EXPECT_CONTAINS(a.whyNot(call, {2, 1 << 20, 1024}), "FERRY_SCRATCH_BYTES");
+  EXPECT_EQ(a.whyNot(call, {2, 1 << 20, 1024}), "");  // 2 KiB of scratch: it runs in rounds
+  EXPECT_CONTAINS(a.whyNot(call, {2, 1 << 20, 8}), "FERRY_SCRATCH_BYTES");  // not even 16 bytes
   EXPECT_CONTAINS(a.whyNot(call, {2, 1 << 20, 1 << 20, 0}), "thread blocks; the Comm allows 0");  // maxBlocks
 }
 
@@ -334,7 +383,8 @@ TEST(PlanAlgorithm, PacketPlansNeedRoomInThePacketRegion) {
   const CollectiveCall call = callOf(4096);  // 16 KiB of data: 32 KiB of packets
   EXPECT_EQ(algos[0]->whyNot(call, kLimits), "");
   EXPECT_FALSE(algos[0]->needsRegisteredBuffers(call));  // peers only through scratch
-  EXPECT_CONTAINS(algos[0]->whyNot(call, {2, 4096, 1 << 20}), "FERRY_LL_BYTES");
+  EXPECT_EQ(algos[0]->whyNot(call, {2, 4096, 1 << 20}), "");  // 16 KiB of packets: 2 rounds
+  EXPECT_CONTAINS(algos[0]->whyNot(call, {2, 4, 1 << 20}), "FERRY_LL_BYTES");
 }
 
 TEST(PlanAlgorithm, OneAlgorithmPerNameAcrossWorldSizes) {

@@ -2,6 +2,7 @@
 // and the rule it broke, with NCCL's result code.
 #include <gtest/gtest.h>
 
+#include <cstdio>
 #include <limits>
 #include <stdexcept>
 #include <string>
@@ -50,9 +51,58 @@ TEST(NcclChecks, NameTheArgumentAndTheRule) {
   EXPECT_EQ(errorOf([] { checkRankCount(0); }).message, "nranks 0 must be at least 1");
   EXPECT_EQ(errorOf([] { checkRankIn(4, 4, "peer"); }).message, "peer 4 is out of range [0, 4)");
   EXPECT_EQ(errorOf([] { checkRankIn(-1, 4, "root"); }).message, "root -1 is out of range [0, 4)");
-  EXPECT_CONTAINS(errorOf([] { checkCount(std::numeric_limits<std::size_t>::max() / 4, ncclFloat32, 2); }).message,
-                  "of ncclFloat32 overflows the byte size");
+  EXPECT_CONTAINS(
+      errorOf([] { checkCount(std::numeric_limits<std::size_t>::max() / 4, ncclFloat32, 2); }).message,
+      "of ncclFloat32 overflows the byte size");
   EXPECT_EQ(errorOf([] { checkBuffer(nullptr, 5, "recvbuff"); }).message, "recvbuff is NULL with count 5");
+}
+
+// Buffers must be device memory of the communicator's GPU, as NCCL checks them (NCCL_CHECK_POINTERS=1):
+// anything else is ncclInvalidArgument naming the argument, the address and what it is instead.
+TEST(NcclChecks, BufferPointersMustBeDeviceMemoryOfTheCommGpu) {
+  using Kind = PointerPlace::Kind;
+  int x = 0;
+  const void* p = &x;
+  EXPECT_NO_THROW(checkPointerPlace(p, {Kind::Device, 2, ""}, "sendbuff", 2));
+  EXPECT_NO_THROW(checkPointerPlace(p, {Kind::Managed, 0, ""}, "recvbuff", 0));
+  struct Case {
+    PointerPlace place;
+    const char* what;
+  };
+  const Case bad[] = {
+      {{Kind::Unknown, -1, ""}, "CUDA does not know it (host memory from malloc or the stack, or freed?)"},
+      {{Kind::Host, 0, ""}, "it is pinned host memory"},
+      {{Kind::Device, 1, ""}, "it is device memory of GPU 1"},
+      {{Kind::Managed, 3, ""}, "it is managed memory of GPU 3"},
+      {{Kind::Error, -1, "cudaErrorNoDevice: no CUDA-capable device is detected"},
+       "cudaPointerGetAttributes failed (cudaErrorNoDevice: no CUDA-capable device is detected)"},
+  };
+  char address[32];
+  std::snprintf(address, sizeof(address), "%p", p);
+  for (const Case& c : bad) {
+    const ApiError e = errorOf([&] { checkPointerPlace(p, c.place, "sendbuff", 0); });
+    EXPECT_EQ(e.result, ncclInvalidArgument) << c.what;
+    EXPECT_EQ(e.message, std::string("sendbuff ") + address + " is not a valid pointer: " + c.what +
+                             "; it must be device memory of the communicator's GPU 0");
+  }
+}
+
+// The whole check of a call's buffer, with CUDA asked for real: a stack address is never device
+// memory (with a GPU, CUDA does not know it; without one, CUDA cannot say).
+TEST(NcclChecks, AHostBufferIsAnInvalidArgumentWithOrWithoutAGpu) {
+  int x = 0;
+  const PointerPlace place = pointerPlace(&x);
+  EXPECT_NE(place.kind, PointerPlace::Kind::Device);
+  EXPECT_NE(place.kind, PointerPlace::Kind::Managed);
+  const ApiError e = errorOf([&] { checkDeviceBuffer(&x, 4, "recvbuff", 0, nullptr); });
+  EXPECT_EQ(e.result, ncclInvalidArgument);
+  EXPECT_CONTAINS(e.message, "recvbuff 0x");
+  EXPECT_CONTAINS(e.message, "is not a valid pointer");
+  // NULL is its own rule; with count 0 nothing is asked (NCCL does nothing for an empty call).
+  EXPECT_EQ(errorOf([] { checkDeviceBuffer(nullptr, 4, "sendbuff", 0, nullptr); }).message,
+            "sendbuff is NULL with count 4");
+  EXPECT_NO_THROW(checkDeviceBuffer(nullptr, 0, "sendbuff", 0, nullptr));
+  EXPECT_NO_THROW(checkDeviceBuffer(&x, 0, "sendbuff", 0, nullptr));
 }
 
 TEST(NcclChecks, ConfigMustComeFromTheInitializer) {
@@ -99,18 +149,26 @@ TEST(NcclChecks, ElementSizesAndNamesFollowNcclNumbering) {
 }
 
 TEST(NcclResults, EveryResultHasAString) {
-  for (int r = 0; r < ncclNumResults; ++r) EXPECT_STRNE(resultString(static_cast<ncclResult_t>(r)), "unknown result code");
+  for (int r = 0; r < ncclNumResults; ++r)
+    EXPECT_STRNE(resultString(static_cast<ncclResult_t>(r)), "unknown result code");
   EXPECT_STREQ(resultString(static_cast<ncclResult_t>(99)), "unknown result code");
 }
 
 TEST(NcclResults, GuardedMapsExceptionsToResultsAndKeepsTheMessage) {
   EXPECT_EQ(guarded("ncclX", [] { return ncclSuccess; }), ncclSuccess);
-  EXPECT_EQ(guarded("ncclX", []() -> ncclResult_t { throw ApiError{ncclInvalidArgument, "count is bad"}; }),
+  EXPECT_EQ(guarded("ncclX",
+                    []() -> ncclResult_t {
+                      throw ApiError{ncclInvalidArgument, "count is bad"};
+                    }),
             ncclInvalidArgument);
   EXPECT_STREQ(lastError(), "ncclX: count is bad");
   EXPECT_EQ(guarded("ncclY", []() -> ncclResult_t { throw Error(ErrorCode::Timeout, "rank 3 never came"); }),
             ncclRemoteError);
   EXPECT_CONTAINS(std::string(lastError()), "rank 3 never came");
+  // ferry's own usage errors stay ncclInvalidUsage (bad pointers are caught before, as ncclInvalidArgument).
+  EXPECT_EQ(
+      guarded("ncclW", []() -> ncclResult_t { throw Error(ErrorCode::InvalidUsage, "overlapping buffers"); }),
+      ncclInvalidUsage);
   EXPECT_EQ(guarded("ncclZ", []() -> ncclResult_t { throw std::runtime_error("boom"); }), ncclInternalError);
   EXPECT_EQ(guarded("ncclZ", []() -> ncclResult_t { throw 42; }), ncclInternalError);
 }

@@ -3,6 +3,7 @@
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
+#include <cctype>
 #include <cmath>
 #include <cstdio>
 #include <fstream>
@@ -21,15 +22,48 @@
 namespace ferry::tools {
 namespace {
 
-bool perRank(Collective c) {
-  return c == Collective::AllGather || c == Collective::ReduceScatter || c == Collective::AllToAll;
+// Per-rank counts (the size is the larger buffer's), an op, a root: of the collective b times
+// (sendrecv: none of them).
+bool perRank(Benchmark b) {
+  return b == benchmarkOf(Collective::AllGather) || b == benchmarkOf(Collective::ReduceScatter) ||
+         b == benchmarkOf(Collective::AllToAll);
 }
+bool reduces(Benchmark b) {
+  const auto c = collectiveOf(b);
+  return c && tools::reduces(*c);
+}
+bool rooted(Benchmark b) {
+  const auto c = collectiveOf(b);
+  return c && tools::rooted(*c);
+}
+
+// One call of a sweep. A collective's shape says everything about it. sendrecv's shape holds the
+// type, count, rank, world size and seed (its `collective` means nothing): `count` elements go to
+// sendPeer() and `count` come from recvPeer() into a buffer of their own.
+struct Call {
+  Benchmark benchmark;
+  CallShape shape;
+
+  bool sendRecv() const { return benchmark == Benchmark::SendRecv; }
+  bool is(Collective c) const { return benchmark == benchmarkOf(c); }
+  std::size_t sendCount() const { return sendRecv() ? shape.count : shape.sendCount(); }
+  std::size_t recvCount() const { return sendRecv() ? shape.count : shape.recvCount(); }
+  bool hasSend() const { return sendRecv() || shape.hasSend(); }
+  int sendPeer() const { return (shape.rank + 1) % shape.worldSize; }
+  int recvPeer() const { return (shape.rank - 1 + shape.worldSize) % shape.worldSize; }
+  // In bytes, as the row shows it: the larger buffer of a collective; what one rank sends for sendrecv.
+  std::uint64_t bytes() const {
+    return shape.count * sizeOf(shape.type) *
+           (perRank(benchmark) ? static_cast<std::uint64_t>(shape.worldSize) : 1);
+  }
+};
 
 std::vector<std::uint64_t> sizes(const BenchOptions& o) {
   std::vector<std::uint64_t> out;
   for (std::uint64_t s = o.minBytes; s <= o.maxBytes;) {
     out.push_back(s);
-    const std::uint64_t next = o.stepBytes ? s + o.stepBytes : static_cast<std::uint64_t>(std::llround(s * o.stepFactor));
+    const std::uint64_t next =
+        o.stepBytes ? s + o.stepBytes : static_cast<std::uint64_t>(std::llround(s * o.stepFactor));
     if (next <= s) break;
     s = next;
   }
@@ -39,7 +73,9 @@ std::vector<std::uint64_t> sizes(const BenchOptions& o) {
 // Device memory that frees itself.
 struct DeviceMemory {
   void* ptr = nullptr;
-  explicit DeviceMemory(std::size_t bytes) { FERRY_TOOL_CUDA(cudaMalloc(&ptr, std::max<std::size_t>(bytes, 256))); }
+  explicit DeviceMemory(std::size_t bytes) {
+    FERRY_TOOL_CUDA(cudaMalloc(&ptr, std::max<std::size_t>(bytes, 256)));
+  }
   ~DeviceMemory() { cudaFree(ptr); }
   DeviceMemory(const DeviceMemory&) = delete;
   DeviceMemory& operator=(const DeviceMemory&) = delete;
@@ -67,23 +103,26 @@ class Runner {
     printHeader();
     std::uint64_t wrongTotal = 0, ncclWrongTotal = 0;
     std::vector<TuningChoice> tuned;
-    for (Collective c : o_.collectives) {
+    for (Benchmark b : o_.benchmarks) {
       for (DataType t : o_.types) {
-        for (ReduceOp op : reduces(c) ? o_.ops : std::vector<ReduceOp>{ReduceOp::Sum}) {
-          printTitle(c, t, op);
-          Buffers buf = buffersFor(c, t);
+        for (ReduceOp op : reduces(b) ? o_.ops : std::vector<ReduceOp>{ReduceOp::Sum}) {
+          printTitle(b, t, op);
+          Buffers buf = buffersFor(b, t);
           for (std::uint64_t size : sizes(o_)) {
-            CallShape s = shapeFor(c, t, op, size);
-            if (s.count == 0) continue;
-            if (!o_.tunePath.empty()) tuned.push_back(tune(s, buf));
+            Call call = callFor(b, t, op, size);
+            if (call.shape.count == 0) continue;
+            // sendrecv has no algorithms to choose from: nothing to tune.
+            if (!o_.tunePath.empty() && !call.sendRecv()) tuned.push_back(tune(call, buf));
             BenchRow row;
             try {
-              row = measure(s, buf);
+              row = measure(call, buf);
             } catch (const Error& e) {
               // A forced algorithm (--algo) that cannot run this size: every rank refuses it alike
-              // before queueing anything, so the sweep goes on without the row.
-              if (o_.algorithm.empty() || e.code() != ErrorCode::InvalidUsage) throw;
-              if (r_.rank == 0) std::printf("# %llu bytes: %s\n", static_cast<unsigned long long>(size), e.what());
+              // before queueing anything, so the sweep goes on without the row. (No algorithm is
+              // forced on sendrecv, and its error may leave a group open: it ends the run.)
+              if (o_.algorithm.empty() || call.sendRecv() || e.code() != ErrorCode::InvalidUsage) throw;
+              if (r_.rank == 0)
+                std::printf("# %llu bytes: %s\n", static_cast<unsigned long long>(size), e.what());
               continue;
             }
             wrongTotal += row.outOfPlace.wrong + row.inPlace.wrong;
@@ -133,7 +172,8 @@ class Runner {
     all[r_.rank] = nccl_ ? 1 : 0;
     r_.bootstrap->allGather(all.data(), sizeof(int));
     if (std::count(all.begin(), all.end(), 1) != r_.worldSize) {
-      if (r_.rank == 0) std::printf("# NCCL not compared: %s\n", why.empty() ? "not loaded on every rank" : why.c_str());
+      if (r_.rank == 0)
+        std::printf("# NCCL not compared: %s\n", why.empty() ? "not loaded on every rank" : why.c_str());
       nccl_.reset();
       return;
     }
@@ -144,46 +184,55 @@ class Runner {
     nccl_->initComm(ids[0], r_.rank, r_.worldSize);
   }
 
-  CallShape shapeFor(Collective c, DataType t, ReduceOp op, std::uint64_t size) const {
-    CallShape s;
-    s.collective = c;
+  Call callFor(Benchmark b, DataType t, ReduceOp op, std::uint64_t size) const {
+    Call c{b, {}};
+    CallShape& s = c.shape;
+    if (const auto collective = collectiveOf(b)) s.collective = *collective;
     s.type = t;
     s.op = op;
     s.rank = r_.rank;
     s.worldSize = r_.worldSize;
     s.root = o_.root;
-    s.count = size / sizeOf(t) / (perRank(c) ? static_cast<std::uint64_t>(r_.worldSize) : 1);
-    return s;
+    s.count = size / sizeOf(t) / (perRank(b) ? static_cast<std::uint64_t>(r_.worldSize) : 1);
+    return c;
   }
 
-  Buffers buffersFor(Collective c, DataType t) const {
-    const CallShape s = shapeFor(c, t, ReduceOp::Sum, o_.maxBytes);
+  Buffers buffersFor(Benchmark bench, DataType t) const {
+    const Call c = callFor(bench, t, ReduceOp::Sum, o_.maxBytes);
     const std::size_t es = sizeOf(t);
     Buffers b;
-    b.send = std::make_unique<DeviceMemory>(s.sendCount() * es);
-    const std::size_t recvBytes = std::max(s.sendCount(), s.recvCount()) * es;
+    b.send = std::make_unique<DeviceMemory>(c.sendCount() * es);
+    const std::size_t recvBytes = std::max(c.sendCount(), c.recvCount()) * es;
     b.recv = std::make_unique<DeviceMemory>(recvBytes);
     if (o_.registered) {  // collective: every rank registers the same two buffers, in this order
       b.comm = comm_.get();
-      b.registrations.push_back(comm_->registerBuffer(b.send->ptr, std::max<std::size_t>(s.sendCount() * es, 256)));
+      b.registrations.push_back(
+          comm_->registerBuffer(b.send->ptr, std::max<std::size_t>(c.sendCount() * es, 256)));
       b.registrations.push_back(comm_->registerBuffer(b.recv->ptr, std::max<std::size_t>(recvBytes, 256)));
     }
     return b;
   }
 
-  // The pointers of one call; in place they follow the API's in-place rule inside recv.
-  std::pair<const void*, void*> pointers(const CallShape& s, const Buffers& b, bool inPlace) const {
+  // The pointers of one call; in place they follow the API's in-place rule inside recv (sendrecv
+  // never runs in place).
+  std::pair<const void*, void*> pointers(const Call& c, const Buffers& b, bool inPlace) const {
     char* recv = static_cast<char*>(b.recv->ptr);
     if (!inPlace) return {b.send->ptr, recv};
-    const std::size_t off = static_cast<std::size_t>(s.rank) * s.count * sizeOf(s.type);
-    switch (s.collective) {
-      case Collective::AllGather: return {recv + off, recv};
-      case Collective::ReduceScatter: return {recv, recv + off};
-      default: return {recv, recv};
-    }
+    const std::size_t off = static_cast<std::size_t>(c.shape.rank) * c.shape.count * sizeOf(c.shape.type);
+    if (c.is(Collective::AllGather)) return {recv + off, recv};
+    if (c.is(Collective::ReduceScatter)) return {recv, recv + off};
+    return {recv, recv};
   }
 
-  void issueFerry(const CallShape& s, const void* send, void* recv) {
+  void issueFerry(const Call& c, const void* send, void* recv) {
+    const CallShape& s = c.shape;
+    if (c.sendRecv()) {
+      comm_->groupStart();
+      comm_->send(send, s.count, s.type, c.sendPeer(), stream_);
+      comm_->recv(recv, s.count, s.type, c.recvPeer(), stream_);
+      comm_->groupEnd();
+      return;
+    }
     switch (s.collective) {
       case Collective::AllReduce: comm_->allReduce(send, recv, s.count, s.type, s.op, stream_); break;
       case Collective::AllGather: comm_->allGather(send, recv, s.count, s.type, stream_); break;
@@ -194,8 +243,10 @@ class Runner {
     }
   }
 
-  void issueNccl(const CallShape& s, const void* send, void* recv) {
+  void issueNccl(const Call& c, const void* send, void* recv) {
+    const CallShape& s = c.shape;
     const int t = static_cast<int>(s.type), op = static_cast<int>(s.op);
+    if (c.sendRecv()) return nccl_->sendRecv(send, recv, s.count, t, c.sendPeer(), c.recvPeer(), stream_);
     switch (s.collective) {
       case Collective::AllReduce: nccl_->allReduce(send, recv, s.count, t, op, stream_); break;
       case Collective::AllGather: nccl_->allGather(send, recv, s.count, t, stream_); break;
@@ -206,30 +257,34 @@ class Runner {
     }
   }
 
-  // Runs ferry once on fresh input with poisoned output; wrong elements on this rank.
-  // Runs `issue` once on random input with the output poisoned, and counts the wrong elements.
-  // reordered: the library reduces in its own order (NCCL), so floats get countWrongReordered's
-  // tolerance; ferry reduces in rank order, as the reference does, and must match it exactly.
-  std::uint64_t check(const CallShape& s, const Buffers& b, bool inPlace,
+  // Runs `issue` once on random input with the output poisoned, and counts the wrong elements on
+  // this rank. reordered: the library reduces in its own order (NCCL), so floats get
+  // countWrongReordered's tolerance; ferry reduces in rank order, as the reference does, and must
+  // match it exactly.
+  std::uint64_t check(const Call& c, const Buffers& b, bool inPlace,
                       const std::function<void(const void*, void*)>& issue, bool reordered = false) {
+    const CallShape& s = c.shape;
     const std::size_t es = sizeOf(s.type);
-    auto [send, recv] = pointers(s, b, inPlace);
-    std::vector<char> host(s.sendCount() * es);
-    fillSend(s.type, host.data(), s.sendCount(), s.rank, s.seed);
-    if (!(inPlace && s.collective == Collective::ReduceScatter))
-      FERRY_TOOL_CUDA(cudaMemset(recv, kPoisonByte, s.recvCount() * es));
-    if (s.hasSend())
+    auto [send, recv] = pointers(c, b, inPlace);
+    std::vector<char> host(c.sendCount() * es);
+    fillSend(s.type, host.data(), c.sendCount(), s.rank, s.seed);
+    if (!(inPlace && c.is(Collective::ReduceScatter)))
+      FERRY_TOOL_CUDA(cudaMemset(recv, kPoisonByte, c.recvCount() * es));
+    if (c.hasSend())
       FERRY_TOOL_CUDA(cudaMemcpy(const_cast<void*>(send), host.data(), host.size(), cudaMemcpyHostToDevice));
     FERRY_TOOL_CUDA(cudaDeviceSynchronize());
     r_.bootstrap->barrier();
     issue(send, recv);
     FERRY_TOOL_CUDA(cudaStreamSynchronize(stream_));
-    std::vector<char> got(s.recvCount() * es), want(s.recvCount() * es);
+    std::vector<char> got(c.recvCount() * es), want(c.recvCount() * es);
     FERRY_TOOL_CUDA(cudaMemcpy(got.data(), recv, got.size(), cudaMemcpyDeviceToHost));
-    expectedRecv(s, want.data(), inPlace);
-    if (reordered && reduces(s.collective))
-      return countWrongReordered(s.type, s.op, r_.worldSize, got.data(), want.data(), s.recvCount());
-    return countWrong(s.type, got.data(), want.data(), s.recvCount());
+    if (c.sendRecv())  // what recvPeer() sent: its send buffer, filled as this rank filled its own
+      fillSend(s.type, want.data(), c.recvCount(), c.recvPeer(), s.seed);
+    else
+      expectedRecv(s, want.data(), inPlace);
+    if (reordered && reduces(c.benchmark))
+      return countWrongReordered(s.type, s.op, r_.worldSize, got.data(), want.data(), c.recvCount());
+    return countWrong(s.type, got.data(), want.data(), c.recvCount());
   }
 
   // Median microseconds per call, measured on this rank. `align` runs one small collective of the
@@ -291,12 +346,12 @@ class Runner {
                      static_cast<int>(ReduceOp::Max), stream_);
   }
 
-  Measure measureFerry(const CallShape& s, const Buffers& b, bool inPlace) {
+  Measure measureFerry(const Call& c, const Buffers& b, bool inPlace) {
     Measure m;
     if (o_.check)
-      m.wrong = check(s, b, inPlace, [&](const void* send, void* recv) { issueFerry(s, send, recv); });
-    auto [send, recv] = pointers(s, b, inPlace);
-    m.us = time([&] { issueFerry(s, s.hasSend() ? send : nullptr, recv); }, [&] { alignFerry(); });
+      m.wrong = check(c, b, inPlace, [&](const void* send, void* recv) { issueFerry(c, send, recv); });
+    auto [send, recv] = pointers(c, b, inPlace);
+    m.us = time([&] { issueFerry(c, c.hasSend() ? send : nullptr, recv); }, [&] { alignFerry(); });
     return m;
   }
 
@@ -317,39 +372,45 @@ class Runner {
     return out;
   }
 
-  BenchRow measure(CallShape s, const Buffers& b) {
-    BenchRow row{s.collective, s.count * sizeOf(s.type) * (perRank(s.collective) ? r_.worldSize : 1), s.count,
-                 s.type, s.op, s.root, "", {}, {}, {}};
-    row.algorithm = comm_->algorithmFor(s.collective, row.bytes, s.type, o_.registered);
+  BenchRow measure(Call c, const Buffers& b) {
+    CallShape& s = c.shape;
+    BenchRow row{c.benchmark, c.bytes(), s.count, s.type, s.op, s.root, "", {}, {}, {}};
+    // ferry's send/recv have one kernel (collectives/p2p.hpp), no algorithms to choose from.
+    row.algorithm =
+        c.sendRecv() ? "p2p" : comm_->algorithmFor(s.collective, row.bytes, s.type, o_.registered);
     s.seed = ++seed_;
-    row.outOfPlace = reduceOverRanks(measureFerry(s, b, false));
-    if (o_.inPlace) {
+    row.outOfPlace = reduceOverRanks(measureFerry(c, b, false));
+    // sendrecv in place would send a buffer while receiving into it: not a defined call (nccl-tests
+    // times it but does not check it), so its in-place columns stay empty.
+    if (o_.inPlace && !c.sendRecv()) {
       s.seed = ++seed_;
-      row.inPlace = reduceOverRanks(measureFerry(s, b, true));
+      row.inPlace = reduceOverRanks(measureFerry(c, b, true));
     }
     if (nccl_) {
       s.seed = ++seed_;
-      auto [send, recv] = pointers(s, b, false);
+      auto [send, recv] = pointers(c, b, false);
       Measure m;
       if (o_.check)
         m.wrong = check(
-            s, b, false, [&](const void* in, void* out) { issueNccl(s, in, out); }, true);
-      m.us = time([&] { issueNccl(s, send, recv); }, [&] { alignNccl(); });
+            c, b, false, [&](const void* in, void* out) { issueNccl(c, in, out); }, true);
+      m.us = time([&] { issueNccl(c, send, recv); }, [&] { alignNccl(); });
       row.nccl = reduceOverRanks(m);
     }
     return row;
   }
 
   // Times every algorithm that can run the call (each checked first) and keeps the fastest.
-  TuningChoice tune(CallShape s, const Buffers& b) {
-    TuningChoice best{s.collective, s.type, s.count * sizeOf(s.type) * (perRank(s.collective) ? r_.worldSize : 1), ""};
+  // @pre c is a collective's call.
+  TuningChoice tune(Call c, const Buffers& b) {
+    CallShape& s = c.shape;
+    TuningChoice best{s.collective, s.type, c.bytes(), ""};
     double bestUs = 1e300;
     for (const std::string& name : Comm::algorithmNames(s.collective)) {
       force(s.collective, name);
       Measure m;
       try {
         s.seed = ++seed_;
-        m = reduceOverRanks(measureFerry(s, b, false));
+        m = reduceOverRanks(measureFerry(c, b, false));
       } catch (const Error& e) {
         if (e.code() != ErrorCode::InvalidUsage) throw;
         continue;  // this algorithm cannot run the call
@@ -372,9 +433,11 @@ class Runner {
  public:
   void applyForced() {
     if (o_.algorithm.empty()) return;
-    for (Collective c : o_.collectives) {
-      const auto names = Comm::algorithmNames(c);
-      if (std::find(names.begin(), names.end(), o_.algorithm) != names.end()) force(c, o_.algorithm);
+    for (Benchmark b : o_.benchmarks) {
+      const auto c = collectiveOf(b);
+      if (!c) continue;  // sendrecv: no algorithms
+      const auto names = Comm::algorithmNames(*c);
+      if (std::find(names.begin(), names.end(), o_.algorithm) != names.end()) force(*c, o_.algorithm);
     }
   }
 
@@ -386,16 +449,18 @@ class Runner {
     std::printf("# ferry-bench %s: %d ranks, %s (%s)\n", FERRY_VERSION_STRING, r_.worldSize,
                 sharing() ? "sharing GPUs" : "one per GPU", prop.name);
     if (sharing())
-      std::printf("# RANKS SHARE GPUS (%d ranks on %d): every result is checked, but the times say nothing about "
-                  "the hardware (and the real NCCL, which refuses shared GPUs, is not run)\n",
-                  r_.worldSize, o_.gpus);
+      std::printf(
+          "# RANKS SHARE GPUS (%d ranks on %d): every result is checked, but the times say nothing about "
+          "the hardware (and the real NCCL, which refuses shared GPUs, is not run)\n",
+          r_.worldSize, o_.gpus);
     std::printf("# %s, %d calls per sample, median of %d samples, %d warm-up calls; checked: %s\n",
                 o_.graphLaunches > 0 ? "CUDA graphs" : "stream launches",
                 o_.iters * std::max(1, o_.graphLaunches), o_.samples, o_.warmup,
                 o_.check ? "every size, random input, poisoned output" : "no");
     std::printf("# topology: %s\n", comm_->topology().c_str());
-    std::printf("# ferry's buffers: %s\n", o_.registered ? "registered (Comm::registerBuffer; zero-copy above the LL sizes)"
-                                                        : "not registered (staged through scratch)");
+    std::printf("# ferry's buffers: %s\n",
+                o_.registered ? "registered (Comm::registerBuffer; zero-copy above the LL sizes)"
+                              : "not registered (staged through scratch)");
     if (nccl_)
       std::printf(
           "# NCCL %s in the same run on the same buffers (out of place, its result checked too); ratio = "
@@ -404,33 +469,44 @@ class Runner {
           nccl_->versionString().c_str());
   }
 
-  void printTitle(Collective c, DataType t, ReduceOp op) {
+  void printTitle(Benchmark b, DataType t, ReduceOp op) {
     if (r_.rank != 0) return;
-    std::printf("#\n# %s %s %s\n", std::string(toString(c)).c_str(), std::string(toString(t)).c_str(),
-                reduces(c) ? std::string(toString(op)).c_str() : "");
-    std::printf("#                                                      out-of-place                       in-place          ");
+    std::printf("#\n# %s %s %s\n", std::string(benchmarkName(b)).c_str(), std::string(toString(t)).c_str(),
+                reduces(b) ? std::string(toString(op)).c_str() : "");
+    if (b == Benchmark::SendRecv)
+      std::printf(
+          "# every rank sends count elements to rank + 1 and receives count from rank - 1, in one group; "
+          "out of place only; busbw = algbw\n");
+    std::printf(
+        "#                                                      out-of-place                       in-place  "
+        "        ");
     std::printf("%s\n", nccl_ ? "              NCCL" : "");
-    std::printf("#       size         count      type   redop    root     time   algbw   busbw #wrong     time   algbw   busbw #wrong");
+    std::printf(
+        "#       size         count      type   redop    root     time   algbw   busbw #wrong     time   "
+        "algbw   busbw #wrong");
     std::printf("%s  algorithm\n", nccl_ ? "     time   busbw  ratio #wrong" : "");
-    std::printf("#        (B)    (elements)                               (us)  (GB/s)  (GB/s)            (us)  (GB/s)  (GB/s)       ");
+    std::printf(
+        "#        (B)    (elements)                               (us)  (GB/s)  (GB/s)            (us)  "
+        "(GB/s)  (GB/s)       ");
     std::printf("%s\n", nccl_ ? "     (us)  (GB/s)" : "");
     std::fflush(stdout);
   }
 
   void printRow(const BenchRow& r) {
-    const double factor = busFactor(r.collective, r_.worldSize);
+    const double factor = busFactor(r.benchmark, r_.worldSize);
     auto cols = [&](const Measure& m) {
       if (m.us < 0) {
         std::printf(" %8s %7s %7s %6s", "-", "-", "-", "-");
         return;
       }
       const double algbw = r.bytes / m.us / 1e3;
-      std::printf(" %8.2f %7.2f %7.2f %6llu", m.us, algbw, algbw * factor, static_cast<unsigned long long>(m.wrong));
+      std::printf(" %8.2f %7.2f %7.2f %6llu", m.us, algbw, algbw * factor,
+                  static_cast<unsigned long long>(m.wrong));
     };
     std::printf("%12llu  %12llu  %8s  %6s  %6d", static_cast<unsigned long long>(r.bytes),
                 static_cast<unsigned long long>(r.count), std::string(toString(r.type)).c_str(),
-                reduces(r.collective) ? std::string(toString(r.op)).c_str() : "none",
-                rooted(r.collective) ? r.root : -1);
+                reduces(r.benchmark) ? std::string(toString(r.op)).c_str() : "none",
+                rooted(r.benchmark) ? r.root : -1);
     cols(r.outOfPlace);
     cols(r.inPlace);
     if (nccl_) {
@@ -447,10 +523,11 @@ class Runner {
     double sum = 0;
     int n = 0;
     for (const auto& r : rows_) {
-      sum += r.bytes / r.outOfPlace.us / 1e3 * busFactor(r.collective, r_.worldSize);
+      sum += r.bytes / r.outOfPlace.us / 1e3 * busFactor(r.benchmark, r_.worldSize);
       ++n;
     }
-    std::printf("# Out of bounds values : %llu %s\n", static_cast<unsigned long long>(wrong), wrong ? "FAILED" : "OK");
+    std::printf("# Out of bounds values : %llu %s\n", static_cast<unsigned long long>(wrong),
+                wrong ? "FAILED" : "OK");
     if (nccl_ && o_.check)
       std::printf("# NCCL's wrong values  : %llu%s\n", static_cast<unsigned long long>(ncclWrong),
                   ncclWrong ? " (NCCL's own results: reported, not failed)" : "");
@@ -472,12 +549,14 @@ class Runner {
     auto measure = [&](const Measure& m, const BenchRow& r) -> nlohmann::json {
       if (m.us < 0) return nullptr;
       const double algbw = r.bytes / m.us / 1e3;
-      return {{"time_us", m.us}, {"algbw", algbw}, {"busbw", algbw * busFactor(r.collective, r_.worldSize)},
+      return {{"time_us", m.us},
+              {"algbw", algbw},
+              {"busbw", algbw * busFactor(r.benchmark, r_.worldSize)},
               {"wrong", m.wrong}};
     };
     doc["rows"] = nlohmann::json::array();
     for (const auto& r : rows_)
-      doc["rows"].push_back({{"collective", std::string(toString(r.collective))},
+      doc["rows"].push_back({{"collective", std::string(benchmarkName(r.benchmark))},
                              {"bytes", r.bytes},
                              {"count", r.count},
                              {"type", std::string(toString(r.type))},
@@ -512,7 +591,8 @@ class Runner {
       if (topology != "unknown") doc["rows"].back()["topology"] = topology;
     }
     std::ofstream(o_.tunePath) << doc.dump(2) << "\n";
-    std::printf("# tuning table: %s (use it with FERRY_TUNING_FILE=%s)\n", o_.tunePath.c_str(), o_.tunePath.c_str());
+    std::printf("# tuning table: %s (use it with FERRY_TUNING_FILE=%s)\n", o_.tunePath.c_str(),
+                o_.tunePath.c_str());
   }
 
   const BenchOptions& o_;
@@ -529,8 +609,24 @@ class Runner {
 
 }  // namespace
 
-double busFactor(Collective c, int n) {
-  switch (c) {
+std::string_view benchmarkName(Benchmark b) {
+  if (const auto c = collectiveOf(b)) return toString(*c);
+  return "sendrecv";
+}
+
+std::optional<Benchmark> parseBenchmark(std::string_view name) {
+  std::string n;
+  for (char ch : name)
+    if (ch != '_') n += static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
+  if (n == "sendrecv") return Benchmark::SendRecv;
+  if (const auto c = parseCollective(name)) return benchmarkOf(*c);
+  return std::nullopt;
+}
+
+double busFactor(Benchmark b, int n) {
+  const auto c = collectiveOf(b);
+  if (!c) return 1.0;  // sendrecv: each rank's bytes cross one link once
+  switch (*c) {
     case Collective::AllReduce: return 2.0 * (n - 1) / n;
     case Collective::Broadcast:
     case Collective::Reduce: return 1.0;

@@ -1,19 +1,41 @@
 #pragma once
-// The benchmark proper, run by every rank: for each collective, type, op and size, check ferry's
-// result against the host reference (poisoned output, random input), then time it out of place
-// and in place, and time NCCL on the same buffers when it is loaded. Rank 0 prints nccl-tests
-// style rows and keeps them for the JSON report.
+// The benchmark proper, run by every rank: for each collective (or sendrecv), type, op and size,
+// check ferry's result against the host reference (poisoned output, random input), then time it out
+// of place and in place, and time NCCL on the same buffers when it is loaded. Rank 0 prints
+// nccl-tests style rows and keeps them for the JSON report.
 #include <cstdint>
+#include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
-#include "ferry/comm.hpp"
 #include "common/launcher.hpp"
+#include "ferry/comm.hpp"
 
 namespace ferry::tools {
 
+// What one sweep times: one of ferry's collectives, or sendrecv, which is none of them. The values
+// below kCollectiveCount are the Collective of the same value (benchmarkOf, collectiveOf).
+// sendrecv is nccl-tests' sendrecv_perf: every rank sends `count` elements to rank (r + 1) % n and
+// receives `count` from rank (r - 1 + n) % n in one group (ferry's send/recv, NCCL's
+// ncclSend/ncclRecv between ncclGroupStart and ncclGroupEnd); out of place only; busbw = algbw.
+enum class Benchmark : int { SendRecv = kCollectiveCount };
+inline constexpr int kBenchmarkCount = kCollectiveCount + 1;
+
+constexpr Benchmark benchmarkOf(Collective c) { return static_cast<Benchmark>(c); }
+// The collective b times; none for sendrecv.
+constexpr std::optional<Collective> collectiveOf(Benchmark b) {
+  const int v = static_cast<int>(b);
+  if (v >= 0 && v < kCollectiveCount) return static_cast<Collective>(v);
+  return std::nullopt;
+}
+// "sendrecv", or the collective's name (toString(Collective)).
+std::string_view benchmarkName(Benchmark b);
+// "sendrecv" ("send_recv"; case-insensitively) or a name parseCollective takes.
+std::optional<Benchmark> parseBenchmark(std::string_view name);
+
 struct BenchOptions {
-  std::vector<Collective> collectives{Collective::AllReduce};
+  std::vector<Benchmark> benchmarks{benchmarkOf(Collective::AllReduce)};
   std::uint64_t minBytes = 1 << 10;
   std::uint64_t maxBytes = 1 << 30;
   double stepFactor = 2;
@@ -21,14 +43,14 @@ struct BenchOptions {
   std::vector<DataType> types{DataType::BFloat16};
   std::vector<ReduceOp> ops{ReduceOp::Sum};
   int root = 0;
-  int iters = 20;   // calls per timed sample (per CUDA graph)
+  int iters = 20;  // calls per timed sample (per CUDA graph)
   int warmup = 5;
   int samples = 5;  // timed samples; the median is reported
   bool check = true;
   int graphLaunches = 1;  // -G: each sample launches a graph of `iters` calls this often; 0: no graph
   bool inPlace = true;
   bool registered = false;  // register ferry's buffers (Comm::registerBuffer): the zero-copy path
-  std::string algorithm;  // forced for every collective that has it
+  std::string algorithm;    // forced for every collective that has it
   bool nccl = true;
   std::string ncclPath = "libnccl.so.2";
   std::string jsonPath;
@@ -37,17 +59,17 @@ struct BenchOptions {
 };
 
 struct Measure {
-  double us = -1;          // < 0: not measured
+  double us = -1;           // < 0: not measured
   std::uint64_t wrong = 0;  // elements that differ from the reference, summed over ranks
 };
 
 struct BenchRow {
-  Collective collective;
+  Benchmark benchmark;
   std::uint64_t bytes, count;
   DataType type;
   ReduceOp op;
   int root;
-  std::string algorithm;
+  std::string algorithm;  // the collective's algorithm; "p2p" for sendrecv (ferry's send/recv kernel)
   Measure outOfPlace, inPlace, nccl;
 };
 
@@ -55,7 +77,7 @@ struct BenchRow {
 // was wrong). Throws on errors (CUDA, bootstrap, bad options).
 int runBench(const BenchOptions& options, const RankInfo& rank);
 
-// nccl-tests' bus bandwidth factor.
-double busFactor(Collective c, int worldSize);
+// nccl-tests' bus bandwidth factor (busbw = algbw * factor).
+double busFactor(Benchmark b, int worldSize);
 
 }  // namespace ferry::tools

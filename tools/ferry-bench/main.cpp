@@ -1,8 +1,9 @@
-// ferry-bench: nccl-tests style benchmark of ferry's collectives, with NCCL timed beside it.
+// ferry-bench: nccl-tests style benchmark of ferry's collectives and send/recv, with NCCL timed beside them.
 //
 //   ferry-bench                                   # allreduce, bf16 sum, 1 KiB .. 1 GiB, all local GPUs
 //   ferry-bench allgather -b 8 -e 128M -f 2 -d float
-//   ferry-bench all -e 64M --json results.json    # every collective
+//   ferry-bench sendrecv -e 1G                    # ring send/recv, as nccl-tests' sendrecv_perf
+//   ferry-bench all -e 64M --json results.json    # every collective, then sendrecv
 //   ferry-bench allreduce --tune tuning.json      # time every algorithm, write a tuning table
 //   mpirun -np 4 ferry-bench ...  /  torchrun --nproc-per-node 4 ferry-bench ...
 #include <cuda_runtime_api.h>
@@ -13,9 +14,9 @@
 #include <iostream>
 
 #include "bench.hpp"
-#include "ferry/errors.hpp"
 #include "common/launcher.hpp"
 #include "common/parse_bytes.hpp"
+#include "ferry/errors.hpp"
 
 namespace {
 
@@ -41,13 +42,16 @@ int gpuCount(std::string& why) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  CLI::App app{"ferry-bench: times ferry's collectives (and NCCL's beside them) across the local GPUs"};
+  CLI::App app{
+      "ferry-bench: times ferry's collectives and send/recv (and NCCL's beside them) across the local GPUs"};
   BenchOptions o;
   std::string what = "allreduce", minB = "1K", maxB = "1G", stepB, types = "bf16", ops = "sum";
   int ngpus = 0, check = 1, graph = 1;
   bool list = false, noNccl = false, noInPlace = false;
-  app.add_option("collective", what,
-                 "allreduce, allgather, reducescatter, alltoall, broadcast, reduce, or all")
+  app.add_option(
+         "collective", what,
+         "allreduce, allgather, reducescatter, alltoall, broadcast, reduce, sendrecv (each rank sends "
+         "to rank + 1 and receives from rank - 1 in one group), or all (every one of them)")
       ->capture_default_str();
   app.add_option("-b,--minbytes", minB, "smallest size (bytes; K, M, G suffixes)")->capture_default_str();
   app.add_option("-e,--maxbytes", maxB, "largest size")->capture_default_str();
@@ -75,7 +79,8 @@ int main(int argc, char** argv) {
   app.add_flag("--no-in-place", noInPlace, "time out-of-place calls only");
   int registered = 0;
   app.add_option("-R,--registered", registered,
-                 "register ferry's buffers (1): calls above the LL sizes then run zero-copy; NCCL's stay unregistered")
+                 "register ferry's buffers (1): calls above the LL sizes then run zero-copy; NCCL's stay "
+                 "unregistered")
       ->capture_default_str();
   app.add_option("--json", o.jsonPath, "also write the results as JSON to this file");
   app.add_option("--tune", o.tunePath, "time every algorithm at every size and write a tuning table (JSON)");
@@ -96,17 +101,18 @@ int main(int argc, char** argv) {
     if (!stepB.empty()) o.stepBytes = bytesOption(stepB);
     if (o.minBytes == 0 || o.maxBytes < o.minBytes || (o.stepBytes == 0 && o.stepFactor <= 1))
       throw CLI::ValidationError("sizes", "need 0 < minbytes <= maxbytes and a step factor > 1");
-    if (o.iters < 1 || o.samples < 1 || o.warmup < 0) throw CLI::ValidationError("iters", "need iters, samples >= 1");
+    if (o.iters < 1 || o.samples < 1 || o.warmup < 0)
+      throw CLI::ValidationError("iters", "need iters, samples >= 1");
     o.check = check != 0;
     o.registered = registered != 0;
     o.graphLaunches = graph;
     o.nccl = !noNccl;
     o.inPlace = !noInPlace;
-    o.collectives.clear();
+    o.benchmarks.clear();
     if (what == "all") {
-      for (int c = 0; c < kCollectiveCount; ++c) o.collectives.push_back(static_cast<Collective>(c));
-    } else if (auto c = parseCollective(what)) {
-      o.collectives.push_back(*c);
+      for (int b = 0; b < kBenchmarkCount; ++b) o.benchmarks.push_back(static_cast<Benchmark>(b));
+    } else if (auto b = parseBenchmark(what)) {
+      o.benchmarks.push_back(*b);
     } else {
       throw CLI::ValidationError("collective", "unknown collective '" + what + "'");
     }
@@ -145,7 +151,8 @@ int main(int argc, char** argv) {
     std::string why;
     o.gpus = gpuCount(why);
     if (o.gpus == 0) {
-      std::printf("ferry-bench: no CUDA GPU visible (%s): nothing to benchmark on this machine.\n", why.c_str());
+      std::printf("ferry-bench: no CUDA GPU visible (%s): nothing to benchmark on this machine.\n",
+                  why.c_str());
       return 0;
     }
     if (auto rank = rankFromEnvironment()) return runBench(o, *rank);
@@ -154,9 +161,10 @@ int main(int argc, char** argv) {
     // them: that checks every result but times nothing real).
     const int ranks = ngpus > 0 ? ngpus : o.gpus;
     if (ranks < 2) {
-      std::printf("ferry-bench: %d GPU: collectives need at least 2 ranks; nothing to compare (-g 2 runs two "
-                  "ranks on it, which checks results but measures nothing real).\n",
-                  ranks);
+      std::printf(
+          "ferry-bench: %d GPU: collectives need at least 2 ranks; nothing to compare (-g 2 runs two "
+          "ranks on it, which checks results but measures nothing real).\n",
+          ranks);
       return 0;
     }
     return spawnRanks(ranks, argv);

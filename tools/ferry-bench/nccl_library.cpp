@@ -78,7 +78,8 @@ std::string NcclLibrary::versionString() const {
 }
 
 void NcclLibrary::check(int result, const char* call) const {
-  if (result != 0) throw std::runtime_error(std::string("NCCL ") + call + " failed: " + api_->getErrorString(result));
+  if (result != 0)
+    throw std::runtime_error(std::string("NCCL ") + call + " failed: " + api_->getErrorString(result));
 }
 
 NcclUniqueId NcclLibrary::uniqueId() const {
@@ -92,17 +93,20 @@ void NcclLibrary::initComm(const NcclUniqueId& id, int rank, int worldSize) {
   worldSize_ = worldSize;
 }
 
-void NcclLibrary::allReduce(const void* send, void* recv, std::size_t count, int type, int op, cudaStream_t s) const {
+void NcclLibrary::allReduce(const void* send, void* recv, std::size_t count, int type, int op,
+                            cudaStream_t s) const {
   check(api_->allReduce(send, recv, count, type, op, comm_, s), "ncclAllReduce");
 }
-void NcclLibrary::allGather(const void* send, void* recv, std::size_t sendCount, int type, cudaStream_t s) const {
+void NcclLibrary::allGather(const void* send, void* recv, std::size_t sendCount, int type,
+                            cudaStream_t s) const {
   check(api_->allGather(send, recv, sendCount, type, comm_, s), "ncclAllGather");
 }
 void NcclLibrary::reduceScatter(const void* send, void* recv, std::size_t recvCount, int type, int op,
                                 cudaStream_t s) const {
   check(api_->reduceScatter(send, recv, recvCount, type, op, comm_, s), "ncclReduceScatter");
 }
-void NcclLibrary::broadcast(const void* send, void* recv, std::size_t count, int type, int root, cudaStream_t s) const {
+void NcclLibrary::broadcast(const void* send, void* recv, std::size_t count, int type, int root,
+                            cudaStream_t s) const {
   check(api_->broadcast(send, recv, count, type, root, comm_, s), "ncclBroadcast");
 }
 void NcclLibrary::reduce(const void* send, void* recv, std::size_t count, int type, int op, int root,
@@ -116,6 +120,13 @@ void NcclLibrary::allToAll(const void* send, void* recv, std::size_t count, int 
     check(api_->send(static_cast<const char*>(send) + p * bytes, count, type, p, comm_, s), "ncclSend");
     check(api_->recv(static_cast<char*>(recv) + p * bytes, count, type, p, comm_, s), "ncclRecv");
   }
+  check(api_->groupEnd(), "ncclGroupEnd");
+}
+void NcclLibrary::sendRecv(const void* send, void* recv, std::size_t count, int type, int sendPeer,
+                           int recvPeer, cudaStream_t s) const {
+  check(api_->groupStart(), "ncclGroupStart");
+  check(api_->send(send, count, type, sendPeer, comm_, s), "ncclSend");
+  check(api_->recv(recv, count, type, recvPeer, comm_, s), "ncclRecv");
   check(api_->groupEnd(), "ncclGroupEnd");
 }
 

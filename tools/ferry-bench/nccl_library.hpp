@@ -30,9 +30,14 @@ class NcclLibrary {
 
   void allReduce(const void* send, void* recv, std::size_t count, int type, int op, cudaStream_t s) const;
   void allGather(const void* send, void* recv, std::size_t sendCount, int type, cudaStream_t s) const;
-  void reduceScatter(const void* send, void* recv, std::size_t recvCount, int type, int op, cudaStream_t s) const;
+  void reduceScatter(const void* send, void* recv, std::size_t recvCount, int type, int op,
+                     cudaStream_t s) const;
   // As nccl-tests does it: grouped send/recv with every peer.
   void allToAll(const void* send, void* recv, std::size_t count, int type, cudaStream_t s) const;
+  // As nccl-tests' sendrecv_perf does it: in one group, `count` elements from send to rank sendPeer
+  // and `count` from rank recvPeer into recv.
+  void sendRecv(const void* send, void* recv, std::size_t count, int type, int sendPeer, int recvPeer,
+                cudaStream_t s) const;
   void broadcast(const void* send, void* recv, std::size_t count, int type, int root, cudaStream_t s) const;
   void reduce(const void* send, void* recv, std::size_t count, int type, int op, int root,
               cudaStream_t s) const;

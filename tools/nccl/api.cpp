@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "checks.hpp"
+#include "ferry/errors.hpp"
 #include "ferry/memory.hpp"
 #include "nccl_comm.hpp"
 #include "results.hpp"
@@ -23,7 +24,7 @@ namespace {
 // What a thread's ncclGroupStart / ncclGroupEnd have collected.
 struct GroupState {
   int depth = 0;
-  std::vector<ncclComm*> p2pComms;         // comms with a ferry group open
+  std::vector<ncclComm*> p2pComms;           // comms with a ferry group open
   std::vector<std::function<void()>> inits;  // ncclCommInitRank calls deferred to ncclGroupEnd
   const RealNccl* realGroup = nullptr;       // the real NCCL's group, if a forwarded call opened one
 };
@@ -54,7 +55,8 @@ ncclResult_t realResult(const ncclComm& c, ncclResult_t r) {
 PreMulSumOp preMulOp(ncclComm& c, ncclRedOp_t op, ncclDataType_t datatype) {
   std::lock_guard lock(c.mu);
   auto it = c.ops.find(static_cast<int>(op));
-  if (it == c.ops.end()) throw ApiError{ncclInvalidArgument, "op " + std::to_string(op) + " is not an op of this comm"};
+  if (it == c.ops.end())
+    throw ApiError{ncclInvalidArgument, "op " + std::to_string(op) + " is not an op of this comm"};
   if (it->second.type != datatype)
     throw ApiError{ncclInvalidArgument,
                    "op " + std::to_string(op) + " was made by ncclRedOpCreatePreMulSum for datatype " +
@@ -66,9 +68,38 @@ void checkOp(ncclComm& c, ncclRedOp_t op) {
   if (static_cast<int>(op) >= 0 && op < ncclNumOps) return;
   std::lock_guard lock(c.mu);
   if (!c.ops.count(static_cast<int>(op)))
-    throw ApiError{ncclInvalidArgument, "op " + std::to_string(static_cast<int>(op)) +
-                                            " is neither a built-in ncclRedOp_t nor made by ncclRedOpCreatePreMulSum "
-                                            "on this comm"};
+    throw ApiError{ncclInvalidArgument,
+                   "op " + std::to_string(static_cast<int>(op)) +
+                       " is neither a built-in ncclRedOp_t nor made by ncclRedOpCreatePreMulSum "
+                       "on this comm"};
+}
+
+// A call's sendbuff and recvbuff on c's GPU (checkDeviceBuffer), those it uses: broadcast reads no
+// sendbuff off the root, reduce writes no recvbuff off it. One pointer as both is checked once.
+void checkBuffers(const ncclComm& c, cudaStream_t stream, std::size_t count, const void* sendbuff,
+                  bool usesSend, const void* recvbuff, bool usesRecv) {
+  if (usesSend) checkDeviceBuffer(sendbuff, count, "sendbuff", c.device, stream);
+  if (usesRecv && !(usesSend && recvbuff == sendbuff))
+    checkDeviceBuffer(recvbuff, count, "recvbuff", c.device, stream);
+}
+
+// Runs native() (ferry's call on these buffers). NULL is refused first (checkBuffer); whether a
+// buffer is device memory of c's GPU is asked of CUDA only once ferry refused the call, which its
+// own check (asking CUDA too) does for such a pointer: NCCL's answer to it, ncclInvalidArgument
+// with checkDeviceBuffer's message, then replaces ferry's InvalidUsage, and a good call pays for no
+// second query.
+template <class Native>
+ncclResult_t onBuffers(const ncclComm& c, cudaStream_t stream, std::size_t count, const void* sendbuff,
+                       bool usesSend, const void* recvbuff, bool usesRecv, Native&& native) {
+  if (usesSend) checkBuffer(sendbuff, count, "sendbuff");
+  if (usesRecv) checkBuffer(recvbuff, count, "recvbuff");
+  try {
+    return native();
+  } catch (const ferry::Error& e) {
+    if (e.code() == ferry::ErrorCode::InvalidUsage)
+      checkBuffers(c, stream, count, sendbuff, usesSend, recvbuff, usesRecv);
+    throw;
+  }
 }
 
 void checkReady(ncclResult_t r) {
@@ -81,8 +112,8 @@ std::map<void*, std::shared_ptr<void>>& memAllocations() {
   return m;
 }
 
-ncclResult_t initRank(ncclComm_t* out, int nranks, const ncclUniqueId& commId, int rank, const ncclConfig_t* config,
-                      const char* api) {
+ncclResult_t initRank(ncclComm_t* out, int nranks, const ncclUniqueId& commId, int rank,
+                      const ncclConfig_t* config, const char* api) {
   return guarded(api, [&] {
     checkNotNull(out, "comm");
     checkRankCount(nranks);
@@ -183,7 +214,8 @@ NCCL_API ncclResult_t ncclCommInitAll(ncclComm_t* comms, int ndev, const int* de
       made[i]->rank = i;
       made[i]->nranks = ndev;
       made[i]->device = devices[i];
-      threads.emplace_back([&, i] { (void)startInit(made[i], [&, i] { return TcpBootstrap::create(id, i, ndev); }); });
+      threads.emplace_back(
+          [&, i] { (void)startInit(made[i], [&, i] { return TcpBootstrap::create(id, i, ndev); }); });
     }
     for (auto& t : threads) t.join();
     ncclResult_t result = ncclSuccess;
@@ -200,13 +232,15 @@ NCCL_API ncclResult_t ncclCommInitAll(ncclComm_t* comms, int ndev, const int* de
   });
 }
 
-NCCL_API ncclResult_t ncclCommSplit(ncclComm_t comm, int color, int key, ncclComm_t* newcomm, ncclConfig_t* config) {
+NCCL_API ncclResult_t ncclCommSplit(ncclComm_t comm, int color, int key, ncclComm_t* newcomm,
+                                    ncclConfig_t* config) {
   return guarded("ncclCommSplit", [&] {
     ncclComm& c = usable(comm);
     checkNotNull(newcomm, "newcomm");
     checkConfig(config);
     if (color < 0 && color != NCCL_SPLIT_NOCOLOR)
-      throw ApiError{ncclInvalidArgument, "color " + std::to_string(color) + " must be >= 0 or NCCL_SPLIT_NOCOLOR"};
+      throw ApiError{ncclInvalidArgument,
+                     "color " + std::to_string(color) + " must be >= 0 or NCCL_SPLIT_NOCOLOR"};
     auto sub = c.bootstrap->split(color, key);  // collective over comm's ranks
     *newcomm = nullptr;
     if (!sub) return ncclSuccess;
@@ -270,7 +304,8 @@ NCCL_API ncclResult_t ncclCommGetAsyncError(ncclComm_t comm, ncclResult_t* async
   return guarded("ncclCommGetAsyncError", [&] {
     checkNotNull(comm, "comm");
     checkNotNull(asyncError, "asyncError");
-    if (comm->magic != ncclComm::kAlive) throw ApiError{ncclInvalidArgument, "comm is not a live communicator"};
+    if (comm->magic != ncclComm::kAlive)
+      throw ApiError{ncclInvalidArgument, "comm is not a live communicator"};
     if (comm->state.load() == ncclComm::State::Ready && comm->real != nullptr)
       return realResult(*comm, comm->forwardedTo->commGetAsyncError(comm->real, asyncError));
     switch (comm->state.load()) {
@@ -372,7 +407,8 @@ NCCL_API ncclResult_t ncclRedOpCreatePreMulSum(ncclRedOp_t* op, void* scalar, nc
     checkNotNull(scalar, "scalar");
     checkDataType(datatype);
     if (residence != ncclScalarDevice && residence != ncclScalarHostImmediate)
-      throw ApiError{ncclInvalidArgument, "residence " + std::to_string(residence) + " is not an ncclScalarResidence_t"};
+      throw ApiError{ncclInvalidArgument,
+                     "residence " + std::to_string(residence) + " is not an ncclScalarResidence_t"};
     PreMulSumOp p{datatype, residence};
     if (residence == ncclScalarHostImmediate)
       std::memcpy(&p.hostScalar, scalar, elementBytes(datatype));
@@ -391,8 +427,9 @@ NCCL_API ncclResult_t ncclRedOpDestroy(ncclRedOp_t op, ncclComm_t comm) {
     ncclComm& c = usable(comm);
     if (const RealNccl* real = forwarded(c)) return realResult(c, real->redOpDestroy(op, c.real));
     if (static_cast<int>(op) >= 0 && op < ncclNumOps)
-      throw ApiError{ncclInvalidArgument, "op " + std::to_string(op) + " is built in; only ops of "
-                                                                         "ncclRedOpCreatePreMulSum are destroyed"};
+      throw ApiError{ncclInvalidArgument, "op " + std::to_string(op) +
+                                              " is built in; only ops of "
+                                              "ncclRedOpCreatePreMulSum are destroyed"};
     std::lock_guard lock(c.mu);
     auto it = c.ops.find(static_cast<int>(op));
     if (it == c.ops.end())
@@ -402,8 +439,8 @@ NCCL_API ncclResult_t ncclRedOpDestroy(ncclRedOp_t op, ncclComm_t comm) {
   });
 }
 
-NCCL_API ncclResult_t ncclBroadcast(const void* sendbuff, void* recvbuff, size_t count, ncclDataType_t datatype,
-                                    int root, ncclComm_t comm, cudaStream_t stream) {
+NCCL_API ncclResult_t ncclBroadcast(const void* sendbuff, void* recvbuff, size_t count,
+                                    ncclDataType_t datatype, int root, ncclComm_t comm, cudaStream_t stream) {
   return guarded("ncclBroadcast", [&] {
     ncclComm& c = usable(comm);
     if (const RealNccl* real = forwarded(c))
@@ -411,10 +448,11 @@ NCCL_API ncclResult_t ncclBroadcast(const void* sendbuff, void* recvbuff, size_t
     checkDataType(datatype);
     checkRankIn(root, c.nranks, "root");
     checkCount(count, datatype);
-    if (c.rank == root) checkBuffer(sendbuff, count, "sendbuff");
-    checkBuffer(recvbuff, count, "recvbuff");
-    c.comm->broadcast(c.rank == root ? sendbuff : nullptr, recvbuff, count, nativeType(datatype), root, stream);
-    return ncclSuccess;
+    return onBuffers(c, stream, count, sendbuff, c.rank == root, recvbuff, true, [&] {
+      c.comm->broadcast(c.rank == root ? sendbuff : nullptr, recvbuff, count, nativeType(datatype), root,
+                        stream);
+      return ncclSuccess;
+    });
   });
 }
 
@@ -451,17 +489,18 @@ NCCL_API ncclResult_t ncclReduce(const void* sendbuff, void* recvbuff, size_t co
     checkOp(c, op);
     checkRankIn(root, c.nranks, "root");
     checkCount(count, datatype);
-    checkBuffer(sendbuff, count, "sendbuff");
-    if (c.rank == root) checkBuffer(recvbuff, count, "recvbuff");
-    return reducing(c, op, datatype, [&](const auto& o) {
-      c.comm->reduce(sendbuff, c.rank == root ? recvbuff : nullptr, count, nativeType(datatype), o, root,
-                     stream);
+    return onBuffers(c, stream, count, sendbuff, true, recvbuff, c.rank == root, [&] {
+      return reducing(c, op, datatype, [&](const auto& o) {
+        c.comm->reduce(sendbuff, c.rank == root ? recvbuff : nullptr, count, nativeType(datatype), o, root,
+                       stream);
+      });
     });
   });
 }
 
-NCCL_API ncclResult_t ncclAllReduce(const void* sendbuff, void* recvbuff, size_t count, ncclDataType_t datatype,
-                                    ncclRedOp_t op, ncclComm_t comm, cudaStream_t stream) {
+NCCL_API ncclResult_t ncclAllReduce(const void* sendbuff, void* recvbuff, size_t count,
+                                    ncclDataType_t datatype, ncclRedOp_t op, ncclComm_t comm,
+                                    cudaStream_t stream) {
   return guarded("ncclAllReduce", [&] {
     ncclComm& c = usable(comm);
     if (const RealNccl* real = forwarded(c))
@@ -469,10 +508,10 @@ NCCL_API ncclResult_t ncclAllReduce(const void* sendbuff, void* recvbuff, size_t
     checkDataType(datatype);
     checkOp(c, op);
     checkCount(count, datatype);
-    checkBuffer(sendbuff, count, "sendbuff");
-    checkBuffer(recvbuff, count, "recvbuff");
-    return reducing(c, op, datatype, [&](const auto& o) {
-      c.comm->allReduce(sendbuff, recvbuff, count, nativeType(datatype), o, stream);
+    return onBuffers(c, stream, count, sendbuff, true, recvbuff, true, [&] {
+      return reducing(c, op, datatype, [&](const auto& o) {
+        c.comm->allReduce(sendbuff, recvbuff, count, nativeType(datatype), o, stream);
+      });
     });
   });
 }
@@ -487,26 +526,26 @@ NCCL_API ncclResult_t ncclReduceScatter(const void* sendbuff, void* recvbuff, si
     checkDataType(datatype);
     checkOp(c, op);
     checkCount(recvcount, datatype, static_cast<std::size_t>(c.nranks));
-    checkBuffer(sendbuff, recvcount, "sendbuff");
-    checkBuffer(recvbuff, recvcount, "recvbuff");
-    return reducing(c, op, datatype, [&](const auto& o) {
-      c.comm->reduceScatter(sendbuff, recvbuff, recvcount, nativeType(datatype), o, stream);
+    return onBuffers(c, stream, recvcount, sendbuff, true, recvbuff, true, [&] {
+      return reducing(c, op, datatype, [&](const auto& o) {
+        c.comm->reduceScatter(sendbuff, recvbuff, recvcount, nativeType(datatype), o, stream);
+      });
     });
   });
 }
 
-NCCL_API ncclResult_t ncclAllGather(const void* sendbuff, void* recvbuff, size_t sendcount, ncclDataType_t datatype,
-                                    ncclComm_t comm, cudaStream_t stream) {
+NCCL_API ncclResult_t ncclAllGather(const void* sendbuff, void* recvbuff, size_t sendcount,
+                                    ncclDataType_t datatype, ncclComm_t comm, cudaStream_t stream) {
   return guarded("ncclAllGather", [&] {
     ncclComm& c = usable(comm);
     if (const RealNccl* real = forwarded(c))
       return realResult(c, real->allGather(sendbuff, recvbuff, sendcount, datatype, c.real, stream));
     checkDataType(datatype);
     checkCount(sendcount, datatype, static_cast<std::size_t>(c.nranks));
-    checkBuffer(sendbuff, sendcount, "sendbuff");
-    checkBuffer(recvbuff, sendcount, "recvbuff");
-    c.comm->allGather(sendbuff, recvbuff, sendcount, nativeType(datatype), stream);
-    return ncclSuccess;
+    return onBuffers(c, stream, sendcount, sendbuff, true, recvbuff, true, [&] {
+      c.comm->allGather(sendbuff, recvbuff, sendcount, nativeType(datatype), stream);
+      return ncclSuccess;
+    });
   });
 }
 
@@ -531,25 +570,27 @@ ncclResult_t realAllToAll(ncclComm& c, const RealNccl& real, const void* sendbuf
 
 }  // namespace
 
-NCCL_API ncclResult_t ncclAlltoAll(const void* sendbuff, void* recvbuff, size_t count, ncclDataType_t datatype,
-                                   ncclComm_t comm, cudaStream_t stream) {
+NCCL_API ncclResult_t ncclAlltoAll(const void* sendbuff, void* recvbuff, size_t count,
+                                   ncclDataType_t datatype, ncclComm_t comm, cudaStream_t stream) {
   return guarded("ncclAlltoAll", [&] {
     ncclComm& c = usable(comm);
     checkDataType(datatype);
     checkCount(count, datatype, static_cast<std::size_t>(c.nranks));
-    checkBuffer(sendbuff, count, "sendbuff");
-    checkBuffer(recvbuff, count, "recvbuff");
-    if (const RealNccl* real = forwarded(c))
+    if (const RealNccl* real = forwarded(c)) {
+      checkBuffers(c, stream, count, sendbuff, true, recvbuff, true);  // NCCL sees sends and recvs only
       return realAllToAll(c, *real, sendbuff, recvbuff, count, datatype, stream);
-    c.comm->allToAll(sendbuff, recvbuff, count, nativeType(datatype), stream);
-    return ncclSuccess;
+    }
+    return onBuffers(c, stream, count, sendbuff, true, recvbuff, true, [&] {
+      c.comm->allToAll(sendbuff, recvbuff, count, nativeType(datatype), stream);
+      return ncclSuccess;
+    });
   });
 }
 
 namespace {
 
-ncclResult_t peerOp(bool isSend, const void* buff, size_t count, ncclDataType_t datatype, int peer, ncclComm_t comm,
-                    cudaStream_t stream) {
+ncclResult_t peerOp(bool isSend, const void* buff, size_t count, ncclDataType_t datatype, int peer,
+                    ncclComm_t comm, cudaStream_t stream) {
   return guarded(isSend ? "ncclSend" : "ncclRecv", [&] {
     ncclComm& c = usable(comm);
     if (const RealNccl* real = forwarded(c))
@@ -559,16 +600,18 @@ ncclResult_t peerOp(bool isSend, const void* buff, size_t count, ncclDataType_t 
     checkDataType(datatype);
     checkRankIn(peer, c.nranks, "peer");
     checkCount(count, datatype);
-    checkBuffer(buff, count, isSend ? "sendbuff" : "recvbuff");
-    if (group.depth > 0 && std::find(group.p2pComms.begin(), group.p2pComms.end(), &c) == group.p2pComms.end()) {
+    if (group.depth > 0 &&
+        std::find(group.p2pComms.begin(), group.p2pComms.end(), &c) == group.p2pComms.end()) {
       c.comm->groupStart();
       group.p2pComms.push_back(&c);
     }
-    if (isSend)
-      c.comm->send(buff, count, nativeType(datatype), peer, stream);
-    else
-      c.comm->recv(const_cast<void*>(buff), count, nativeType(datatype), peer, stream);
-    return ncclSuccess;
+    return onBuffers(c, stream, count, buff, isSend, buff, !isSend, [&] {
+      if (isSend)
+        c.comm->send(buff, count, nativeType(datatype), peer, stream);
+      else
+        c.comm->recv(const_cast<void*>(buff), count, nativeType(datatype), peer, stream);
+      return ncclSuccess;
+    });
   });
 }
 
@@ -579,8 +622,8 @@ NCCL_API ncclResult_t ncclSend(const void* sendbuff, size_t count, ncclDataType_
   return peerOp(true, sendbuff, count, datatype, peer, comm, stream);
 }
 
-NCCL_API ncclResult_t ncclRecv(void* recvbuff, size_t count, ncclDataType_t datatype, int peer, ncclComm_t comm,
-                               cudaStream_t stream) {
+NCCL_API ncclResult_t ncclRecv(void* recvbuff, size_t count, ncclDataType_t datatype, int peer,
+                               ncclComm_t comm, cudaStream_t stream) {
   return peerOp(false, recvbuff, count, datatype, peer, comm, stream);
 }
 

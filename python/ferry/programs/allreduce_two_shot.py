@@ -4,16 +4,20 @@ Input chunk c is owned by rank c. Reduce-scatter: every rank puts chunk p to ran
 signals; rank p waits for all peers and reduces its own chunk into its output. All-gather: rank p
 puts its reduced chunk into every peer's output and signals; each rank's last waits mean its output
 is complete. One channel per ordered pair; its n-th wait consumes the sender's n-th signal.
+
+It is correct in place too (allreduce_two_shot_inplace): rank p's output chunk p is its input
+chunk p, which the peers read only before they signal the first phase, and p reduces into it only
+after waiting for those signals; a peer overwrites p's chunk r only once it has p's first signal.
 """
 
 from ferry.dsl import CollectiveProgram, MemoryChannel
 from ferry.programs.reducescatter_allpairs import slot  # same scratch layout for the first phase
 
 
-def program(world_size: int) -> CollectiveProgram:
+def program(world_size: int, *, name: str = "allreduce_two_shot", inplace: bool = False) -> CollectiveProgram:
     w = world_size
-    with CollectiveProgram("allreduce_two_shot", "allreduce", world_size=w, input_chunks=w,
-                           scratch_chunks=w - 1) as prog:
+    with CollectiveProgram(name, "allreduce", world_size=w, input_chunks=w, scratch_chunks=w - 1,
+                           inplace=inplace) as prog:
         ch = {(r, p): MemoryChannel(r, p) for r in range(w) for p in range(w) if r != p}
         peers = {r: [p for p in range(w) if p != r] for r in range(w)}
         for r in range(w):
