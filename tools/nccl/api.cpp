@@ -5,6 +5,7 @@
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
+#include <cstddef>
 #include <cstring>
 #include <map>
 #include <mutex>
@@ -112,6 +113,20 @@ std::map<void*, std::shared_ptr<void>>& memAllocations() {
   return m;
 }
 
+// A copy of the caller's config for a forwarded init: the fields its size covers, the rest at
+// NCCL_CONFIG_INITIALIZER's values, so that it is a whole ncclConfig_t of this header.
+void keepConfig(ncclComm& c, const ncclConfig_t* config) {
+  if (config == nullptr) return;
+  ncclConfig_t copy = NCCL_CONFIG_INITIALIZER;
+  const ncclConfig_t defaults = copy;
+  std::memcpy(&copy, config, std::min(config->size, sizeof(ncclConfig_t)));
+  copy.size = defaults.size;
+  copy.version = defaults.version;
+  if (config->size < offsetof(ncclConfig_t, netName) + sizeof(copy.netName)) copy.netName = defaults.netName;
+  if (copy.netName != nullptr) c.netName = copy.netName;
+  c.config = copy;
+}
+
 ncclResult_t initRank(ncclComm_t* out, int nranks, const ncclUniqueId& commId, int rank,
                       const ncclConfig_t* config, const char* api) {
   return guarded(api, [&] {
@@ -124,6 +139,7 @@ ncclResult_t initRank(ncclComm_t* out, int nranks, const ncclUniqueId& commId, i
     c->nranks = nranks;
     c->blocking = config == nullptr || config->blocking != 0;
     c->options = commOptions(config);
+    keepConfig(*c, config);
     if (cudaGetDevice(&c->device) != cudaSuccess) {
       delete c;
       throw ApiError{ncclUnhandledCudaError, "no current CUDA device"};
@@ -250,6 +266,12 @@ NCCL_API ncclResult_t ncclCommSplit(ncclComm_t comm, int color, int key, ncclCom
     n->device = c.device;
     n->blocking = config == nullptr || config->blocking != 0;
     n->options = commOptions(config, c.options);
+    if (config != nullptr) {
+      keepConfig(*n, config);
+    } else {
+      n->config = c.config;  // as its options, a split without a config keeps the parent's
+      n->netName = c.netName;
+    }
     *newcomm = n;
     const ncclResult_t r = startInit(n, [sub] { return sub; });
     checkReady(r);

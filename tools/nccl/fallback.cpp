@@ -46,6 +46,8 @@ std::unique_ptr<RealNccl> load(std::string& why) {
   }
   resolve(handle, real->getUniqueId, "ncclGetUniqueId", missing);
   resolve(handle, real->commInitRank, "ncclCommInitRank", missing);
+  std::string optional;  // without it, a forwarded comm's config is not passed on (logged)
+  resolve(handle, real->commInitRankConfig, "ncclCommInitRankConfig", optional);
   resolve(handle, real->commFinalize, "ncclCommFinalize", missing);
   resolve(handle, real->commDestroy, "ncclCommDestroy", missing);
   resolve(handle, real->commAbort, "ncclCommAbort", missing);

@@ -15,6 +15,8 @@ struct RealNccl {
   ncclResult_t (*getVersion)(int*) = nullptr;
   ncclResult_t (*getUniqueId)(ncclUniqueId*) = nullptr;
   ncclResult_t (*commInitRank)(ncclComm_t*, int, ncclUniqueId, int) = nullptr;
+  ncclResult_t (*commInitRankConfig)(ncclComm_t*, int, ncclUniqueId, int,
+                                     ncclConfig_t*) = nullptr;  // optional
   ncclResult_t (*commFinalize)(ncclComm_t) = nullptr;
   ncclResult_t (*commDestroy)(ncclComm_t) = nullptr;
   ncclResult_t (*commAbort)(ncclComm_t) = nullptr;

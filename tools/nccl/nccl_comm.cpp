@@ -37,10 +37,25 @@ void forward(ncclComm& c, const std::string& why) {
                                            "), and rank " + std::to_string(r) +
                                            " has no real NCCL to run it on" +
                                            (r == c.rank ? ": " + missing : std::string())};
-  const ncclResult_t r = real->commInitRank(&c.real, c.nranks, offers[0].id, c.rank);
+  ncclResult_t r;
+  const char* api = "ncclCommInitRank";
+  if (c.config && real->commInitRankConfig != nullptr) {
+    // The caller's config, but blocking: this already runs where the caller's init should (on a
+    // thread of its own for a non-blocking one).
+    ncclConfig_t config = *c.config;
+    config.blocking = 1;
+    if (!c.netName.empty()) config.netName = c.netName.c_str();
+    api = "ncclCommInitRankConfig";
+    r = real->commInitRankConfig(&c.real, c.nranks, offers[0].id, c.rank, &config);
+  } else {
+    if (c.config)
+      FERRY_LOG(Warn, Nccl) << "rank " << c.rank << ": " << real->path
+                            << " has no ncclCommInitRankConfig: the communicator's config is not passed on";
+    r = real->commInitRank(&c.real, c.nranks, offers[0].id, c.rank);
+  }
   if (r != ncclSuccess) {
     c.real = nullptr;
-    throw ApiError{r, "the real NCCL's ncclCommInitRank failed: " + std::string(real->getLastError(nullptr))};
+    throw ApiError{r, std::string("the real NCCL's ") + api + " failed: " + real->getLastError(nullptr)};
   }
   c.forwardedTo = real;
   FERRY_LOG(Warn, Nccl) << "rank " << c.rank << " of " << c.nranks << ": the communicator runs on "

@@ -4,11 +4,12 @@
 // that every call on it is forwarded to. A non-blocking init (config->blocking = 0) runs on a
 // thread of its own; calls on the comm wait for it to end.
 #include <atomic>
-#include <functional>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <thread>
 
@@ -36,6 +37,10 @@ struct ncclComm {
   int rank = 0, nranks = 1, device = 0;
   bool blocking = true;
   ferry::CommOptions options;  // from the config's minCTAs / maxCTAs
+  // The config the comm was made with, for the real NCCL when it is forwarded (ferry::nccl::
+  // forwardedConfig); netName's text is kept here, as the caller's may be gone by then.
+  std::optional<ncclConfig_t> config;
+  std::string netName;
   std::shared_ptr<ferry::TcpBootstrap> bootstrap;
   std::unique_ptr<ferry::Comm> comm;  // null when forwarded
   const ferry::nccl::RealNccl* forwardedTo = nullptr;
