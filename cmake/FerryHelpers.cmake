@@ -1,9 +1,13 @@
 # Compile settings shared by every ferry target.
 add_library(ferry_build_flags INTERFACE)
 target_compile_options(ferry_build_flags INTERFACE
-  $<$<COMPILE_LANGUAGE:CXX>:-Wall -Wextra -Werror -Wno-missing-field-initializers>
-  $<$<COMPILE_LANGUAGE:C>:-Wall -Wextra -Werror>
-  $<$<COMPILE_LANGUAGE:CUDA>:-Xcompiler=-Wall,-Wextra -Werror=all-warnings --expt-relaxed-constexpr>)
+  $<$<COMPILE_LANGUAGE:CXX>:-Wall -Wextra -Wno-missing-field-initializers>
+  $<$<COMPILE_LANGUAGE:C>:-Wall -Wextra>
+  $<$<COMPILE_LANGUAGE:CUDA>:-Xcompiler=-Wall,-Wextra --expt-relaxed-constexpr>)
+if(FERRY_WARNINGS_AS_ERRORS)
+  target_compile_options(ferry_build_flags INTERFACE
+    $<$<COMPILE_LANGUAGE:CXX,C>:-Werror> $<$<COMPILE_LANGUAGE:CUDA>:-Werror=all-warnings>)
+endif()
 if(FERRY_SANITIZE)
   target_compile_options(ferry_build_flags INTERFACE
     $<$<COMPILE_LANGUAGE:CXX,C>:-fsanitize=${FERRY_SANITIZE} -fno-omit-frame-pointer -fno-sanitize-recover=all>)
@@ -17,7 +21,7 @@ function(ferry_add_test name)
   cmake_parse_arguments(T "NO_GTEST_MAIN" "TIMEOUT" "SOURCES;LABELS;LIBS" ${ARGN})
   add_executable(${name} ${T_SOURCES})
   target_link_libraries(${name} PRIVATE ferry_internal ferry_build_flags GTest::gtest ${T_LIBS})
-  target_include_directories(${name} PRIVATE ${PROJECT_SOURCE_DIR}/src ${PROJECT_SOURCE_DIR}/tests)
+  target_include_directories(${name} PRIVATE ${PROJECT_SOURCE_DIR}/tests)
   if(NOT T_NO_GTEST_MAIN)
     target_link_libraries(${name} PRIVATE GTest::gtest_main)
   endif()

@@ -41,7 +41,7 @@ read -ra extra_cmake_args <<<"${GPU_CHECK_CMAKE_ARGS:-}"
 guarded() { LD_PRELOAD="$guard${LD_PRELOAD:+:$LD_PRELOAD}" "$@"; }
 
 step_configure() {
-  cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DFERRY_BUILD_TESTS=ON \
+  cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DFERRY_BUILD_TESTS=ON -DFERRY_WARNINGS_AS_ERRORS=ON \
     -DFERRY_THIRD_PARTY_DIR="$PWD/.deps" "${extra_cmake_args[@]}"
 }
 
@@ -107,7 +107,7 @@ step_nccl_torch() {
     echo "skipped: no PyTorch"
     return 0
   fi
-  guarded python3 tests/nccl/torch_preload_test.py --lib "$PWD/$build/tools/nccl/libferry_nccl.so"
+  guarded python3 tests/nccl/torch_preload_test.py --lib "$PWD/$build/shims/nccl/libferry_nccl.so"
   local rc=$?
   ((rc == 77)) && return 0
   return $rc

@@ -27,7 +27,7 @@ mkdir -p "$out" && out=$(cd "$out" && pwd)
 max=${GPU_TABLES_MAX:-1G}
 bench=$PWD/$build/tools/ferry-bench/ferry-bench
 perf=$PWD/$build/tools/ferry-perf/ferry-perf
-shim=$PWD/$build/tools/nccl/libferry_nccl.so
+shim=$PWD/$build/shims/nccl/libferry_nccl.so
 guard=$PWD/$build/tools/guard/libferry_guard.so
 tables=$PWD/scripts/bench-tables.py
 

@@ -23,9 +23,11 @@
 // Point-to-point send and recv run through a per-peer inbox (no registration needed), alone or
 // grouped between groupStart() and groupEnd().
 //
-// Algorithms: several per collective (algorithmNames); a selector picks one by collective, size,
-// type and world size from built-in defaults, a tuning table (FERRY_TUNING_FILE, written by
-// `ferry-bench --tune`), FERRY_ALGO, or setAlgorithm().
+// Algorithms: several per collective, held in the Comm's own registry (ferry/algorithm.hpp), which
+// the program may extend at run time with plans and native algorithms (addPlan, addAlgorithm); a
+// selector picks one by collective, size, type and world size from built-in defaults, a tuning
+// table (FERRY_TUNING_FILE, written by `ferry-bench --tune`), FERRY_ALGO, or setAlgorithm(), and
+// remembers its choice per call shape.
 #include <cuda_runtime_api.h>
 
 #include <cstddef>
@@ -36,18 +38,15 @@
 #include <string_view>
 #include <vector>
 
+#include "ferry/algorithm.hpp"
 #include "ferry/api.hpp"
 #include "ferry/bootstrap.hpp"
+#include "ferry/collective.hpp"
 #include "ferry/datatype.hpp"
 
 namespace ferry {
 
-enum class Collective : int { AllReduce, AllGather, ReduceScatter, AllToAll, Broadcast, Reduce };
-inline constexpr int kCollectiveCount = 6;
-// "allreduce", "allgather", "reducescatter", "alltoall", "broadcast", "reduce".
-FERRY_API std::string_view toString(Collective c) noexcept;
-// The names above; also with '_' ("all_reduce"), case-insensitively.
-FERRY_API std::optional<Collective> parseCollective(std::string_view name) noexcept;
+class Communicator;
 
 // How a Comm runs its kernels. Like NCCL's minCTAs / maxCTAs: every collective kernel runs at most
 // maxBlocks thread blocks, e.g. to leave SMs to compute that overlaps communication, and at least
@@ -159,15 +158,34 @@ class FERRY_API Comm {
   // own (a few microseconds), so a watchdog can poll it while the caller's streams are busy.
   bool aborted() const;
 
+  // The algorithms of this Comm, of every collective: the built-in ones grouped by collective, the
+  // plans of FERRY_PLAN_DIR, then those added, in order of adding.
+  std::vector<AlgorithmInfo> algorithms() const;
+  // Collective (every rank, the same plan, in the same order as every other add and remove): adds
+  // `plan` as the algorithm plan.algorithmName(), uploading this rank's program to the GPU.
+  // Error(InvalidUsage) for a plan of another world size, a name already registered, or ranks that
+  // add different algorithms.
+  void addPlan(const Plan& plan);
+  // Collective, as addPlan: calls algorithm->setup(*this) on every rank, then adds it where setup
+  // succeeded on every rank (otherwise Error(InvalidUsage) on every rank, naming those that failed).
+  void addAlgorithm(std::shared_ptr<NativeAlgorithm> algorithm);
+  // Collective, as addPlan: removes the algorithm `name`, a built-in one too, and unforces it.
+  // Work already queued still runs it: what it owns lives until the Comm goes.
+  void removeAlgorithm(std::string_view name);
+  // The Communicator under this Comm (ferry/communicator.hpp): for NativeAlgorithm::setup, which
+  // connects its own channels to the same ranks.
+  Communicator& communicator();
+
   // Forces the algorithm `name` for collective c (an empty name hands the choice back to the
-  // selector). Error(InvalidUsage) for a name that does not exist or belongs to another collective.
+  // selector). Error(InvalidUsage) for a name this Comm does not have or of another collective.
   // A forced algorithm that cannot run a call (too large for its buffers, say) makes that call
   // Error(InvalidUsage) naming why, instead of silently using another.
   void setAlgorithm(Collective c, std::string_view name);
   // The algorithm a call of `bytes` (the larger of input and output) would use, on registered
   // buffers or not.
   std::string algorithmFor(Collective c, std::size_t bytes, DataType type, bool registered = false) const;
-  // Every algorithm of c, in the registry's order.
+  // Every algorithm of c that a new Comm starts with (built-in, then FERRY_PLAN_DIR's plans), in
+  // registry order; algorithms() lists one Comm's.
   static std::vector<std::string> algorithmNames(Collective c);
   // How the Comm's GPUs are joined, as tuning rows name it: "nvswitch", "nvlink", "pcie", or
   // "unknown" (NVML could not tell, or one rank); the slowest over the ranks.

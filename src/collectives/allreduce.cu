@@ -16,9 +16,9 @@
 //                       root reduces what arrived.
 //   reduce_two_shot     reduce-scatter as above, then every rank pushes its reduced chunk to the
 //                       root only, so the root's links carry each byte twice rather than R - 1 times.
-#include "collectives/algorithm.hpp"
-#include "collectives/kernel_util.cuh"
-#include "collectives/launch.hpp"
+#include "collectives/builtin.hpp"
+#include "kernels/kernel_util.cuh"
+#include "kernels/launch.hpp"
 #include "ferry/device/copy.hpp"
 #include "ferry/device/packet.hpp"
 
@@ -210,6 +210,9 @@ class AllReduceLL final : public Algorithm {
   AllReduceLL(const char* name, Collective c) : name_(name), collective_(c) {}
   const char* name() const override { return name_; }
   Collective collective() const override { return collective_; }
+  std::string constraints(const CommLimits& limits) const override {
+    return "up to " + std::to_string(limits.llSlotDataBytes) + " bytes (FERRY_LL_BYTES)";
+  }
   std::string whyNot(const CollectiveCall& call, const CommLimits& limits) const override {
     if (call.bytes() > limits.llSlotDataBytes)
       return std::to_string(call.bytes()) + " bytes exceed the LL slot of " +

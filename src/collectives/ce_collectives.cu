@@ -15,12 +15,12 @@
 // Why overwriting in place is safe (allreduce_ce): rank q's piece j of chunk r is read by one copy
 // only, q's round-j copy to rank r; r reduces piece j only after q's round-j copies are flushed and
 // signalled, and only then writes its reduced piece j into q's output.
-#include "collectives/algorithm.hpp"
-#include "collectives/copy_engine.hpp"
-#include "collectives/copy_engine_host.hpp"
-#include "collectives/direct_call.cuh"
-#include "collectives/kernel_util.cuh"
-#include "collectives/launch.hpp"
+#include "collectives/builtin.hpp"
+#include "kernels/copy_engine.hpp"
+#include "kernels/copy_engine_host.hpp"
+#include "kernels/direct_call.cuh"
+#include "kernels/kernel_util.cuh"
+#include "kernels/launch.hpp"
 
 namespace ferry {
 namespace {
@@ -181,6 +181,7 @@ class MoveCeAlgorithm final : public Algorithm {
   const char* name() const override { return name_; }
   Collective collective() const override { return collective_; }
   std::string whyNot(const CollectiveCall& call, const CommLimits&) const override { return whyNotZeroCopy(call); }
+  std::string constraints(const CommLimits&) const override { return "registered buffers only"; }
   void launch(const CollectiveCall& call, const CollectiveContext& context) const override {
     const CopyEngineHandle ce = engineOf(context, call, name_);
     const CollectiveContext c = forCall(context, call);
@@ -210,6 +211,9 @@ class ReduceCeAlgorithm final : public Algorithm {
   ReduceCeAlgorithm(const char* name, Collective c) : name_(name), collective_(c) {}
   const char* name() const override { return name_; }
   Collective collective() const override { return collective_; }
+  std::string constraints(const CommLimits&) const override {
+    return "registered buffers only; " + std::to_string(1 + kReduceBlocks) + " thread blocks";
+  }
   std::string whyNot(const CollectiveCall& call, const CommLimits& limits) const override {
     if (std::string why = notRegistered(call); !why.empty()) return why;
     if (limits.maxBlocks < 1 + kReduceBlocks)

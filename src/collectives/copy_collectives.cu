@@ -5,9 +5,9 @@
 //   *_push  the sender copies into the receiver's scratch slot for it and signals; the receiver
 //           copies out. Calls larger than a slot run in rounds, each receiver telling its senders
 //           when a slot is free again.
-#include "collectives/algorithm.hpp"
-#include "collectives/kernel_util.cuh"
-#include "collectives/launch.hpp"
+#include "collectives/builtin.hpp"
+#include "kernels/kernel_util.cuh"
+#include "kernels/launch.hpp"
 #include "ferry/device/copy.hpp"
 #include "ferry/device/packet.hpp"
 
@@ -112,6 +112,9 @@ class CopyLL final : public Algorithm {
   CopyLL(const char* name, Collective c) : name_(name), collective_(c) {}
   const char* name() const override { return name_; }
   Collective collective() const override { return collective_; }
+  std::string constraints(const CommLimits& limits) const override {
+    return "up to " + std::to_string(limits.llSlotDataBytes) + " bytes per rank (FERRY_LL_BYTES)";
+  }
   std::string whyNot(const CollectiveCall& call, const CommLimits& limits) const override {
     const std::uint64_t block = call.count * call.elementBytes();
     if (block > limits.llSlotDataBytes)

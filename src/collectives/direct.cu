@@ -13,10 +13,10 @@
 //                         sent).
 //   broadcast_direct      rank r reads chunk r of the root's input and writes it into chunk r of
 //                         every rank's output, so the root's links carry each byte once.
-#include "collectives/algorithm.hpp"
-#include "collectives/direct_call.cuh"
-#include "collectives/kernel_util.cuh"
-#include "collectives/launch.hpp"
+#include "collectives/builtin.hpp"
+#include "kernels/direct_call.cuh"
+#include "kernels/kernel_util.cuh"
+#include "kernels/launch.hpp"
 #include "ferry/device/copy.hpp"
 
 namespace ferry {
@@ -108,6 +108,7 @@ class DirectAlgorithm : public Algorithm {
   const char* name() const override { return name_; }
   Collective collective() const override { return collective_; }
   std::string whyNot(const CollectiveCall& call, const CommLimits&) const override { return whyNotZeroCopy(call); }
+  std::string constraints(const CommLimits&) const override { return "registered buffers only"; }
   void launch(const CollectiveCall& call, const CollectiveContext& context) const override {
     const CollectiveContext c = forCall(context, call);
     // A broadcast's non-root ranks may pass any send pointer; the kernel must never see it.

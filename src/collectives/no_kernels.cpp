@@ -1,9 +1,8 @@
 // A build without CUDA (FERRY_BUILD_CUDA=OFF) has no collective kernels: every collective then has
 // no algorithm, and a Comm call says so; so does a send or recv to another rank.
-#include "collectives/algorithm.hpp"
+#include "collectives/builtin.hpp"
 #include "collectives/p2p.hpp"
 #include "collectives/premul_sum.hpp"
-#include "executor/plan_launch.hpp"
 #include "ferry/errors.hpp"
 
 namespace ferry {
@@ -16,14 +15,6 @@ std::vector<const Algorithm*> broadcastAlgorithms() { return {}; }
 std::vector<const Algorithm*> reduceAlgorithms() { return {}; }
 std::vector<const Algorithm*> directAlgorithms() { return {}; }
 std::vector<const Algorithm*> copyEngineAlgorithms() { return {}; }
-
-namespace executor {
-void preloadPlanKernels() {}
-void launchPlan(const Plan&, const RankProgram&, const DeviceProgram&, const CollectiveCall& call,
-                const CollectiveContext&, const char* name) {
-  throw Error(ErrorCode::NotSupported, describe(call) + ": " + name + ": this build of ferry has no CUDA kernels");
-}
-}  // namespace executor
 
 void preloadP2P() {}
 

@@ -1,9 +1,9 @@
 // The send/recv kernel: every block serves one stream of a group, some of the lanes of each of its
 // messages (p2p.hpp says how lanes, chunks and the two counters work).
-#include "collectives/launch.hpp"
+#include "kernels/launch.hpp"
 #include "collectives/p2p.hpp"
-#include "collectives/ranges.hpp"
-#include "core/cuda_check.hpp"
+#include "kernels/ranges.hpp"
+#include "platform/cuda_check.hpp"
 #include "ferry/device/arch/atomics.hpp"
 #include "ferry/device/copy.hpp"
 #include "ferry/device/timeout.hpp"

@@ -31,8 +31,8 @@
 #include <memory>
 #include <vector>
 
-#include "collectives/device_context.hpp"
-#include "collectives/peer_memory.hpp"
+#include "kernels/device_context.hpp"
+#include "transport/peer_memory.hpp"
 
 namespace ferry {
 

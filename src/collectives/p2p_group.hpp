@@ -3,7 +3,7 @@
 // how a group is cut into streams and how the blocks are shared.
 #include <vector>
 
-#include "collectives/collective_call.hpp"
+#include "kernels/collective_call.hpp"
 #include "collectives/p2p.hpp"
 
 namespace ferry {

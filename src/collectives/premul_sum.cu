@@ -1,9 +1,9 @@
 // The scaling pass of PreMulSum calls: one element-wise kernel, 16 bytes per thread and step where
 // both pointers allow it.
-#include "collectives/kernel_util.cuh"
-#include "collectives/launch.hpp"
+#include "kernels/kernel_util.cuh"
+#include "kernels/launch.hpp"
 #include "collectives/premul_sum.hpp"
-#include "core/cuda_check.hpp"
+#include "platform/cuda_check.hpp"
 
 namespace ferry {
 namespace {

@@ -14,25 +14,11 @@
 
 #include <cstddef>
 #include <cstdint>
-#include <memory>
-#include <vector>
 
-#include "collectives/collective_call.hpp"
+#include "kernels/collective_call.hpp"
 #include "ferry/datatype.hpp"
 
 namespace ferry {
-
-class PreMulScratch {
- public:
-  // At least `bytes` of device memory for `call`'s scaled input. Grows (at least 2x) when needed,
-  // except while call.stream is being captured: Error(InvalidUsage) then, saying what to do.
-  // Outgrown buffers stay allocated until the Comm goes: graphs captured earlier still use them.
-  void* reserve(std::uint64_t bytes, const CollectiveCall& call);
-
- private:
-  std::vector<std::shared_ptr<void>> buffers_;  // the last one is in use
-  std::uint64_t capacity_ = 0;
-};
 
 // Queues dst[i] = factor * src[i] (rounded to `type`; integers wrap) for i < count on `stream`, in
 // at most maxBlocks thread blocks (the Comm's bound). dst == src is allowed. A host factor is read

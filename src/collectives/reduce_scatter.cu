@@ -3,9 +3,9 @@
 //                       each rank reduces the packets that arrived with its own block. One hop.
 //   reducescatter_push  the same through the peers' scratch (Simple protocol), with one signal per
 //                       block of threads; calls larger than the scratch run in rounds.
-#include "collectives/algorithm.hpp"
-#include "collectives/kernel_util.cuh"
-#include "collectives/launch.hpp"
+#include "collectives/builtin.hpp"
+#include "kernels/kernel_util.cuh"
+#include "kernels/launch.hpp"
 #include "ferry/device/copy.hpp"
 #include "ferry/device/packet.hpp"
 
@@ -81,6 +81,9 @@ class ReduceScatterLL final : public Algorithm {
  public:
   const char* name() const override { return "reducescatter_ll"; }
   Collective collective() const override { return Collective::ReduceScatter; }
+  std::string constraints(const CommLimits& limits) const override {
+    return "up to " + std::to_string(limits.llSlotDataBytes) + " bytes per rank (FERRY_LL_BYTES)";
+  }
   std::string whyNot(const CollectiveCall& call, const CommLimits& limits) const override {
     const std::uint64_t block = call.count * call.elementBytes();
     if (block > limits.llSlotDataBytes)

@@ -4,7 +4,7 @@
 
 #include <cstring>
 
-#include "core/cuda_check.hpp"
+#include "platform/cuda_check.hpp"
 #include "executor/plan_algorithm.hpp"
 
 namespace ferry::executor {
@@ -25,12 +25,22 @@ DevicePlans::DevicePlans(int rank, int worldSize) {
     const auto* e = static_cast<const PlanAlgorithm*>(a)->forWorldSize(worldSize);
     if (e != nullptr) mine.push_back(&e->programs[static_cast<std::size_t>(rank)]);
   }
+  upload(mine);
+}
+
+void DevicePlans::add(const RankProgram* program) {
+  if (find(program) == nullptr) upload({program});
+}
+
+void DevicePlans::upload(const std::vector<const RankProgram*>& mine) {
   if (mine.empty()) return;
   std::size_t total = 0;
   for (const RankProgram* p : mine) total += bytesOf(p->ops) + bytesOf(p->refs) + bytesOf(p->tbFirst);
   std::vector<char> host(total, 0);
-  FERRY_CUDA_CHECK(cudaMalloc(&memory_, total));
-  auto* base = static_cast<char*>(memory_);
+  void* memory = nullptr;
+  FERRY_CUDA_CHECK(cudaMalloc(&memory, total));
+  memory_.push_back(memory);
+  auto* base = static_cast<char*>(memory);
   std::size_t at = 0;
   auto place = [&](const auto& v) {
     if (!v.empty()) std::memcpy(host.data() + at, v.data(), v.size() * sizeof(v[0]));
@@ -45,11 +55,11 @@ DevicePlans::DevicePlans(int rank, int worldSize) {
     d.tbFirst = reinterpret_cast<const std::uint32_t*>(place(p->tbFirst));
     programs_.emplace_back(p, d);
   }
-  FERRY_CUDA_CHECK(cudaMemcpy(memory_, host.data(), total, cudaMemcpyHostToDevice));
+  FERRY_CUDA_CHECK(cudaMemcpy(memory, host.data(), total, cudaMemcpyHostToDevice));
 }
 
 DevicePlans::~DevicePlans() {
-  if (memory_ != nullptr) (void)cudaFree(memory_);
+  for (void* m : memory_) (void)cudaFree(m);
 }
 
 const DeviceProgram* DevicePlans::find(const RankProgram* program) const {

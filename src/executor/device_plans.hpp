@@ -1,6 +1,8 @@
 #pragma once
-// The loaded plans' programs for one rank, copied to its GPU once, when the Comm is made, so that a
-// call (or a graph capture) allocates and copies nothing.
+// The plans' programs of one rank of one Comm, copied to its GPU when the Comm is made (FERRY_PLAN_DIR's)
+// or when a plan is added to it (Comm::addPlan), so that a call (or a graph capture) allocates and
+// copies nothing. Programs stay on the GPU until the Comm goes: a removed plan's may still be in
+// use by queued kernels or captured graphs.
 #include <cstdint>
 #include <utility>
 #include <vector>
@@ -24,11 +26,15 @@ class DevicePlans {
   DevicePlans(const DevicePlans&) = delete;
   DevicePlans& operator=(const DevicePlans&) = delete;
 
+  // Uploads one more program (synchronously). @pre the Comm's device is current.
+  void add(const RankProgram* program);
   // nullptr when `program` was not uploaded here.
   const DeviceProgram* find(const RankProgram* program) const;
 
  private:
-  void* memory_ = nullptr;
+  void upload(const std::vector<const RankProgram*>& programs);
+
+  std::vector<void*> memory_;
   std::vector<std::pair<const RankProgram*, DeviceProgram>> programs_;
 };
 

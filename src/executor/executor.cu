@@ -15,11 +15,11 @@
 //
 // Lanes (rank_program.hpp): with L lanes, block b runs thread block b / L of the program as lane
 // b % L, on part b % L of every chunk, with channel rows of its own.
-#include "collectives/copy_engine.hpp"
-#include "collectives/copy_engine_host.hpp"
-#include "collectives/direct_call.cuh"
-#include "collectives/kernel_util.cuh"
-#include "collectives/launch.hpp"
+#include "kernels/copy_engine.hpp"
+#include "kernels/copy_engine_host.hpp"
+#include "kernels/direct_call.cuh"
+#include "kernels/kernel_util.cuh"
+#include "kernels/launch.hpp"
 #include "executor/plan_launch.hpp"
 #include "ferry/device/copy.hpp"
 #include "ferry/device/packet.hpp"

@@ -97,6 +97,16 @@ void PlanAlgorithm::launch(const CollectiveCall& call, const CollectiveContext& 
   launchPlan(e.plan, prog, *dev, call, context, name_.c_str());
 }
 
+std::string PlanAlgorithm::constraints(const CommLimits& limits) const {
+  const Entry* e = forWorldSize(limits.worldSize);
+  if (e == nullptr) return "no plan for " + std::to_string(limits.worldSize) + " ranks";
+  const Plan& p = e->plan;
+  std::string text = std::to_string(p.worldSize) + " ranks; input bytes per rank in " + rangeText(p) + "; " +
+                     (p.inplace ? "in place" : "out of place");
+  if (p.collective == Collective::Broadcast) text += "; root " + std::to_string(p.root);
+  return text;
+}
+
 bool PlanAlgorithm::needsRegisteredBuffers(const CollectiveCall& call) const {
   const Entry* e = forWorldSize(call.worldSize);
   return e != nullptr && e->programs[static_cast<std::size_t>(call.rank)].touchesPeerBuffers;

@@ -10,7 +10,8 @@
 #include <string>
 #include <vector>
 
-#include "collectives/algorithm.hpp"
+#include "ferry/algorithm.hpp"
+#include "kernels/algorithm.hpp"
 #include "executor/plan.hpp"
 #include "executor/rank_program.hpp"
 
@@ -34,6 +35,7 @@ class PlanAlgorithm final : public Algorithm {
   void launch(const CollectiveCall& call, const CollectiveContext& context) const override;
   // Plans that reach into the peers' input or output: unregistered calls run staged.
   bool needsRegisteredBuffers(const CollectiveCall& call) const override;
+  std::string constraints(const CommLimits& limits) const override;
   void preload() const override;
 
   // nullptr when there is no plan for this world size.
@@ -54,6 +56,9 @@ std::vector<std::unique_ptr<PlanAlgorithm>> loadPlanAlgorithms(const std::string
 
 // The plans of FERRY_PLAN_DIR, loaded on first use and kept for the life of the process.
 const std::vector<const Algorithm*>& planAlgorithms();
+
+// The compiled algorithm of a public ferry::Plan (plan_object.cpp).
+const PlanAlgorithm& algorithmOf(const ferry::Plan& plan);
 
 // The collective's input bytes per rank for a call: what min_bytes and max_bytes bound.
 std::uint64_t planInputBytes(const CollectiveCall& call);

@@ -1,7 +1,7 @@
 #pragma once
 // The executor's kernel launch (executor.cu; a build without CUDA has a stub that throws).
-#include "collectives/collective_call.hpp"
-#include "collectives/device_context.hpp"
+#include "kernels/collective_call.hpp"
+#include "kernels/device_context.hpp"
 #include "executor/device_plans.hpp"
 #include "executor/plan.hpp"
 

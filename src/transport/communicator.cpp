@@ -10,10 +10,10 @@
 #include "core/serializer.hpp"
 #include "ferry/errors.hpp"
 #include "transport/cuda_ipc_connection.hpp"
-#include "transport/cuda_runtime_util.hpp"
+#include "platform/cuda_runtime_util.hpp"
 #include "transport/host_memory_connection.hpp"
-#include "transport/process_identity.hpp"
-#include "transport/registered_memory_impl.hpp"
+#include "platform/process_identity.hpp"
+#include "memory/registered_memory_impl.hpp"
 
 namespace ferry {
 namespace {

@@ -2,7 +2,7 @@
 
 #include <thread>
 
-#include "core/cuda_check.hpp"
+#include "platform/cuda_check.hpp"
 #include "core/logger.hpp"
 #include "ferry/device/arch/atomics.hpp"
 #include "ferry/env.hpp"

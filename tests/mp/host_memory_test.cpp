@@ -16,7 +16,7 @@
 #include "ferry/memory.hpp"
 #include "mp_harness.hpp"
 #include "support/fd_count.hpp"
-#include "transport/registered_memory_impl.hpp"
+#include "memory/registered_memory_impl.hpp"
 
 namespace ferry::test {
 namespace {

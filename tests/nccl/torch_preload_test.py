@@ -4,7 +4,7 @@ with libferry_nccl.so preloaded. Every rank saves what all_reduce, all_gather, r
 all_to_all, broadcast, reduce, a send/recv ring and a few DDP training steps gave; the two runs
 must agree (copies exactly, reductions within the tolerance of a different summation order).
 
-    python3 tests/nccl/torch_preload_test.py --lib build-gpu/tools/nccl/libferry_nccl.so [--nproc 4]
+    python3 tests/nccl/torch_preload_test.py --lib build-gpu/shims/nccl/libferry_nccl.so [--nproc 4]
 
 Before running anything it checks that the library exports every nccl* function PyTorch's CUDA
 library imports: a function left to the real NCCL would receive ferry's communicators and crash.

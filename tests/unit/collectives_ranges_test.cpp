@@ -7,7 +7,7 @@
 
 #include <vector>
 
-#include "collectives/ranges.hpp"
+#include "kernels/ranges.hpp"
 
 namespace ferry {
 namespace {

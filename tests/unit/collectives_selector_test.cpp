@@ -13,9 +13,9 @@
 #include <utility>
 #include <vector>
 
-#include "collectives/buffer_registry.hpp"
-#include "collectives/launch.hpp"
-#include "collectives/selector.hpp"
+#include "comm/buffer_registry.hpp"
+#include "kernels/launch.hpp"
+#include "comm/selector.hpp"
 #include "expect_contains.hpp"
 #include "ferry/errors.hpp"
 

@@ -3,7 +3,7 @@
 // bytes the rank reads and writes.
 #include <gtest/gtest.h>
 
-#include "collectives/staging.hpp"
+#include "comm/staging.hpp"
 
 namespace ferry {
 namespace {

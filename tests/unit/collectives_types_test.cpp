@@ -18,8 +18,8 @@
 #include <utility>
 #include <vector>
 
-#include "collectives/device_context.hpp"
-#include "collectives/reduce_ops.hpp"
+#include "kernels/device_context.hpp"
+#include "kernels/reduce_ops.hpp"
 #include "ferry/comm.hpp"
 #include "ferry/datatype.hpp"
 

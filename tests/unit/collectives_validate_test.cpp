@@ -7,7 +7,7 @@
 #include <limits>
 #include <string>
 
-#include "collectives/collective_call.hpp"
+#include "kernels/collective_call.hpp"
 #include "expect_contains.hpp"
 #include "fake_bootstrap.hpp"
 #include "ferry/comm.hpp"

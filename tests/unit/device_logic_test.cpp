@@ -8,7 +8,7 @@
 #include <thread>
 #include <vector>
 
-#include "collectives/copy_engine.hpp"
+#include "kernels/copy_engine.hpp"
 #include "ferry/device/copy.hpp"
 #include "ferry/device/memory_channel.hpp"
 #include "ferry/device/packet.hpp"

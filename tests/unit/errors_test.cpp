@@ -10,7 +10,7 @@
 #include <set>
 #include <string>
 
-#include "core/cuda_check.hpp"
+#include "platform/cuda_check.hpp"
 #include "expect_contains.hpp"
 
 namespace ferry {

@@ -13,8 +13,8 @@
 #include <set>
 #include <string>
 
-#include "collectives/device_context.hpp"
-#include "collectives/selector.hpp"
+#include "kernels/device_context.hpp"
+#include "comm/selector.hpp"
 #include "executor/plan_algorithm.hpp"
 #include "executor/rank_program.hpp"
 #include "expect_contains.hpp"
@@ -419,7 +419,8 @@ TEST(PlanAlgorithm, SelectorTriesPlansFirst) {
   TempDir dir;
   dir.write("a.json", twoShot());
   auto algos = loadPlanAlgorithms(dir.path.string());
-  Selector s(defaultTuning(), {algos[0].get()});
+  Selector s(defaultTuning());
+  s.add(algos[0].get(), AlgorithmKind::Plan, nullptr);
   CollectiveCall call = callOf(1024);
   EXPECT_STREQ(s.select(call, kLimits).name(), "plan:two");  // not registered: it runs staged
   call.sendId = call.recvId = 1;

@@ -1,6 +1,6 @@
 // The fd server: descriptors handed over (also to a forked process), wrong tokens and unknown ids
 // refused, garbage and silent clients survived, and the client's bounded wait.
-#include "transport/fd_server.hpp"
+#include "memory/fd_server.hpp"
 
 #include <gtest/gtest.h>
 #include <sys/mman.h>

@@ -1,4 +1,4 @@
-// The NCCL API's argument checks (tools/nccl/checks.hpp), without a GPU: each names the argument
+// The NCCL API's argument checks (shims/nccl/checks.hpp), without a GPU: each names the argument
 // and the rule it broke, with NCCL's result code.
 #include <gtest/gtest.h>
 

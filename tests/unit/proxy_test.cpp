@@ -18,7 +18,7 @@
 #include "expect_contains.hpp"
 #include "ferry/errors.hpp"
 #include "fifo_test_util.hpp"
-#include "transport/cpu_affinity.hpp"
+#include "platform/cpu_affinity.hpp"
 
 namespace ferry {
 namespace {

@@ -12,9 +12,9 @@
 #include "ferry/communicator.hpp"
 #include "ferry/memory.hpp"
 #include "support/fd_count.hpp"
-#include "transport/allocation.hpp"
-#include "transport/cuda_runtime_util.hpp"
-#include "transport/registered_memory_impl.hpp"
+#include "memory/allocation.hpp"
+#include "platform/cuda_runtime_util.hpp"
+#include "memory/registered_memory_impl.hpp"
 
 namespace ferry::test {
 namespace {

@@ -14,10 +14,10 @@
 
 #include "core/dynamic_library.hpp"
 #include "expect_contains.hpp"
-#include "transport/ibverbs_api.hpp"
-#include "transport/nvlink_matrix.hpp"
-#include "transport/nvml_api.hpp"
-#include "transport/pci_bus_id.hpp"
+#include "platform/ibverbs_api.hpp"
+#include "platform/nvlink_matrix.hpp"
+#include "platform/nvml_api.hpp"
+#include "platform/pci_bus_id.hpp"
 
 namespace ferry {
 namespace {

@@ -20,7 +20,7 @@
 #include <thread>
 #include <vector>
 
-#include "collectives/reduce_ops.hpp"
+#include "kernels/reduce_ops.hpp"
 #include "ferry/comm.hpp"
 #include "ferry/datatype.hpp"
 

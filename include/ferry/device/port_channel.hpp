@@ -3,7 +3,7 @@
 // request into the FIFO and the host proxy performs it through the Connection (copy engine for CUDA
 // IPC, memcpy for host memory, RDMA or TCP later). The SMs stay free for compute.
 //
-// Semantics (what the proxy guarantees, src/transport/port_channel_service.cpp):
+// Semantics (what the proxy guarantees, src/channel/port_channel_service.cpp):
 //   put                 copy src[srcOffset, +bytes) to the peer's dst[dstOffset, +bytes), asynchronously
 //   signal              increment the peer's semaphore after every earlier put of this channel has
 //                       landed; the peer's wait() then sees that data

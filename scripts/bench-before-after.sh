@@ -1,0 +1,42 @@
+#!/usr/bin/env bash
+# Times ferry-bench of an earlier revision and of this tree on the same GPUs, one after the other
+# per collective, so a change can be shown to cost nothing. Run on a GPU machine from the repo root.
+# The earlier revision's sources come as a folder (the GPU machine has no git history): make it here
+# with `git archive REV | tar -x -C .before` (.before is git-ignored) and carry it.
+#
+#   scripts/bench-before-after.sh [BEFORE_DIR] [ferry-bench collectives...]
+#   BENCH_ARGS="-b 1K -e 1G -f 4" scripts/bench-before-after.sh .before allreduce allgather
+# Tables go to ${OUT:-build-ab}/before_<coll>.txt and after_<coll>.txt, JSON beside them.
+set -uo pipefail
+cd "$(dirname "$0")/.." || exit 2
+export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1  # rule 1: no multicast, NCCL included
+unset FERRY_ENABLE_NVLS
+before=${1:-.before}
+shift || true
+collectives=("$@")
+((${#collectives[@]})) || collectives=(all)
+read -ra bench_args <<<"${BENCH_ARGS:--b 1K -e 1G -f 4}"
+out=${OUT:-build-ab}
+mkdir -p "$out" build-ab
+jobs=$(nproc)
+
+configure_and_build() {  # SOURCE BUILD
+  cmake -S "$1" -B "$2" -G Ninja -DCMAKE_BUILD_TYPE=Release -DFERRY_BUILD_TESTS=OFF \
+    -DFERRY_THIRD_PARTY_DIR="$PWD/.deps" >"$2.configure.log" 2>&1 &&
+    cmake --build "$2" --parallel "$((jobs / 2))" --target ferry-bench ferry_guard >"$2.build.log" 2>&1
+}
+configure_and_build "$before" build-ab/before & pb=$!
+configure_and_build . build-ab/after & pa=$!
+wait $pb || { echo "before: build failed"; tail -20 build-ab/before.build.log; exit 1; }
+wait $pa || { echo "after: build failed"; tail -20 build-ab/after.build.log; exit 1; }
+echo "built both in $SECONDS s"
+
+for c in "${collectives[@]}"; do
+  for side in before after; do
+    echo "== $side: ferry-bench $c ${bench_args[*]}"
+    LD_PRELOAD=$PWD/build-ab/$side/tools/guard/libferry_guard.so \
+      "build-ab/$side/tools/ferry-bench/ferry-bench" "$c" "${bench_args[@]}" --json "$out/${side}_$c.json" \
+      >"$out/${side}_$c.txt" 2>&1
+    echo "rc=$?"
+  done
+done

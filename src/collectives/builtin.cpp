@@ -1,0 +1,21 @@
+#include "collectives/builtin.hpp"
+
+namespace ferry {
+
+std::vector<const Algorithm*> builtinAlgorithms() {
+  std::vector<const Algorithm*> v;
+  const auto direct = directAlgorithms();
+  const auto copyEngine = copyEngineAlgorithms();
+  for (const auto& group : {allReduceAlgorithms(), allGatherAlgorithms(), reduceScatterAlgorithms(),
+                            allToAllAlgorithms(), broadcastAlgorithms(), reduceAlgorithms()}) {
+    v.insert(v.end(), group.begin(), group.end());
+    if (group.empty()) continue;
+    // The zero-copy and copy-engine variants follow the family's own, scratch-based ones.
+    for (const auto& extra : {direct, copyEngine})
+      for (const Algorithm* a : extra)
+        if (a->collective() == group.front()->collective()) v.push_back(a);
+  }
+  return v;
+}
+
+}  // namespace ferry

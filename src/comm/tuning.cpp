@@ -1,0 +1,155 @@
+// The tuning table: built-in defaults and the JSON file format (selector.hpp).
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "comm/selector.hpp"
+#include "ferry/errors.hpp"
+
+namespace ferry {
+
+std::vector<TuningRow> defaultTuning() {
+  constexpr std::uint64_t KiB = 1024, MiB = 1024 * KiB, any = ~0ull;
+  // Two ranks: ferry-bench --tune on 2 H200 (NVSwitch), bf16, 2026-11-24. LL packets to 1 MiB where
+  // they won there (LL reads the user's buffers as they are, so those rows hold registered or not);
+  // on registered buffers, each size's fastest. Zero-copy lost to the scratch kernels on some ranges:
+  // at 1 GiB, allreduce_direct took 3434 us and allreduce_two_shot 3147 us.
+  const std::optional<DataType> anyType;
+  const auto registered = [&](Collective c, std::uint64_t maxBytes, const char* algorithm) {
+    return TuningRow{c, 2, maxBytes, algorithm, anyType, true};
+  };
+  std::vector<TuningRow> rows = {
+      {Collective::AllReduce, 2, 1 * MiB, "allreduce_ll"},
+      registered(Collective::AllReduce, any, "allreduce_two_shot"),
+      {Collective::AllGather, 2, 1 * MiB, "allgather_ll"},
+      registered(Collective::AllGather, 4 * MiB, "allgather_push"),
+      registered(Collective::AllGather, 64 * MiB, "allgather_direct"),
+      registered(Collective::AllGather, any, "allgather_ce"),
+      registered(Collective::ReduceScatter, 4 * MiB, "reducescatter_push"),
+      {Collective::AllToAll, 2, 1 * MiB, "alltoall_ll"},
+      registered(Collective::AllToAll, 4 * MiB, "alltoall_push"),
+      registered(Collective::AllToAll, 16 * MiB, "alltoall_direct"),
+      registered(Collective::AllToAll, any, "alltoall_ce"),
+      registered(Collective::Broadcast, 4 * MiB, "broadcast_push"),
+      registered(Collective::Broadcast, 16 * MiB, "broadcast_direct"),
+      registered(Collective::Broadcast, 64 * MiB, "broadcast_push"),
+      {Collective::Reduce, 2, 1 * MiB, "reduce_ll"},
+      registered(Collective::Reduce, 4 * MiB, "reduce_direct"),
+      registered(Collective::Reduce, any, "reduce_two_shot"),
+  };
+  // Any world size: LL packets while latency dominates; then zero-copy on registered buffers, and
+  // the Simple protocol through scratch on the others.
+  const std::vector<TuningRow> general = {
+      {Collective::AllReduce, 0, 256 * KiB, "allreduce_ll"},
+      {Collective::AllReduce, 0, ~0ull, "allreduce_direct"},
+      {Collective::AllReduce, 0, ~0ull, "allreduce_two_shot"},
+      {Collective::AllGather, 0, 256 * KiB, "allgather_ll"},
+      {Collective::AllGather, 0, ~0ull, "allgather_direct"},
+      {Collective::AllGather, 0, ~0ull, "allgather_push"},
+      {Collective::ReduceScatter, 0, 256 * KiB, "reducescatter_ll"},
+      {Collective::ReduceScatter, 0, ~0ull, "reducescatter_direct"},
+      {Collective::ReduceScatter, 0, ~0ull, "reducescatter_push"},
+      {Collective::AllToAll, 0, 256 * KiB, "alltoall_ll"},
+      {Collective::AllToAll, 0, ~0ull, "alltoall_direct"},
+      {Collective::AllToAll, 0, ~0ull, "alltoall_push"},
+      {Collective::Broadcast, 0, 256 * KiB, "broadcast_ll"},
+      {Collective::Broadcast, 0, ~0ull, "broadcast_direct"},
+      {Collective::Broadcast, 0, ~0ull, "broadcast_push"},
+      {Collective::Reduce, 0, 256 * KiB, "reduce_ll"},
+      {Collective::Reduce, 0, ~0ull, "reduce_direct"},
+      {Collective::Reduce, 0, ~0ull, "reduce_two_shot"},
+  };
+  rows.insert(rows.end(), general.begin(), general.end());
+  return rows;
+}
+
+std::vector<TuningRow> parseTuning(std::string_view text, std::string_view source) {
+  auto fail = [&](const std::string& where, const std::string& what) -> Error {
+    return Error(ErrorCode::InvalidUsage,
+                 "tuning table " + std::string(source) + ": " + where + ": " + what +
+                     " (expected {\"version\": 1, \"rows\": [{\"collective\": ..., \"world_size\": ..., "
+                     "\"max_bytes\": ..., \"algorithm\": ...}]})");
+  };
+  nlohmann::json doc;
+  try {
+    doc = nlohmann::json::parse(text);
+  } catch (const nlohmann::json::exception& e) {
+    throw fail("document", std::string("not JSON: ") + e.what());
+  }
+  if (!doc.is_object()) throw fail("document", "not an object");
+  if (!doc.contains("version") || doc["version"] != 1) throw fail("version", "must be 1");
+  if (!doc.contains("rows") || !doc["rows"].is_array()) throw fail("rows", "missing or not an array");
+  std::vector<TuningRow> rows;
+  for (std::size_t i = 0; i < doc["rows"].size(); ++i) {
+    const auto& r = doc["rows"][i];
+    const std::string where = "rows[" + std::to_string(i) + "]";
+    if (!r.is_object()) throw fail(where, "not an object");
+    TuningRow row;
+    if (!r.contains("collective") || !r["collective"].is_string()) throw fail(where + ".collective", "missing");
+    auto c = parseCollective(r["collective"].get<std::string>());
+    if (!c) throw fail(where + ".collective", "unknown collective '" + r["collective"].get<std::string>() + "'");
+    row.collective = *c;
+    if (r.contains("world_size")) {
+      if (!r["world_size"].is_number_integer() || r["world_size"].get<long long>() < 0 ||
+          r["world_size"].get<long long>() > kMaxRanks)
+        throw fail(where + ".world_size", "must be an integer in [0, " + std::to_string(kMaxRanks) + "]");
+      row.worldSize = r["world_size"].get<int>();
+    }
+    if (r.contains("datatype")) {
+      const auto type = r["datatype"].is_string() ? parseDataType(r["datatype"].get<std::string>()) : std::nullopt;
+      if (!type) throw fail(where + ".datatype", "not a data type name (e.g. \"bf16\", \"float32\")");
+      row.type = *type;
+    }
+    if (r.contains("registered")) {
+      if (!r["registered"].is_boolean()) throw fail(where + ".registered", "must be true or false");
+      row.registered = r["registered"].get<bool>();
+    }
+    if (r.contains("topology")) {
+      const auto fabric =
+          r["topology"].is_string() ? parseFabric(r["topology"].get<std::string>()) : std::nullopt;
+      if (!fabric || *fabric == Fabric::Unknown)
+        throw fail(where + ".topology", "must be \"nvswitch\", \"nvlink\" or \"pcie\"");
+      row.fabric = *fabric;
+    }
+    if (!r.contains("max_bytes") || !r["max_bytes"].is_number_unsigned())
+      throw fail(where + ".max_bytes", "missing or not a non-negative integer");
+    row.maxBytes = r["max_bytes"].get<std::uint64_t>();
+    if (!r.contains("algorithm") || !r["algorithm"].is_string()) throw fail(where + ".algorithm", "missing");
+    row.algorithm = r["algorithm"].get<std::string>();
+    const Algorithm* a = findAlgorithm(row.algorithm);
+    if (!a) throw fail(where + ".algorithm", "no algorithm is named '" + row.algorithm + "'");
+    if (a->collective() != row.collective)
+      throw fail(where + ".algorithm", "'" + row.algorithm + "' is an algorithm of " +
+                                           std::string(toString(a->collective())) + ", not of " +
+                                           std::string(toString(row.collective)));
+    rows.push_back(std::move(row));
+  }
+  return rows;
+}
+
+std::vector<TuningRow> loadTuningFile(const std::string& path) {
+  std::ifstream in(path);
+  if (!in)
+    throw Error(ErrorCode::InvalidUsage,
+                "tuning table " + path + " cannot be opened (FERRY_TUNING_FILE names a missing file?)");
+  std::ostringstream text;
+  text << in.rdbuf();
+  return parseTuning(text.str(), path);
+}
+
+std::string tuningToJson(const std::vector<TuningRow>& rows) {
+  nlohmann::json doc = {{"version", 1}, {"rows", nlohmann::json::array()}};
+  for (const auto& r : rows) {
+    nlohmann::json row = {{"collective", std::string(toString(r.collective))},
+                          {"world_size", r.worldSize},
+                          {"max_bytes", r.maxBytes},
+                          {"algorithm", r.algorithm}};
+    if (r.type) row["datatype"] = std::string(toString(*r.type));
+    if (r.registered) row["registered"] = *r.registered;
+    if (r.fabric) row["topology"] = toString(*r.fabric);
+    doc["rows"].push_back(std::move(row));
+  }
+  return doc.dump(2) + "\n";
+}
+
+}  // namespace ferry

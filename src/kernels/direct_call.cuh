@@ -1,0 +1,128 @@
+#pragma once
+// The frame of every direct (zero-copy) kernel: the call reads and writes the peers' own send and
+// recv buffers, registered with Comm::registerBuffer, instead of going through scratch.
+//
+//   beginDirect   block 0 tells each peer where this rank's buffers are (CallBuffers, then the
+//                 start flag); every block waits until each peer has started this very call (its
+//                 stream reached the call: its buffers are ready and no longer in earlier use) and
+//                 looks the peer's buffers up in the registration table.
+//   finishDirect  every block signals every peer and waits for all of them: no rank leaves the
+//                 call (and lets its stream reuse the buffers) while a peer may still touch them.
+//
+// A peer that runs another algorithm for the call (its buffers are not registered while this
+// rank's are) or whose registration is not in this rank's table is an error: the kernel reports
+// the rank, the peer and what to do, and traps.
+#include <cstdio>
+#include <string>
+
+#include "kernels/collective_call.hpp"
+#include "kernels/device_context.hpp"
+#include "kernels/registration.hpp"
+
+namespace ferry {
+
+// What this rank publishes to its peers for `call` (host side of beginDirect).
+inline CallBuffers published(const CollectiveCall& call) {
+  CallBuffers d;
+  d.sendId = call.usesSend() ? call.sendId : 0;
+  d.sendOffset = call.sendOffset;
+  d.recvId = call.recvId;
+  d.recvOffset = call.recvOffset;
+  return d;
+}
+
+// Empty when every buffer of the call is registered; otherwise why not, for Algorithm::whyNot.
+inline std::string notRegistered(const CollectiveCall& call) {
+  if (call.registered()) return {};
+  return std::string(call.usesRecv() && call.recvId == 0 ? "the recv" : "the send") +
+         " buffer is not registered (Comm::registerBuffer, on every rank)";
+}
+
+// What stops an algorithm that writes straight into the peers' outputs: unregistered buffers, and
+// an in-place allToAll (a peer's block would land on one not yet sent).
+inline std::string whyNotZeroCopy(const CollectiveCall& call) {
+  if (std::string why = notRegistered(call); !why.empty()) return why;
+  if (call.collective == Collective::AllToAll && call.inPlace())
+    return "in place, a peer's block would overwrite one not yet sent (use alltoall_push)";
+  return {};
+}
+
+// Every rank's send and recv buffer for this call, as addressed here (nullptr where unused).
+struct DirectBuffers {
+  char* send[kMaxRanks];
+  char* recv[kMaxRanks];
+};
+
+#if defined(__CUDACC__)
+
+FERRY_DEVICE FERRY_INLINE void directFail(const CollectiveContext& c, int peer, const char* what,
+                                          std::uint64_t detail) {
+  printf("ferry: rank %d: %s (direct): %s rank %d (detail %llu); register the same buffers with "
+         "Comm::registerBuffer on every rank, in the same order, or on none\n",
+         c.rank, collectiveName(c.op), what, peer, static_cast<unsigned long long>(detail));
+  __trap();
+}
+
+FERRY_DEVICE FERRY_INLINE char* resolveBuffer(const CollectiveContext& c, int peer, std::uint64_t id,
+                                              std::uint64_t offset) {
+  if (id == 0) return nullptr;
+  const RegEntry& e = c.regs->entry[id % kRegSlots][peer];
+  if (e.id != id) directFail(c, peer, "no mapping here of the registered buffer (id in detail) of", id);
+  return reinterpret_cast<char*>(e.base) + offset;
+}
+
+// Returns m, the call's number; fills `out` (shared memory) for the whole block.
+// recvPeers: the peers whose recv buffer the kernel writes (bit p: peer p; a reduce needs only the
+// root's); a peer without one there is an error.
+FERRY_DEVICE FERRY_INLINE std::uint64_t beginDirect(const CollectiveContext& c, const CallBuffers& mine,
+                                                    const char* send, char* recv, DirectBuffers& out,
+                                                    unsigned recvPeers = ~0u) {
+  const std::uint64_t m = c.state->epoch + 1;
+  const int p = static_cast<int>(threadIdx.x);
+  if (p < c.nranks && p != c.rank) {
+    if (blockIdx.x == 0) {
+      // The peer reads its descriptor half (m & 1) in its blocks of call m - 2; it started call
+      // m - 1 only once every one of them was done. Almost always so already, but a rank may leave
+      // a call while some of a peer's blocks have yet to start (a plan without the end-of-call
+      // exchange), then pass a call that waits for nothing of that peer.
+      awaitPeerStarted(c, p, m);
+      CallBuffers published = mine;
+      published.epoch = m;
+      c.peerBuffers[p][(m & 1) * kMaxRanks + c.rank] = published;
+      announceStart(c, p, m);  // after the descriptor
+    }
+    const std::uint64_t* flag = c.flags + p;
+    std::uint64_t word = 0;
+    spinUntil([&] { return startedCall(word = atomicLoad(flag, memory_order_acquire)) >= m; },
+              waitContext(c, p), "collective: peer start of this call", m);
+    checkPeerShape(c, p, word, m);  // before this rank touches the peer's buffers
+    const CallBuffers theirs = c.buffers[(m & 1) * kMaxRanks + p];
+    if (theirs.epoch != m && abortRaised(c)) {
+      // The wait gave up (Comm::abort): the peer's descriptor is stale. This rank's own buffers,
+      // which have the same sizes, stand in, so the kernel runs to its end touching valid memory.
+      out.send[p] = const_cast<char*>(send != nullptr ? send : recv);
+      out.recv[p] = recv;
+    } else {
+      if (theirs.epoch != m)
+        directFail(c, p, "this call is direct here but not (its buffers are not registered?) on", theirs.epoch);
+      out.send[p] = resolveBuffer(c, p, theirs.sendId, theirs.sendOffset);
+      out.recv[p] = resolveBuffer(c, p, theirs.recvId, theirs.recvOffset);
+      if (out.recv[p] == nullptr && (recvPeers >> p & 1))
+        directFail(c, p, "no registered recv buffer from", 0);
+    }
+  } else if (p == c.rank) {
+    out.send[p] = const_cast<char*>(send);
+    out.recv[p] = recv;
+  }
+  __syncthreads();
+  return m;
+}
+
+FERRY_DEVICE FERRY_INLINE void finishDirect(const CollectiveContext& c, std::uint64_t m) {
+  exchangeSignals(c, signalValue(m, 0, 7));
+  endCall(c, m);
+}
+
+#endif  // __CUDACC__
+
+}  // namespace ferry

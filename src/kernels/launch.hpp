@@ -1,0 +1,81 @@
+#pragma once
+// Host-side helpers shared by the algorithms' launch functions.
+#include <cuda_runtime_api.h>
+
+#include <algorithm>
+#include <cstdint>
+
+#include "kernels/collective_call.hpp"
+#include "kernels/device_context.hpp"
+#include "kernels/reduce_ops.hpp"
+#include "ferry/errors.hpp"
+
+namespace ferry {
+
+// Blocks for `units` of work at about `perBlock` units each, within [lo, hi] (hi <= kMaxBlocks).
+inline unsigned gridFor(std::uint64_t units, std::uint64_t perBlock, unsigned lo, unsigned hi) {
+  const std::uint64_t want = (units + perBlock - 1) / perBlock;
+  return static_cast<unsigned>(std::clamp<std::uint64_t>(want, lo, std::min<unsigned>(hi, kMaxBlocks)));
+}
+
+// The same within the Comm's bounds (CommOptions): [lo, hi] narrowed to [minBlocks, maxBlocks],
+// the maximum winning where they conflict.
+inline unsigned gridFor(const CollectiveContext& c, std::uint64_t units, std::uint64_t perBlock, unsigned lo,
+                        unsigned hi) {
+  const auto cap = static_cast<unsigned>(std::max(1, c.maxBlocks));
+  hi = std::min(hi, cap);
+  lo = std::min(std::max(lo, static_cast<unsigned>(std::max(1, c.minBlocks))), hi);
+  return gridFor(units, perBlock, lo, hi);
+}
+
+// After a launch: a launch error becomes a CudaError naming the call and the algorithm.
+inline void checkLaunch(const CollectiveCall& call, const char* algorithm) {
+  const cudaError_t err = cudaGetLastError();
+  if (err != cudaSuccess)
+    throw CudaError(describe(call) + ": launching " + algorithm + " failed: " + cudaGetErrorName(err) + " (" +
+                        cudaGetErrorString(err) + ")",
+                    static_cast<int>(err));
+}
+
+// Loads `kernel` into the current context now. CUDA loads kernels lazily by default: the first
+// launch of a kernel loads it, and loading waits for the kernels running on the device; if one of
+// them is a ferry kernel waiting for a peer whose progress needs this launch (a second call queued
+// behind a hung one, an abort), that is a deadlock until FERRY_DEVICE_TIMEOUT.
+template <class Kernel>
+void preloadKernel(Kernel* kernel) {
+  cudaFuncAttributes attributes{};
+  (void)cudaFuncGetAttributes(&attributes, kernel);
+}
+
+// f.template operator()<T, Op>() for every data type and reduce op (dispatchTypeOp's pairs).
+template <class F>
+void forEveryTypeOp(F&& f) {
+  for (int t = 0; t < kDataTypeCount; ++t)
+    for (int o = 0; o < kReduceOpCount; ++o) dispatchTypeOp(static_cast<DataType>(t), static_cast<ReduceOp>(o), f);
+}
+
+// The digest of what every rank's call must agree on (device_context.hpp, startWord): the
+// collective, the count, the type, and the op and root where the collective has them. A
+// mismatch shows unless the digests collide (one chance in 2^24).
+inline std::uint64_t callShape(const CollectiveCall& call) {
+  std::uint64_t h = 0xcbf29ce484222325ull;  // FNV-1a over the fields, then a final mix
+  const auto mix = [&h](std::uint64_t v) {
+    for (int i = 0; i < 8; ++i, v >>= 8) h = (h ^ (v & 0xff)) * 0x100000001b3ull;
+  };
+  mix(static_cast<std::uint64_t>(call.collective));
+  mix(call.count);
+  mix(static_cast<std::uint64_t>(call.type));
+  mix(call.reduces() ? static_cast<std::uint64_t>(call.op) : 0);
+  mix(call.rooted() ? static_cast<std::uint64_t>(call.root) : 0);
+  return (h ^ h >> 29) & kShapeMask;
+}
+
+// The context for one call: the collective (for timeout reports) and the call's shape.
+inline CollectiveContext forCall(CollectiveContext c, const CollectiveCall& call) {
+  c.op = static_cast<int>(call.collective);
+  c.shape = callShape(call);
+  c.count = call.count;
+  return c;
+}
+
+}  // namespace ferry
