@@ -259,6 +259,36 @@ TEST_P(RuntimeAlgorithms, RanksThatAddDifferentAlgorithmsGetAnError) {
   });
 }
 
+// A native algorithm whose setup fails on one rank is added on none, and every rank hears which.
+class FailsOnRankOne final : public NativeAlgorithm {
+ public:
+  std::string name() const override { return "test_fails_on_rank_one"; }
+  Collective collective() const override { return Collective::AllGather; }
+  void setup(Comm& comm) override {
+    if (comm.rank() == 1) throw Error(ErrorCode::NotSupported, "rank 1 has no room for it");
+  }
+  void launch(const CollectiveArgs&) override {}
+};
+
+TEST_P(RuntimeAlgorithms, SetupThatFailsOnOneRankAddsOnNone) {
+  const int n = GetParam();
+  const UniqueId id = UniqueId::create();
+  runRanksOk(n, [&](int rank) {
+    cudaSetDevice(rankDevice(rank));
+    auto boot = TcpBootstrap::create(id, rank, n);
+    Comm a(boot);
+    const std::string message = invalidUsageOf([&] { a.addAlgorithm(std::make_shared<FailsOnRankOne>()); });
+    EXPECT_CONTAINS(message, "setup failed on rank(s) 1");
+    if (rank == 1) EXPECT_CONTAINS(message, "no room for it");
+    EXPECT_FALSE(lists(a, "test_fails_on_rank_one", AlgorithmKind::Native));
+    // The Comm still works.
+    cudaStream_t stream;
+    cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking);
+    EXPECT_EQ(allReduceWrong(a, *boot, stream, DataType::Float32, 1000, 1), 0u);
+    cudaStreamDestroy(stream);
+  });
+}
+
 INSTANTIATE_TEST_SUITE_P(Ranks, RuntimeAlgorithms, ::testing::Values(2, 4),
                          [](const auto& info) { return std::to_string(info.param) + "ranks"; });
 
