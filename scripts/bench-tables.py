@@ -2,7 +2,8 @@
 """Markdown tables from ferry-bench --json files, for reports: ferry beside NCCL, a plan beside the
 native algorithm of the same shape, and ferry through the NCCL API beside native ferry and NCCL.
 
-    scripts/bench-tables.py summary bench.json                # per collective: ferry, NCCL, ratio
+    scripts/bench-tables.py summary bench.json                # per collective: ferry, NCCL, ratio, and
+                                                              # the host time of one eager call of each
     scripts/bench-tables.py pair plan.json native.json        # plan time / native time per size
     scripts/bench-tables.py api api.json bench.json           # NCCL API (api.json's "nccl" column,
                                                               # measured with --nccl libferry_nccl.so),
@@ -46,6 +47,11 @@ def time_of(row: dict | None, key: str) -> float | None:
     return m["time_us"] if m else None
 
 
+def host_of(row: dict | None, key: str) -> float | None:
+    m = row.get(key) if row else None
+    return m.get("host_us") if m else None
+
+
 def cell(v: float | None, fmt: str = "{:.2f}") -> str:
     return "-" if v is None else fmt.format(v)
 
@@ -66,15 +72,17 @@ def summary(doc: dict) -> str:
     parts = []
     for key, rows in groups(doc).items():
         lines = [f"### {title(doc, key)}", "",
-                 "| size | ferry (us) | busbw (GB/s) | NCCL (us) | NCCL busbw | NCCL / ferry | algorithm |",
-                 "| --- | --- | --- | --- | --- | --- | --- |"]
+                 "| size | ferry (us) | busbw (GB/s) | NCCL (us) | NCCL busbw | NCCL / ferry | host (us) | "
+                 "NCCL host (us) | algorithm |",
+                 "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
         for size in sorted(rows):
             r = rows[size]
             ferry, nccl = r.get("out_of_place"), r.get("nccl")
             lines.append(f"| {human_bytes(size)} | {cell(time_of(r, 'out_of_place'))} | "
                          f"{cell(ferry['busbw'] if ferry else None, '{:.1f}')} | {cell(time_of(r, 'nccl'))} | "
                          f"{cell(nccl['busbw'] if nccl else None, '{:.1f}')} | "
-                         f"{ratio(time_of(r, 'nccl'), time_of(r, 'out_of_place'))} | {r.get('algorithm', '')} |")
+                         f"{ratio(time_of(r, 'nccl'), time_of(r, 'out_of_place'))} | "
+                         f"{cell(host_of(r, 'out_of_place'))} | {cell(host_of(r, 'nccl'))} | {r.get('algorithm', '')} |")
         parts.append("\n".join(lines))
     return "\n\n".join(parts) + "\n"
 

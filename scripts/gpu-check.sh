@@ -9,6 +9,7 @@
 #   scripts/gpu-check.sh
 #   GPU_CHECK_CMAKE_ARGS="-DFERRY_CUDA_ARCHITECTURES=90a" scripts/gpu-check.sh   # extra configure options
 #   GPU_TESTS_EXCLUDE='^gpu_memory_leak$' scripts/gpu-check.sh                    # skip slow tests (regex)
+#   GPU_TESTS_JOBS=4 scripts/gpu-check.sh                                          # tests side by side
 #   GPU_CHECK_BENCH_ARGS="allreduce -b 1K -e 64M" scripts/gpu-check.sh           # what the bench step runs
 #   GPU_CHECK_STEPS="configure build guard_selftest gpu_tests" \
 #     GPU_CHECK_TARGETS="ferry_guard gpu_p2p" GPU_TESTS_ONLY='^gpu_p2p$' scripts/gpu-check.sh
@@ -74,7 +75,9 @@ step_gpu_tests() {
     echo "one GPU: multi-rank tests share it (GPU_TESTS_SHARE_GPUS=1)"
     export GPU_TESTS_SHARE_GPUS=1
   fi
-  guarded ctest --test-dir "$build" -L gpu ${GPU_TESTS_ONLY:+-R "$GPU_TESTS_ONLY"} -E "^gpu_guard_driver\$${GPU_TESTS_EXCLUDE:+|$GPU_TESTS_EXCLUDE}" -V \
+  # GPU_TESTS_JOBS > 1 runs tests side by side (they then share the GPUs: for correctness runs).
+  guarded ctest --test-dir "$build" -L gpu -j "${GPU_TESTS_JOBS:-1}" ${GPU_TESTS_ONLY:+-R "$GPU_TESTS_ONLY"} \
+    -E "^gpu_guard_driver\$${GPU_TESTS_EXCLUDE:+|$GPU_TESTS_EXCLUDE}" -V \
     --no-tests=ignore --output-junit "$out/ctest-gpu.xml" >"$out/gpu_tests_output.log" 2>&1
   local rc=$?
   grep -E '(Passed|Failed|\*\*\*|tests passed|out of)' "$out/gpu_tests_output.log"

@@ -32,6 +32,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -47,6 +48,7 @@
 namespace ferry {
 
 class Communicator;
+class Connection;
 
 // How a Comm runs its kernels. Like NCCL's minCTAs / maxCTAs: every collective kernel runs at most
 // maxBlocks thread blocks, e.g. to leave SMs to compute that overlaps communication, and at least
@@ -59,6 +61,16 @@ class Communicator;
 struct CommOptions {
   int minBlocks = 0;
   int maxBlocks = 0;
+  // How this rank reaches `peer` through the proxy: the Connection under the Comm's PortChannel to
+  // that peer, which carries the copy-engine algorithms (*_ce) and the port channels of plans.
+  // Called while the Comm is made, for every peer in rank order, on every rank; the two ends of a
+  // pair must make matching connections (Communicator::connect does). Empty:
+  // communicator.connect(peer, Transport::CudaIpc). A connection of any kind works, built-in or the
+  // program's own (a class derived from Connection): the collectives never ask which it is. (Its
+  // transport() must be one the PortChannel semaphore supports: CudaIpc or HostMemory; and the
+  // Comm's buffers are GPU memory, which it must be able to write.)
+  using ConnectFn = std::function<std::shared_ptr<Connection>(Communicator& communicator, int peer)>;
+  ConnectFn connect;
 };
 
 // What Comm::registerBuffer returns, for deregisterBuffer.
@@ -74,7 +86,8 @@ class FERRY_API Comm {
   explicit Comm(std::shared_ptr<Bootstrap> bootstrap);
   // The same with options; Error(InvalidUsage) for negative bounds or minBlocks > maxBlocks.
   Comm(std::shared_ptr<Bootstrap> bootstrap, const CommOptions& options);
-  // Waits for the Comm's GPU to finish queued work first (no kernel may still use its buffers).
+  // Waits first for the work this Comm queued (on the streams its calls used; bounded by
+  // FERRY_DEVICE_TIMEOUT), not for the whole GPU: no kernel may still use its buffers.
   ~Comm();
   Comm(const Comm&) = delete;
   Comm& operator=(const Comm&) = delete;
@@ -143,8 +156,9 @@ class FERRY_API Comm {
   // some ranks but not on others is an error reported by the kernel. Ranges must not overlap.
   // At most 256 registrations are live at once (the Comm's staging buffers, docs/executor.md, count too).
   BufferRegistration registerBuffer(void* ptr, std::size_t bytes);
-  // Local: waits for this GPU's queued work, then forgets the registration (deregister on every
-  // rank before the next call that used it).
+  // Local: waits for the work this Comm queued (not the whole GPU's; bounded by FERRY_DEVICE_TIMEOUT,
+  // then a TimeoutError), then forgets the registration (deregister on every rank before the next
+  // call that used it). Work captured into a graph is the caller's to finish first.
   void deregisterBuffer(BufferRegistration registration);
 
   // Stops this Comm on every rank, without waiting for its kernels: raises an abort flag in every

@@ -48,6 +48,13 @@ class FERRY_API Connection {
   void write(RegisteredMemory dst, std::uint64_t dstOffset, RegisteredMemory src, std::uint64_t srcOffset,
              std::uint64_t bytes);
 
+  // The same from src, an address in this process rather than a registration, where the transport
+  // can read such addresses (readsLocalPointers(); CudaIpc: any GPU memory of this process); and dst
+  // may also be this rank's own memory: a copy within this rank, in order with the other writes.
+  // Error(InvalidUsage) where the transport cannot.
+  void write(RegisteredMemory dst, std::uint64_t dstOffset, const void* src, std::uint64_t bytes);
+  virtual bool readsLocalPointers() const { return false; }
+
   // Stores newValue into *src (a local word, e.g. a semaphore's outbound counter; host memory the
   // caller owns), then writes newValue into the peer's 8-byte word at dst+dstOffset, ordered after
   // every earlier write() on this connection (see the ordering contract).

@@ -51,6 +51,9 @@ class FERRY_API Host2DeviceSemaphore {
   // Host side (the proxy): increments the peer's counter, ordered after every earlier write on the
   // connection. Not thread-safe: one thread signals a given semaphore.
   void signal();
+  // Receives the peer's counter now rather than in the first signal(): for a proxy thread that
+  // signals while other threads use the bootstrap. Collective with the peer's construction.
+  void awaitPeer();
   // The wait side, for this rank's GPU (remoteInbound is null: the GPU does not signal).
   SemaphoreDeviceHandle deviceHandle() const;
   const std::shared_ptr<Connection>& connection() const;

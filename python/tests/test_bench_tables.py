@@ -7,7 +7,7 @@ from script_loader import load_script
 
 
 def measure(us):
-    return {"time_us": us, "algbw": 1.0, "busbw": 2.0, "wrong": 0}
+    return {"time_us": us, "host_us": us / 10, "algbw": 1.0, "busbw": 2.0, "wrong": 0}
 
 
 def bench_file(path: Path, algorithm: str, ferry_us: float, nccl_us: float | None, registered=False) -> Path:
@@ -24,7 +24,7 @@ def test_summary_has_ferry_nccl_and_their_ratio(tmp_path, capsys):
     assert tables.main(["summary", str(bench_file(tmp_path / "b.json", "allreduce_ll", 0.0, 10.0))]) == 0
     out = capsys.readouterr().out
     assert "### allreduce bf16 sum, 4 ranks, unregistered buffers, CUDA graphs" in out
-    assert "| 1 KiB | 10.00 | 2.0 | 20.00 | 2.0 | 2.00 | allreduce_ll |" in out
+    assert "| 1 KiB | 10.00 | 2.0 | 20.00 | 2.0 | 2.00 | 1.00 | 2.00 | allreduce_ll |" in out
     assert "| 1 MiB | 20.00 |" in out
 
 

@@ -155,3 +155,20 @@ def test_verifier_handles_reordered_ops():
             ops.insert(rng.randrange(len(ops) + 1), op)
         found_kinds |= {f.kind for f in verify(load_plan(d))}
     assert {"deadlock", "race", "wrong_result", "unmatched_signal"} <= found_kinds
+
+
+def test_an_op_whose_source_and_destination_overlap_at_an_offset_is_refused():
+    """A copy of scratch[1, 4) to scratch[0, 3) is one parallel copy on the GPU: a race that the
+    verifier's chunk-level model cannot see, so the loader (C++ and Python alike) refuses it."""
+    shifted = lambda d: ops_of(d, 0).append({"op": "copy", "src": ref("scratch", 1, 3), "dst": ref("scratch", 0, 3)})
+    assert str(rejected(mutated(allreduce_allpairs(4), shifted))) == (
+        "ranks[0].thread_blocks[0].ops[10]: a source scratch[1, 4) and the destination scratch[0, 3) overlap "
+        "without being the same chunks; the op's threads would read chunks others write (a race): use disjoint "
+        "chunks, or the very same ones to work in place (rank 0)")
+    reduce = lambda d: ops_of(d, 0).append(
+        {"op": "reduce", "srcs": [ref("scratch", 0, 2), ref("scratch", 2, 2)], "dst": ref("scratch", 1, 2)})
+    assert "overlap without being the same chunks" in str(rejected(mutated(allreduce_allpairs(4), reduce)))
+    # The very same chunks (in place) and disjoint ones are fine.
+    for src, dst in ((ref("scratch", 0, 2), ref("scratch", 0, 2)), (ref("scratch", 0, 2), ref("scratch", 2, 2))):
+        ok = mutated(allreduce_allpairs(4), lambda d: ops_of(d, 0).append({"op": "copy", "src": src, "dst": dst}))
+        load_plan(ok)

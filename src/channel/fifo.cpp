@@ -7,9 +7,11 @@
 #include <string>
 
 #include "platform/cuda_check.hpp"
+#include "platform/device_guard.hpp"
 #include "core/logger.hpp"
 #include "ferry/env.hpp"
 #include "ferry/errors.hpp"
+#include "core/deadline.hpp"
 
 namespace ferry {
 namespace {
@@ -31,23 +33,8 @@ void validate(const FifoOptions& o) {
 
 std::uint64_t timeoutNs(const FifoOptions& o) {
   if (o.timeout) return static_cast<std::uint64_t>(o.timeout->count());
-  return static_cast<std::uint64_t>(env().deviceTimeout.count() * 1e9);
+  return timeoutNanoseconds(env().deviceTimeout);
 }
-
-// Makes `device` current for one scope and restores the caller's device after.
-class DeviceGuard {
- public:
-  explicit DeviceGuard(int device) {
-    FERRY_CUDA_CHECK(cudaGetDevice(&previous_));
-    if (device != previous_) FERRY_CUDA_CHECK(cudaSetDevice(device));
-  }
-  ~DeviceGuard() { (void)cudaSetDevice(previous_); }
-  DeviceGuard(const DeviceGuard&) = delete;
-  DeviceGuard& operator=(const DeviceGuard&) = delete;
-
- private:
-  int previous_ = 0;
-};
 
 // Zeroes device memory and waits for it, on a stream of its own: a memset is asynchronous to the
 // host, and a kernel on any stream may push as soon as the constructor returns. No device-wide

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <array>
 #include <atomic>
+#include <mutex>
 #include <vector>
 
 #include "platform/cuda_check.hpp"
@@ -19,9 +20,13 @@ namespace ferry {
 namespace {
 struct ChannelEntry {
   std::shared_ptr<Host2DeviceSemaphore> semaphore;
-  RegisteredMemory dst;
+  RegisteredMemory dst;  // invalid for a channel whose puts name memories
   RegisteredMemory src;
 };
+
+std::string channelName(const Connection& conn) {
+  return "PortChannel rank " + std::to_string(conn.rank()) + " -> rank " + std::to_string(conn.remoteRank());
+}
 }  // namespace
 
 struct PortChannelService::Impl {
@@ -40,6 +45,14 @@ struct PortChannelService::Impl {
     std::uint64_t ticket;
   };
   std::vector<Flushing> flushing;
+  // Memories puts may name: memories[id - 1]; an invalid entry is free (its id is in freeIds). The
+  // proxy looks them up under the lock, which addMemory and removeMemory take too.
+  std::mutex memoriesMutex;
+  std::vector<RegisteredMemory> memories;
+  std::vector<MemoryId> freeIds;
+  // The first half of a put naming memories, until its second half (the next slot) comes.
+  ProxyTrigger firstHalf{};
+  bool haveFirstHalf = false;
   std::unique_ptr<Proxy> proxy;  // last: stopped before the rest goes
 
   ~Impl() {
@@ -61,30 +74,92 @@ struct PortChannelService::Impl {
     });
   }
 
-  ProxyHandlerResult handle(ProxyTrigger trigger) {
-    const PortRequest r = PortRequest::decode(trigger);
-    if (r.channel >= count.load(std::memory_order_acquire))
-      throw Error(ErrorCode::InvalidUsage,
-                  "PortChannel request for channel " + std::to_string(r.channel) +
-                      ", which this service does not have (a stale or corrupt handle?)");
-    ChannelEntry& c = channels[r.channel];
+  ChannelEntry& channel(std::uint32_t id) {
+    if (id >= count.load(std::memory_order_acquire))
+      throw Error(ErrorCode::InvalidUsage, "PortChannel request for channel " + std::to_string(id) +
+                                               ", which this service does not have (a stale or corrupt handle?)");
+    return channels[id];
+  }
+
+  // @pre memoriesMutex held.
+  const RegisteredMemory& memory(MemoryId id, const Connection& conn, const char* role) {
+    if (id == 0 || id > memories.size() || !memories[id - 1].valid())
+      throw Error(ErrorCode::InvalidUsage, channelName(conn) + ": a put names " + role + " memory " +
+                                               std::to_string(id) +
+                                               ", which the service does not have (removed, or never added)");
+    return memories[id - 1];
+  }
+
+  // A put naming its memories (PortPutRequest), then its signal and flush.
+  void handleNamed(const PortPutRequest& r) {
+    ChannelEntry& c = channel(r.channel);
     const auto& conn = c.semaphore->connection();
-    if (r.kinds & PortRequest::Put) conn->write(c.dst, r.dstOffset, c.src, r.srcOffset, r.bytes);
-    if (r.kinds & PortRequest::Signal) c.semaphore->signal();
-    if (r.kinds & PortRequest::Flush) {
+    {
+      std::lock_guard lock(memoriesMutex);
+      const RegisteredMemory& dst = memory(r.dst, *conn, "as destination");
+      if (r.src == kLocalPointer) {
+        conn->write(dst, r.dstOffset, reinterpret_cast<const void*>(r.srcOffset), r.bytes);
+      } else {
+        const RegisteredMemory& src = memory(r.src, *conn, "as source");
+        if (dst.rank() != conn->rank()) {
+          conn->write(dst, r.dstOffset, src, r.srcOffset, r.bytes);
+        } else {  // a copy within this rank: its source as an address, checked against its registration
+          if (r.srcOffset > src.size() || r.bytes > src.size() - r.srcOffset)
+            throw Error(ErrorCode::InvalidUsage, channelName(*conn) + ": a local copy reads past its source's " +
+                                                     std::to_string(src.size()) + "-byte registration");
+          conn->write(dst, r.dstOffset, static_cast<const char*>(src.data()) + r.srcOffset, r.bytes);
+        }
+      }
+    }
+    finish(c, r.channel, r.kinds);
+  }
+
+  ProxyHandlerResult handle(ProxyTrigger trigger) {
+    if (haveFirstHalf) {
+      haveFirstHalf = false;
+      handleNamed(PortPutRequest::decode(firstHalf, trigger));
+      return ProxyHandlerResult::Continue;
+    }
+    if (PortPutRequest::isFirstHalf(trigger)) {
+      firstHalf = trigger;  // its second half is in the next slot (Fifo::pushPair)
+      haveFirstHalf = true;
+      return ProxyHandlerResult::Continue;
+    }
+    const PortRequest r = PortRequest::decode(trigger);
+    ChannelEntry& c = channel(r.channel);
+    const auto& conn = c.semaphore->connection();
+    if (r.kinds & PortRequest::Put) {
+      if (!c.dst.valid())
+        throw Error(ErrorCode::InvalidUsage, channelName(*conn) +
+                                                 ": a put without memories on a channel that has no buffers of "
+                                                 "its own (name the memories: put(dst, dstOffset, src, ...))");
+      conn->write(c.dst, r.dstOffset, c.src, r.srcOffset, r.bytes);
+    }
+    finish(c, r.channel, r.kinds);
+    return ProxyHandlerResult::Continue;
+  }
+
+  // A request's signal and flush, after its put.
+  void finish(ChannelEntry& c, std::uint32_t id, std::uint32_t kinds) {
+    const auto& conn = c.semaphore->connection();
+    if (kinds & PortRequest::Signal) c.semaphore->signal();
+    if (kinds & PortRequest::Flush) {
       const std::uint64_t slot = proxy->fifo().tail();  // the slot being handled
       const std::uint64_t ticket = conn->beginFlush();
       if (conn->flushComplete(ticket))
-        publishFlushed(r.channel, slot);
+        publishFlushed(id, slot);
       else
-        flushing.push_back({r.channel, slot, ticket});
+        flushing.push_back({id, slot, ticket});
     }
-    return ProxyHandlerResult::Continue;
   }
 };
 
-PortChannelService::PortChannelService(int fifoSize) : impl_(std::make_unique<Impl>()) {
+PortChannelService::PortChannelService(int fifoSize) : PortChannelService(fifoSize, std::chrono::microseconds(0)) {}
+
+PortChannelService::PortChannelService(int fifoSize, std::chrono::microseconds idleSleep)
+    : impl_(std::make_unique<Impl>()) {
   ProxyOptions options;
+  options.idleSleep = idleSleep;
   options.fifo.size = fifoSize;
   options.fifo.memory = FifoMemory::Gpu;
   void* flushed = nullptr;
@@ -107,8 +182,7 @@ PortChannel PortChannelService::addChannel(std::shared_ptr<Host2DeviceSemaphore>
   if (!semaphore)
     throw Error(ErrorCode::InvalidUsage, "PortChannelService::addChannel: the semaphore is null");
   const auto& conn = semaphore->connection();
-  const std::string who =
-      "PortChannel rank " + std::to_string(conn->rank()) + " -> rank " + std::to_string(conn->remoteRank());
+  const std::string who = channelName(*conn);
   if (!dst.valid() || dst.isLocal() || dst.rank() != conn->remoteRank())
     throw Error(ErrorCode::InvalidUsage, who + ": dst must be memory that rank " +
                                              std::to_string(conn->remoteRank()) +
@@ -118,9 +192,21 @@ PortChannel PortChannelService::addChannel(std::shared_ptr<Host2DeviceSemaphore>
   if (dst.size() - 1 > PortRequest::kMaxOffset || src.size() - 1 > PortRequest::kMaxOffset)
     throw Error(ErrorCode::InvalidUsage,
                 who + ": buffers larger than 1 TiB cannot be addressed by a PortChannel");
+  return add(std::move(semaphore), std::move(dst), std::move(src));
+}
+
+PortChannel PortChannelService::addChannel(std::shared_ptr<Host2DeviceSemaphore> semaphore) {
+  if (!semaphore)
+    throw Error(ErrorCode::InvalidUsage, "PortChannelService::addChannel: the semaphore is null");
+  return add(std::move(semaphore), {}, {});
+}
+
+PortChannel PortChannelService::add(std::shared_ptr<Host2DeviceSemaphore> semaphore, RegisteredMemory dst,
+                                    RegisteredMemory src) {
+  const auto& conn = semaphore->connection();
   std::uint32_t id = impl_->count.load(std::memory_order_relaxed);
   if (id >= PortRequest::kMaxChannels)
-    throw Error(ErrorCode::InvalidUsage, who + ": this service already has " +
+    throw Error(ErrorCode::InvalidUsage, channelName(*conn) + ": this service already has " +
                                              std::to_string(PortRequest::kMaxChannels) +
                                              " channels; make another PortChannelService");
   impl_->channels[id] = {semaphore, std::move(dst), std::move(src)};
@@ -137,7 +223,38 @@ PortChannel PortChannelService::addChannel(std::shared_ptr<Host2DeviceSemaphore>
   return PortChannel(h);
 }
 
-void PortChannelService::start() { impl_->proxy->start(); }
+MemoryId PortChannelService::addMemory(RegisteredMemory memory) {
+  if (!memory.valid()) throw Error(ErrorCode::InvalidUsage, "PortChannelService::addMemory: an empty RegisteredMemory");
+  std::lock_guard lock(impl_->memoriesMutex);
+  if (!impl_->freeIds.empty()) {
+    const MemoryId id = impl_->freeIds.back();
+    impl_->freeIds.pop_back();
+    impl_->memories[id - 1] = std::move(memory);
+    return id;
+  }
+  if (impl_->memories.size() >= PortPutRequest::kMaxMemory - 1)
+    throw Error(ErrorCode::InvalidUsage, "PortChannelService::addMemory: the service already has " +
+                                             std::to_string(impl_->memories.size()) +
+                                             " memories; remove some (removeMemory) first");
+  impl_->memories.push_back(std::move(memory));
+  return static_cast<MemoryId>(impl_->memories.size());
+}
+
+void PortChannelService::removeMemory(MemoryId id) {
+  std::lock_guard lock(impl_->memoriesMutex);
+  if (id == 0 || id > impl_->memories.size() || !impl_->memories[id - 1].valid())
+    throw Error(ErrorCode::InvalidUsage,
+                "PortChannelService::removeMemory: the service has no memory " + std::to_string(id));
+  impl_->memories[id - 1] = RegisteredMemory();
+  impl_->freeIds.push_back(id);
+}
+
+void PortChannelService::start() {
+  impl_->haveFirstHalf = false;  // a pair cut by an earlier stop
+  impl_->proxy->start();
+}
 void PortChannelService::stop() { impl_->proxy->stop(); }
+bool PortChannelService::running() const { return impl_->proxy->running(); }
+std::exception_ptr PortChannelService::error() const { return impl_->proxy->error(); }
 
 }  // namespace ferry

@@ -12,6 +12,7 @@
 #include "core/logger.hpp"
 #include "ferry/errors.hpp"
 #include "platform/cpu_affinity.hpp"
+#include "core/text.hpp"
 
 namespace ferry {
 namespace {
@@ -36,12 +37,6 @@ std::string describe(const std::exception_ptr& error) {
   } catch (...) {
     return "an exception not derived from std::exception";
   }
-}
-
-std::string hex(std::uint64_t v) {
-  char buf[24];
-  std::snprintf(buf, sizeof(buf), "0x%llx", static_cast<unsigned long long>(v));
-  return buf;
 }
 
 thread_local const void* currentProxy = nullptr;  // a proxy thread's own Proxy::Impl
@@ -146,7 +141,7 @@ struct Proxy::Impl {
         result = handler(*trigger);
       } catch (...) {
         fail(std::current_exception(), "handler threw on slot " + std::to_string(fifo.tail()) + " (fst " +
-                                           hex(trigger->fst) + ", snd " + hex(trigger->snd) + ")");
+                                           hexString(trigger->fst) + ", snd " + hexString(trigger->snd) + ")");
         break;
       }
       fifo.pop();  // after the handler: sync(slot) on the producer side means "handled"

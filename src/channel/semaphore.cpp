@@ -11,6 +11,7 @@
 #include "ferry/env.hpp"
 #include "ferry/errors.hpp"
 #include "memory/token_pool.hpp"
+#include "core/deadline.hpp"
 
 namespace ferry {
 
@@ -70,7 +71,7 @@ struct SemaphoreCore {
     h.remoteInbound = withRemote ? static_cast<std::uint64_t*>(remoteInbound().data()) : nullptr;
     h.wait_.rank = connection->rank();
     h.wait_.peer = connection->remoteRank();
-    h.wait_.timeoutNs = static_cast<std::uint64_t>(env().deviceTimeout.count() * 1e9);
+    h.wait_.timeoutNs = timeoutNanoseconds(env().deviceTimeout);
     return h;
   }
 
@@ -98,6 +99,7 @@ Host2DeviceSemaphore::Host2DeviceSemaphore(Communicator& comm, std::shared_ptr<C
                                             /*inboundOnHost=*/true)) {}
 Host2DeviceSemaphore::~Host2DeviceSemaphore() = default;
 void Host2DeviceSemaphore::signal() { core_->signalThroughConnection(); }
+void Host2DeviceSemaphore::awaitPeer() { (void)core_->remoteInbound(); }
 SemaphoreDeviceHandle Host2DeviceSemaphore::deviceHandle() const { return core_->handle(false); }
 const std::shared_ptr<Connection>& Host2DeviceSemaphore::connection() const { return core_->connection; }
 
@@ -116,8 +118,7 @@ bool Host2HostSemaphore::poll() {
 
 void Host2HostSemaphore::wait(std::chrono::duration<double> timeout) {
   const std::uint64_t want = core_->hostExpected + 1;
-  const auto deadline =
-      std::chrono::steady_clock::now() + std::chrono::duration_cast<std::chrono::nanoseconds>(timeout);
+  const auto deadline = deadlineAfter(timeout);
   for (std::uint32_t spins = 0; atomicLoad(core_->inbound.ptr, memory_order_acquire) < want; ++spins) {
     if ((spins & 255) == 255) {
       if (std::chrono::steady_clock::now() > deadline)

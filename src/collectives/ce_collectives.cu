@@ -1,7 +1,9 @@
 // The copy-engine algorithms: on registered buffers (as the direct ones), the bytes between GPUs
-// move by the copy engines, which the Comm's CopyEngine proxy drives at a kernel's request
-// (copy_engine.hpp); SM stores top out below the copy engines' rate on NVSwitch, and the SMs stay
-// free for the caller's work. One thread of each kernel, the driver, asks for the copies.
+// move through the Comm's PortChannels (kernels/port_peers.hpp): the proxy hands each put to the
+// channel's connection, which over CUDA IPC is a copy on the GPU's copy engines; SM stores top out
+// below the copy engines' rate on NVSwitch, and the SMs stay free for the caller's work. Over any
+// other connection the same kernels run unchanged. One thread of each kernel, the driver, asks for
+// the puts; a put's signal tells the peer its bytes have landed.
 //   allgather_ce      rank r's input is copied into block r of every rank's output.
 //   alltoall_ce       block p of rank r's input is copied into block r of rank p's output (out of
 //                     place only, as alltoall_direct).
@@ -13,14 +15,14 @@
 //                     straight into every peer's output (the all-gather), overlapping later rounds.
 //
 // Why overwriting in place is safe (allreduce_ce): rank q's piece j of chunk r is read by one copy
-// only, q's round-j copy to rank r; r reduces piece j only after q's round-j copies are flushed and
-// signalled, and only then writes its reduced piece j into q's output.
+// only, q's round-j put to rank r; r reduces piece j only after that put's signal came (the bytes
+// landed, so the read is over), and only then writes its reduced piece j into q's output.
 #include "collectives/builtin.hpp"
-#include "kernels/copy_engine.hpp"
-#include "kernels/copy_engine_host.hpp"
 #include "kernels/direct_call.cuh"
 #include "kernels/kernel_util.cuh"
 #include "kernels/launch.hpp"
+#include "kernels/port_peers.hpp"
+#include "core/text.hpp"
 
 namespace ferry {
 namespace {
@@ -30,31 +32,61 @@ constexpr int kReduceBlocks = 16;  // reducer blocks of the reducing kernels, be
 // The round of the end signal: above every real round, so a flag only ever grows (device_context.hpp).
 constexpr std::uint64_t kLastRound = (1u << 17) - 1;
 
-// The end of a copy-engine call, block 0: every rank flushed its copies before this signal, so once
-// every peer's has come, every byte of the call is in this rank's output and no peer touches it.
+// The end of a copy-engine reduction, block 0: every rank flushed its puts before this signal, so
+// once every peer's has come, every byte of the call is in this rank's output and no peer touches it.
 FERRY_DEVICE FERRY_INLINE void finishCe(const CollectiveContext& c, std::uint64_t m) {
   exchangeSignals(c, signalValue(m, kLastRound, 7));
   endCall(c, m);
 }
 
+// Where `at` lies in a registered buffer, as a port channel names it.
+FERRY_DEVICE FERRY_INLINE std::uint64_t offsetIn(const RegEntry* e, const char* at) {
+  return static_cast<std::uint64_t>(at - reinterpret_cast<const char*>(e->base));
+}
+// Where `at` lies in rank q's shared allocation (PortPeers::region).
+FERRY_DEVICE FERRY_INLINE std::uint64_t regionOffset(const CollectiveContext& c, int q, const char* at) {
+  const auto* base = reinterpret_cast<const char*>(q == c.rank ? c.state : c.peerState[q]);
+  return static_cast<std::uint64_t>(at - base);
+}
+FERRY_DEVICE FERRY_INLINE std::uint64_t address(const void* p) { return reinterpret_cast<std::uint64_t>(p); }
+
+// Driver: flushes every peer's channel, the flushes overlapping.
+FERRY_DEVICE FERRY_INLINE void flushAll(const CollectiveContext& c, PortPeers& ports) {
+  std::uint64_t slot[kMaxRanks];
+  for (int q = 0; q < c.nranks; ++q)
+    if (q != c.rank) slot[q] = ports.channel[q].pushFlush();
+  for (int q = 0; q < c.nranks; ++q)
+    if (q != c.rank) ports.channel[q].awaitFlush(slot[q]);
+}
+
 enum class Move { AllGather, AllToAll };
 
+// Every put to a peer carries a signal: once each peer's has come, its bytes are in this rank's
+// output, and once this rank's puts are flushed its input has been read; so no end-of-call
+// exchange is needed.
 template <Move Kind>
 __global__ void __launch_bounds__(kMoveThreads)
-    moveCe(CollectiveContext c, CopyEngineHandle ce, CallBuffers mine, const char* send, char* recv, std::uint64_t bytes) {
+    moveCe(CollectiveContext c, PortPeers* ports, CallBuffers mine, const char* send, char* recv, std::uint64_t bytes) {
   __shared__ DirectBuffers b;
   const std::uint64_t m = beginDirect(c, mine, send, recv, b);
   const int R = c.nranks, r = c.rank;
   if (threadIdx.x == 0 && !abortRaised(c)) {
-    for (int i = 1; i <= R; ++i) {
-      const int q = (r + i) % R;  // a different first peer on every rank; this rank's own block last
+    PortPeers& px = *ports;
+    for (int i = 1; i < R; ++i) {
+      const int q = (r + i) % R;  // a different first peer on every rank
       const char* src = Kind == Move::AllGather ? send : send + q * bytes;
-      char* dst = b.recv[q] + r * bytes;
-      if (dst != src) ce.copy(q, dst, src, bytes);  // in place, this rank's own block stays
+      px.channel[q].putWithSignal(static_cast<MemoryId>(b.recvEntry[q]->memory),
+                                  offsetIn(b.recvEntry[q], b.recv[q] + r * bytes), kLocalPointer, address(src), bytes);
     }
-    ce.flushAll();
+    const char* src = Kind == Move::AllGather ? send : send + r * bytes;
+    char* dst = recv + r * bytes;
+    if (dst != src)  // in place, this rank's own block stays; else a copy within this rank
+      px.channel[(r + 1) % R].put(static_cast<MemoryId>(b.recvEntry[r]->memory), offsetIn(b.recvEntry[r], dst),
+                                  kLocalPointer, address(src), bytes);
+    flushAll(c, px);
+    for (int i = 1; i < R; ++i) px.channel[(r + i) % R].wait();
   }
-  finishCe(c, m);
+  endCall(c, m);
 }
 
 // Elements of a reduction through the copy engine: `count` input elements cut into R chunks of
@@ -79,10 +111,11 @@ FERRY_DEVICE FERRY_INLINE char* ceSlot(char* half, const CeShape& s, int R, std:
   return half + ((j & 1) * R + q) * s.piece * sz;
 }
 
-// The driver: thread 0 of block 0. Signals on block 0's row: (m, j, 1) "my round-j copies to you
-// have landed", (m, j, 2) "I reduced round j: your slots of parity j are free, my piece j is final".
+// The driver: thread 0 of block 0. A round's put to each peer carries a signal on the peer's
+// channel, "my round-j piece for you has landed"; and on block 0's flag row, (m, j, 2) says "I
+// reduced round j: your slots of parity j are free, my piece j is final".
 template <class T>
-FERRY_DEVICE void driveReduce(const CollectiveContext& c, const CopyEngineHandle& ce, const DirectBuffers& b,
+FERRY_DEVICE void driveReduce(const CollectiveContext& c, PortPeers& px, const DirectBuffers& b,
                               const char* send, char* recv, const CeShape& s, std::uint64_t m) {
   constexpr std::uint64_t sz = sizeof(T);
   const int R = c.nranks, r = c.rank;
@@ -90,9 +123,10 @@ FERRY_DEVICE void driveReduce(const CollectiveContext& c, const CopyEngineHandle
     for (int i = 1; i < R; ++i) {
       const int q = (r + i) % R;
       const Range e = pieceOf(s, q, j);
-      ce.copy(q, ceSlot(scratchHalf(c.peerScratch[q], c, m), s, R, j, r, sz), send + e.begin * sz, e.size() * sz);
+      const char* slot = ceSlot(scratchHalf(c.peerScratch[q], c, m), s, R, j, r, sz);
+      px.channel[q].putWithSignal(px.region[q], regionOffset(c, q, slot), kLocalPointer,
+                                  address(send + e.begin * sz), e.size() * sz);
     }
-    ce.mark(static_cast<int>(j % kCeMarks));
   };
   const auto eachPeer = [&](auto&& f) {
     for (int i = 1; i < R; ++i) f((r + i) % R);
@@ -102,9 +136,7 @@ FERRY_DEVICE void driveReduce(const CollectiveContext& c, const CopyEngineHandle
     if (s.rounds > 1) scatter(1);
   }
   for (std::uint64_t j = 0; j < s.rounds && !abortRaised(c); ++j) {
-    ce.flush(static_cast<int>(j % kCeMarks));
-    eachPeer([&](int q) { signalPeer(c, q, signalValue(m, j, 1)); });
-    eachPeer([&](int q) { waitPeer(c, q, signalValue(m, j, 1)); });
+    eachPeer([&](int q) { px.channel[q].wait(); });  // every peer's round-j piece is here
     atomicStore<std::uint32_t, cuda::thread_scope_device>(&c.state->ceArrived, static_cast<std::uint32_t>(j + 1),
                                                           memory_order_release);
     const auto reduced = static_cast<std::uint32_t>((j + 1) * (gridDim.x - 1));
@@ -114,14 +146,17 @@ FERRY_DEVICE void driveReduce(const CollectiveContext& c, const CopyEngineHandle
     eachPeer([&](int q) { signalPeer(c, q, signalValue(m, j, 2)); });
     if (s.gather) {
       const Range e = pieceOf(s, r, j);
-      eachPeer([&](int q) { ce.copy(q, b.recv[q] + e.begin * sz, recv + e.begin * sz, e.size() * sz); });
+      eachPeer([&](int q) {
+        px.channel[q].put(static_cast<MemoryId>(b.recvEntry[q]->memory), offsetIn(b.recvEntry[q], b.recv[q] + e.begin * sz),
+                          kLocalPointer, address(recv + e.begin * sz), e.size() * sz);
+      });
     }
     if (j + 2 < s.rounds) {
       eachPeer([&](int q) { waitPeer(c, q, signalValue(m, j, 2)); });
       scatter(j + 2);
     }
   }
-  ce.flushAll();
+  flushAll(c, px);
   c.state->ceArrived = 0;  // every reducer block is done (or the call was aborted)
   c.state->ceReduced = 0;
 }
@@ -157,11 +192,11 @@ FERRY_DEVICE void reducePieces(const CollectiveContext& c, const char* send, cha
 
 template <class T, ReduceOp Op>
 __global__ void __launch_bounds__(kThreads)
-    reduceCe(CollectiveContext c, CopyEngineHandle ce, CallBuffers mine, const char* send, char* recv, CeShape s) {
+    reduceCe(CollectiveContext c, PortPeers* ports, CallBuffers mine, const char* send, char* recv, CeShape s) {
   __shared__ DirectBuffers b;
   const std::uint64_t m = beginDirect(c, mine, send, recv, b);
   if (blockIdx.x == 0) {
-    if (threadIdx.x == 0) driveReduce<T>(c, ce, b, send, recv, s, m);
+    if (threadIdx.x == 0) driveReduce<T>(c, *ports, b, send, recv, s, m);
     finishCe(c, m);
   } else {
     reducePieces<T, Op>(c, send, recv, s, m);
@@ -169,10 +204,12 @@ __global__ void __launch_bounds__(kThreads)
   }
 }
 
-CopyEngineHandle engineOf(const CollectiveContext& context, const CollectiveCall& call, const char* algorithm) {
-  if (context.copyEngine == nullptr)
-    throw Error(ErrorCode::InternalError, describe(call) + ": " + algorithm + ": the Comm has no copy engine");
-  return context.copyEngine->handle();
+// The Comm's port channels (device memory: the drivers update the channels' semaphore counts in
+// it), their proxy running.
+PortPeers* portsOf(const CollectiveContext& context, const CollectiveCall& call, const char* algorithm) {
+  if (context.ports == nullptr)
+    throw Error(ErrorCode::InternalError, describe(call) + ": " + algorithm + ": the Comm has no port channels");
+  return const_cast<PortPeers*>(context.ports->start());
 }
 
 class MoveCeAlgorithm final : public Algorithm {
@@ -183,15 +220,15 @@ class MoveCeAlgorithm final : public Algorithm {
   std::string whyNot(const CollectiveCall& call, const CommLimits&) const override { return whyNotZeroCopy(call); }
   std::string constraints(const CommLimits&) const override { return "registered buffers only"; }
   void launch(const CollectiveCall& call, const CollectiveContext& context) const override {
-    const CopyEngineHandle ce = engineOf(context, call, name_);
+    PortPeers* ports = portsOf(context, call, name_);
     const CollectiveContext c = forCall(context, call);
     const auto* send = static_cast<const char*>(call.send);
     auto* recv = static_cast<char*>(call.recv);
     const std::uint64_t bytes = call.count * call.elementBytes();
     if (collective_ == Collective::AllGather)
-      moveCe<Move::AllGather><<<1, kMoveThreads, 0, call.stream>>>(c, ce, published(call), send, recv, bytes);
+      moveCe<Move::AllGather><<<1, kMoveThreads, 0, call.stream>>>(c, ports, published(call), send, recv, bytes);
     else
-      moveCe<Move::AllToAll><<<1, kMoveThreads, 0, call.stream>>>(c, ce, published(call), send, recv, bytes);
+      moveCe<Move::AllToAll><<<1, kMoveThreads, 0, call.stream>>>(c, ports, published(call), send, recv, bytes);
     checkLaunch(call, name_);
   }
   void preload() const override {
@@ -227,7 +264,7 @@ class ReduceCeAlgorithm final : public Algorithm {
     return {};
   }
   void launch(const CollectiveCall& call, const CollectiveContext& context) const override {
-    const CopyEngineHandle ce = engineOf(context, call, name_);
+    PortPeers* ports = portsOf(context, call, name_);
     const CollectiveContext c = forCall(context, call);
     CommLimits limits;
     limits.worldSize = call.worldSize;
@@ -236,7 +273,7 @@ class ReduceCeAlgorithm final : public Algorithm {
     const auto* send = static_cast<const char*>(call.send);
     auto* recv = static_cast<char*>(call.recv);
     dispatchTypeOp(call.type, call.op, [&]<class T, ReduceOp Op>() {
-      reduceCe<T, Op><<<1 + kReduceBlocks, kThreads, 0, call.stream>>>(c, ce, published(call), send, recv, s);
+      reduceCe<T, Op><<<1 + kReduceBlocks, kThreads, 0, call.stream>>>(c, ports, published(call), send, recv, s);
     });
     checkLaunch(call, name_);
   }
@@ -249,7 +286,6 @@ class ReduceCeAlgorithm final : public Algorithm {
   CeShape shape(const CollectiveCall& call, const CommLimits& limits) const {
     const std::uint64_t R = static_cast<std::uint64_t>(call.worldSize), sz = call.elementBytes();
     const std::uint64_t grain = 16 / sz;
-    const auto roundUp = [](std::uint64_t n, std::uint64_t to) { return (n + to - 1) / to * to; };
     CeShape s;
     s.gather = collective_ == Collective::AllReduce;
     if (s.gather) {

@@ -1,6 +1,7 @@
 #include "collectives/p2p.hpp"
 
 #include "ferry/env.hpp"
+#include "core/deadline.hpp"
 
 namespace ferry {
 
@@ -29,7 +30,7 @@ P2PResources::P2PResources(Communicator& comm, const std::uint32_t* abortFlag) {
     context_.peerSizes[p] = counters(memory_->peer(p), 4);
     context_.peerInbox[p] = memory_->peer(p) + kInboxOffset;
   }
-  context_.timeoutNs = static_cast<std::uint64_t>(env().deviceTimeout.count() * 1e9);
+  context_.timeoutNs = timeoutNanoseconds(env().deviceTimeout);
   context_.abortFlag = abortFlag;
 }
 

@@ -7,17 +7,12 @@
 
 #include "platform/cuda_check.hpp"
 #include "ferry/errors.hpp"
+#include "core/text.hpp"
 
 namespace ferry {
 namespace {
 
 constexpr int kTag = 0x7265;  // the Comm's own tag for registration exchanges
-
-std::string hex(std::uint64_t p) {
-  char text[32];
-  std::snprintf(text, sizeof(text), "0x%llx", static_cast<unsigned long long>(p));
-  return text;
-}
 
 }  // namespace
 
@@ -36,8 +31,8 @@ void RegistrationRanges::check(const void* ptr, std::uint64_t bytes, const std::
   const bool clash = overlapping(next) || (next != byStart_.begin() && overlapping(std::prev(next)));
   if (clash) {
     const auto it = overlapping(next) ? next : std::prev(next);
-    throw Error(ErrorCode::InvalidUsage, who + ": [" + hex(start) + ", " + hex(end) + ") overlaps the buffer [" +
-                                             hex(it->first) + ", " + hex(it->second.end) +
+    throw Error(ErrorCode::InvalidUsage, who + ": [" + hexString(start) + ", " + hexString(end) + ") overlaps the buffer [" +
+                                             hexString(it->first) + ", " + hexString(it->second.end) +
                                              ") registered already; deregister that one first");
   }
 }
@@ -60,7 +55,7 @@ RegistrationRanges::Hit RegistrationRanges::find(const void* ptr, std::uint64_t 
   return {it->second.id, start - it->first};
 }
 
-BufferRegistry::BufferRegistry(Communicator& comm) : comm_(comm) {
+BufferRegistry::BufferRegistry(Communicator& comm, PortChannelService* service) : comm_(comm), service_(service) {
   FERRY_CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&table_), sizeof(RegTable)));
   FERRY_CUDA_CHECK(cudaMemset(table_, 0, sizeof(RegTable)));
 }
@@ -121,6 +116,7 @@ std::uint64_t BufferRegistry::add(void* ptr, std::uint64_t bytes) {
   nextId_ = id;
   try {
     std::vector<RegisteredMemory> all(static_cast<std::size_t>(size));
+    std::vector<MemoryId> ids;
     all[rank] = comm_.registerMemory(ptr, bytes, Transport::CudaIpc);
     std::vector<std::shared_future<RegisteredMemory>> futures(static_cast<std::size_t>(size));
     for (int p = 0; p < size; ++p) {
@@ -135,10 +131,18 @@ std::uint64_t BufferRegistry::add(void* ptr, std::uint64_t bytes) {
         throw Error(ErrorCode::NotSupported, who + ": rank " + std::to_string(p) +
                                                  "'s buffer cannot be mapped here (not device memory of a GPU "
                                                  "this process can reach?)");
-      row[p] = {reinterpret_cast<std::uint64_t>(all[p].data()), id, all[p].size()};
     }
-    FERRY_CUDA_CHECK(cudaMemcpy(&table_->entry[slot][0], row, sizeof(row), cudaMemcpyHostToDevice));
-    live_.emplace(id, std::move(all));
+    try {
+      for (int p = 0; p < size; ++p) {
+        const MemoryId memory = service_ != nullptr ? ids.emplace_back(service_->addMemory(all[p])) : 0;
+        row[p] = {reinterpret_cast<std::uint64_t>(all[p].data()), id, all[p].size(), memory};
+      }
+      FERRY_CUDA_CHECK(cudaMemcpy(&table_->entry[slot][0], row, sizeof(row), cudaMemcpyHostToDevice));
+    } catch (...) {
+      forget(ids);
+      throw;
+    }
+    live_.emplace(id, Live{std::move(all), std::move(ids)});
   } catch (...) {
     ranges_.remove(id);
     throw;
@@ -146,18 +150,25 @@ std::uint64_t BufferRegistry::add(void* ptr, std::uint64_t bytes) {
   return id;
 }
 
-void BufferRegistry::remove(std::uint64_t id) {
-  auto it = live_.find(id);
-  if (it == live_.end())
+void BufferRegistry::checkLive(std::uint64_t id) const {
+  if (live_.find(id) == live_.end())
     throw Error(ErrorCode::InvalidUsage, "rank " + std::to_string(comm_.bootstrap()->rank()) +
                                              ": deregisterBuffer: no buffer is registered under id " +
                                              std::to_string(id));
-  // Queued kernels may still use the mappings.
-  FERRY_CUDA_CHECK(cudaDeviceSynchronize());
+}
+
+void BufferRegistry::remove(std::uint64_t id) {
+  checkLive(id);
+  auto it = live_.find(id);
   RegEntry empty[kMaxRanks] = {};
   FERRY_CUDA_CHECK(cudaMemcpy(&table_->entry[id % kRegSlots][0], empty, sizeof(empty), cudaMemcpyHostToDevice));
   ranges_.remove(id);
+  forget(it->second.ids);
   live_.erase(it);
+}
+
+void BufferRegistry::forget(const std::vector<MemoryId>& ids) {
+  for (MemoryId m : ids) service_->removeMemory(m);
 }
 
 }  // namespace ferry

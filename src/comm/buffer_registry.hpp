@@ -9,6 +9,7 @@
 
 #include "kernels/registration.hpp"
 #include "ferry/communicator.hpp"
+#include "ferry/port_channel.hpp"
 #include "ferry/registered_memory.hpp"
 
 namespace ferry {
@@ -38,17 +39,21 @@ class RegistrationRanges {
 
 class BufferRegistry {
  public:
-  // @pre a current CUDA device; comm's ranks on this host.
-  explicit BufferRegistry(Communicator& comm);
+  // @pre a current CUDA device; comm's ranks on this host. service: where every rank's buffer of a
+  // registration is added as a memory (RegEntry::memory), so that port channels can name it; may be
+  // null (then 0).
+  BufferRegistry(Communicator& comm, PortChannelService* service);
   ~BufferRegistry();
   BufferRegistry(const BufferRegistry&) = delete;
   BufferRegistry& operator=(const BufferRegistry&) = delete;
 
   // Collective: every rank registers its buffer of the same role in the same order. Returns the id.
   std::uint64_t add(void* ptr, std::uint64_t bytes);
-  // Local. Waits for this GPU's queued work, then forgets the registration and drops the peers'
-  // mappings of it. Error(InvalidUsage) for an unknown id.
+  // Local. Forgets the registration and drops the peers' mappings of it. Error(InvalidUsage) for an
+  // unknown id. @pre no queued work uses it (the Comm waits for its own first: StreamWork).
   void remove(std::uint64_t id);
+  // Error(InvalidUsage) unless `id` is live.
+  void checkLive(std::uint64_t id) const;
   RegistrationRanges::Hit find(const void* ptr, std::uint64_t bytes) const { return ranges_.find(ptr, bytes); }
   const RegTable* table() const { return table_; }
 
@@ -57,7 +62,13 @@ class BufferRegistry {
   RegTable* table_ = nullptr;  // device memory
   std::uint64_t nextId_ = 0;
   RegistrationRanges ranges_;
-  std::map<std::uint64_t, std::vector<RegisteredMemory>> live_;  // id -> every rank's, keeps mappings
+  PortChannelService* service_;
+  struct Live {
+    std::vector<RegisteredMemory> memories;  // every rank's: keeps the mappings
+    std::vector<MemoryId> ids;               // in service_
+  };
+  std::map<std::uint64_t, Live> live_;
+  void forget(const std::vector<MemoryId>& ids);
 };
 
 }  // namespace ferry

@@ -3,13 +3,14 @@
 #include "kernels/registration.hpp"
 #include "platform/cuda_check.hpp"
 #include "ferry/env.hpp"
+#include "core/text.hpp"
+#include "core/deadline.hpp"
 
 namespace ferry {
 namespace {
 
 constexpr std::uint64_t kAlign = 64 << 10;
 
-std::uint64_t roundUp(std::uint64_t n, std::uint64_t to) { return (n + to - 1) / to * to; }
 
 }  // namespace
 
@@ -58,7 +59,7 @@ CommResources::CommResources(Communicator& comm, std::uint64_t llSlotDataBytes, 
   context_.llHalfBytes = llHalf;
   context_.llSlotBytes = llSlotBytes;
   context_.scratchHalfBytes = scratchHalf;
-  context_.timeoutNs = static_cast<std::uint64_t>(env().deviceTimeout.count() * 1e9);
+  context_.timeoutNs = timeoutNanoseconds(env().deviceTimeout);
 
   limits_.worldSize = size;
   limits_.llSlotDataBytes = llSlotDataBytes;

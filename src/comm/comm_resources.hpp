@@ -27,8 +27,10 @@ class CommResources {
   void setRegistrationTable(const RegTable* table) { context_.regs = table; }
   // Where plan algorithms find their programs on this GPU (executor/device_plans.hpp).
   void setPlans(const executor::DevicePlans* plans) { context_.plans = plans; }
-  // The Comm's copy engine, for the copy-engine algorithms (copy_engine_host.hpp).
-  void setCopyEngine(CopyEngine* engine) { context_.copyEngine = engine; }
+  // The Comm's channels to its peers, for the proxy-driven algorithms and plans (port_peers.hpp).
+  void setPorts(PortPeersSource* ports) { context_.ports = ports; }
+  // Every rank's shared allocation (what PortPeers::region names).
+  const PeerMemory& memory() const { return *memory_; }
   // @pre 1 <= minBlocks <= maxBlocks <= kMaxBlocks, the same on every rank.
   void setBlockLimits(int minBlocks, int maxBlocks) {
     context_.minBlocks = minBlocks;

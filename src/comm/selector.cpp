@@ -4,16 +4,11 @@
 
 #include "ferry/env.hpp"
 #include "ferry/errors.hpp"
+#include "core/text.hpp"
 
 namespace ferry {
 namespace {
 
-std::string trim(std::string_view s) {
-  auto space = [](char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r'; };
-  while (!s.empty() && space(s.front())) s.remove_prefix(1);
-  while (!s.empty() && space(s.back())) s.remove_suffix(1);
-  return std::string(s);
-}
 
 // `name` among `candidates` (every algorithm a Comm starts with, or one Comm's).
 const Algorithm& checkedAlgorithm(const std::vector<const Algorithm*>& candidates, std::string_view name,

@@ -15,6 +15,7 @@
 #include "core/host_id.hpp"
 #include "core/logger.hpp"
 #include "ferry/errors.hpp"
+#include "core/deadline.hpp"
 
 namespace ferry {
 
@@ -66,7 +67,7 @@ BootstrapNetwork::BootstrapNetwork(const Config& config, Socket listener)
 
 BootstrapNetwork::~BootstrapNetwork() {
   // Deliver what was sent before closing, so that "send, then destroy" loses nothing.
-  if (!flush(Clock::now() + std::chrono::duration_cast<Clock::duration>(config_.flushTimeout)))
+  if (!flush(deadlineAfter(config_.flushTimeout)))
     FERRY_LOG(Warn, Bootstrap) << rankName(config_.rank)
                                << ": closing the bootstrap with unsent messages (a peer stopped reading)";
   {
@@ -285,8 +286,8 @@ void BootstrapNetwork::run() {
     }
     int waitMs = -1;
     if (timeout != Clock::time_point::max())
-      waitMs = static_cast<int>(std::max<long long>(
-          0, std::chrono::duration_cast<std::chrono::milliseconds>(timeout - Clock::now()).count() + 1));
+      waitMs = static_cast<int>(std::clamp<long long>(
+          std::chrono::duration_cast<std::chrono::milliseconds>(timeout - Clock::now()).count() + 1, 0, 1 << 30));
     if (::poll(fds.data(), fds.size(), waitMs) < 0 && errno != EINTR) {
       FERRY_LOG(Error, Bootstrap) << rankName(config_.rank) << ": poll failed: " << std::strerror(errno);
       continue;
@@ -334,7 +335,7 @@ void BootstrapNetwork::acceptNew() {
     auto p = std::make_unique<Pending>();
     p->socket = Socket(fd);
     p->remote = SocketAddress(reinterpret_cast<sockaddr*>(&ss), len);
-    p->deadline = Clock::now() + std::chrono::duration_cast<Clock::duration>(config_.handshakeTimeout);
+    p->deadline = deadlineAfter(config_.handshakeTimeout);
     if (pending_.size() >= kMaxPending) {
       reject(*p, "too many connections are still handshaking");
       continue;

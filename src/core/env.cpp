@@ -11,6 +11,7 @@
 
 #include "core/env_internal.hpp"
 #include "ferry/errors.hpp"
+#include "core/text.hpp"
 
 extern char** environ;
 
@@ -62,6 +63,10 @@ const Var kVars[] = {
     {"FERRY_CONNECTION_TIMEOUT", &Env::connectionTimeout, "60",
      "Bound on a connection's waits (Connection::flush() without an argument, a free staging slot for "
      "updateAndSync), in seconds."},
+    {"FERRY_CHECK_POINTERS", &Env::checkPointers, "cached",
+     "How a call checks that its buffers are device memory of the Comm's GPU: cached (CUDA is asked the "
+     "first time an allocation is seen, its range then remembered), always (asked on every call, as "
+     "NCCL_CHECK_POINTERS=1) or never (only null, alignment and overlap are checked)."},
     {"FERRY_DEVICE_TIMEOUT", &Env::deviceTimeout, "30",
      "Bound on every device-side wait (FIFO push and sync, semaphore and channel waits), in seconds; on "
      "expiry the kernel reports rank, peer and operation and traps. 0: never time out (debugging only)."},
@@ -106,12 +111,6 @@ const Var kVars[] = {
     {"TORCHELASTIC_RUN_ID", &Env::torchelasticRunId, "",
      "torchrun: job id, mixed into the join secret of TcpBootstrap::fromEnvironment."},
 };
-
-std::string trim(std::string_view s) {
-  while (!s.empty() && std::isspace(static_cast<unsigned char>(s.front()))) s.remove_prefix(1);
-  while (!s.empty() && std::isspace(static_cast<unsigned char>(s.back()))) s.remove_suffix(1);
-  return std::string(s);
-}
 
 [[noreturn]] void bad(const char* name, const std::string& value, const char* expected) {
   throw Error(ErrorCode::InvalidUsage, std::string(name) + "='" + value + "' is not valid: expected " +
@@ -205,6 +204,8 @@ Env Env::parse(const std::function<const char*(const char*)>& lookup) {
     const char* set = lookup(var.name);
     assign(e, var, set != nullptr ? std::string(set) : std::string(var.defaultValue));
   }
+  if (e.checkPointers != "cached" && e.checkPointers != "always" && e.checkPointers != "never")
+    bad("FERRY_CHECK_POINTERS", e.checkPointers, "cached, always or never");
   if (!e.socketFamily.empty() && e.socketFamily != "AF_INET" && e.socketFamily != "AF_INET6")
     bad("FERRY_SOCKET_FAMILY", e.socketFamily, "AF_INET or AF_INET6");
   return e;

@@ -13,6 +13,7 @@
 #include "ferry/bootstrap.hpp"
 #include "ferry/env.hpp"
 #include "ferry/errors.hpp"
+#include "core/deadline.hpp"
 
 namespace ferry {
 
@@ -40,7 +41,7 @@ std::string seconds(Seconds s) {
   return out.str();
 }
 
-Clock::time_point after(Seconds s) { return Clock::now() + std::chrono::duration_cast<Clock::duration>(s); }
+Clock::time_point after(Seconds s) { return deadlineAfter(s); }
 
 void checkRank(int rank, int worldSize, const char* call) {
   if (worldSize < 1 || worldSize > wire::kMaxWorldSize)
@@ -179,7 +180,7 @@ struct TcpBootstrap::Impl {
     std::optional<BootstrapNetwork::Message> reply;
     try {
       reply = net->receive(0, {wire::FrameKind::Table, wire::FrameKind::Abort}, 0,
-                           deadline + std::chrono::duration_cast<Clock::duration>(grace), "bootstrap init");
+                           deadlineAfter(grace, deadline), "bootstrap init");
     } catch (const Error& e) {
       if (e.code() != ErrorCode::RemoteError) throw;
       throw Error(ErrorCode::RemoteError,
@@ -277,7 +278,7 @@ std::shared_ptr<TcpBootstrap> TcpBootstrap::create(const UniqueId& id, int rank,
   auto start = Clock::now();
   UniqueIdContents contents = decodeUniqueId(id);
   auto impl = std::make_unique<Impl>(rank, worldSize, options, contents.secret);
-  auto deadline = start + std::chrono::duration_cast<Clock::duration>(impl->timeout);
+  auto deadline = deadlineAfter(impl->timeout, start);
   if (rank == 0) {
     auto reserved = takeReservedRootListener(contents.secret);
     impl->joinAsRoot(reserved ? std::move(*reserved) : Socket::listen(contents.root, /*reuseAddr=*/true),
@@ -299,7 +300,7 @@ std::shared_ptr<TcpBootstrap> TcpBootstrap::create(const std::string& rootHostPo
   auto secret =
       derivedSecret("ferry-host-port|" + e.bootstrapSecret + "|" + e.torchelasticRunId + "|" + rootHostPort);
   auto impl = std::make_unique<Impl>(rank, worldSize, options, secret);
-  auto deadline = start + std::chrono::duration_cast<Clock::duration>(impl->timeout);
+  auto deadline = deadlineAfter(impl->timeout, start);
   if (rank == 0) {
     Socket listener;
     try {

@@ -15,11 +15,10 @@
 //
 // Lanes (rank_program.hpp): with L lanes, block b runs thread block b / L of the program as lane
 // b % L, on part b % L of every chunk, with channel rows of its own.
-#include "kernels/copy_engine.hpp"
-#include "kernels/copy_engine_host.hpp"
 #include "kernels/direct_call.cuh"
 #include "kernels/kernel_util.cuh"
 #include "kernels/launch.hpp"
+#include "kernels/port_peers.hpp"
 #include "executor/plan_launch.hpp"
 #include "ferry/device/copy.hpp"
 #include "ferry/device/packet.hpp"
@@ -44,7 +43,7 @@ struct ExecArgs {
   std::uint64_t scratchStride = 0;   // bytes from one scratch chunk to the next
   std::uint64_t outputElements = 0;  // for avg: this round's
   std::uint64_t roundOffset = 0;     // bytes from each group's start to this round's part (PlanRounds)
-  CopyEngineHandle ce;  // for the ops of port channels (ExecOp::proxy)
+  PortPeers* ports = nullptr;  // for the ops of port channels (ExecOp::proxy): the Comm's, per peer
   int lanes = 1;
   bool merge = false;  // a multi-chunk reference is one contiguous piece everywhere
   bool direct = false;
@@ -53,9 +52,12 @@ struct ExecArgs {
   bool average = false;
 };
 
-// Every rank's three buffers as seen from here (nullptr: not reachable in this mode).
+// Every rank's three buffers as seen from here (nullptr: not reachable in this mode), and, for port
+// channels, the memory of the Comm's PortChannelService that holds each, from memoryBase on.
 struct Bases {
   char* of[kMaxRanks][3];
+  std::uint32_t memory[kMaxRanks][3];
+  const char* memoryBase[kMaxRanks][3];
 };
 
 FERRY_DEVICE FERRY_INLINE int owner(const CollectiveContext& c, const ExecRef& r) {
@@ -148,11 +150,15 @@ FERRY_DEVICE FERRY_INLINE void runOp(const ExecOp& op, const ExecArgs& a, const 
   };
   switch (kind) {
     case OpKind::Put:
-      if (op.proxy) {  // one thread asks the copy engine; the block goes on
+      if (op.proxy) {  // one thread asks the proxy; the block goes on
         const ExecRef* refs[2] = {&op.src, &op.dst};
+        const int o = owner(c, op.dst);
         if (tid == 0)
           forPieces(a, refs, 2, op.src.count, [&](std::uint64_t j, std::uint64_t at, std::uint64_t n) {
-            a.ce.copy(op.peer, elementAt(op.dst, j, at), elementAt(op.src, j, at), n * es);
+            const char* dst = elementAt(op.dst, j, at);
+            a.ports->channel[op.peer].put(b.memory[o][op.dst.buffer],
+                                          static_cast<std::uint64_t>(dst - b.memoryBase[o][op.dst.buffer]), kLocalPointer,
+                                          reinterpret_cast<std::uint64_t>(elementAt(op.src, j, at)), n * es);
           });
         break;
       }
@@ -167,7 +173,7 @@ FERRY_DEVICE FERRY_INLINE void runOp(const ExecOp& op, const ExecArgs& a, const 
     }
     case OpKind::Signal:
       __syncthreads();
-      if (tid == 0 && op.proxy) a.ce.flushStream(op.peer);  // the channel's puts have landed
+      if (tid == 0 && op.proxy) a.ports->channel[op.peer].flush();  // the channel's puts have landed
       if (tid == 0)
         atomicStore(flagCell(c.peerFlags[op.peer], row, c.rank), signalValue(m, op.seq, 1),
                     memory_order_release);
@@ -181,7 +187,7 @@ FERRY_DEVICE FERRY_INLINE void runOp(const ExecOp& op, const ExecArgs& a, const 
       }
       break;
     case OpKind::Flush:
-      if (tid == 0 && op.proxy) a.ce.flushStream(op.peer);
+      if (tid == 0 && op.proxy) a.ports->channel[op.peer].flush();
       break;
     case OpKind::Barrier: gridBarrier(c); break;
     case OpKind::PutPackets: {
@@ -251,6 +257,15 @@ __global__ void __launch_bounds__(kThreads) executePlan(CollectiveContext c, Exe
     b.of[p][kOutput] = output == nullptr ? nullptr : output + a.roundOffset;
     char* region = a.ll ? (me ? c.ll : c.peerLl[p]) : (me ? c.scratch : c.peerScratch[p]);
     b.of[p][kScratch] = a.ll ? llHalf(region, c, m) : scratchHalf(region, c, m);
+    if (a.ports != nullptr) {
+      b.memory[p][kScratch] = a.ports->region[p];
+      b.memoryBase[p][kScratch] = reinterpret_cast<const char*>(me ? c.state : c.peerState[p]);
+      const RegEntry* entries[2] = {a.direct ? direct.sendEntry[p] : nullptr, a.direct ? direct.recvEntry[p] : nullptr};
+      for (int k = 0; k < 2; ++k) {
+        b.memory[p][k] = entries[k] != nullptr ? static_cast<std::uint32_t>(entries[k]->memory) : 0;
+        b.memoryBase[p][k] = entries[k] != nullptr ? reinterpret_cast<const char*>(entries[k]->base) : nullptr;
+      }
+    }
   }
   __syncthreads();
   const unsigned tb = blockIdx.x / static_cast<unsigned>(a.lanes);
@@ -308,10 +323,10 @@ void launchPlan(const Plan& plan, const RankProgram& program, const DeviceProgra
     a.mine.recvId = call.recvId;
     a.mine.recvOffset = call.recvOffset;
   }
-  if (program.usesCopyEngine) {
-    if (context.copyEngine == nullptr)
-      throw Error(ErrorCode::InternalError, describe(call) + ": " + name + ": the Comm has no copy engine");
-    a.ce = context.copyEngine->handle();
+  if (program.usesPortChannels) {
+    if (context.ports == nullptr)
+      throw Error(ErrorCode::InternalError, describe(call) + ": " + name + ": the Comm has no port channels");
+    a.ports = const_cast<PortPeers*>(context.ports->start());
   }
   const CollectiveContext c = forCall(context, call);
   const std::uint64_t room =

@@ -11,11 +11,13 @@
 #include <string_view>
 #include <vector>
 
+#include "ferry/collective.hpp"
 #include "ferry/errors.hpp"
 
 namespace ferry::executor {
 
-enum class Collective : std::uint8_t { AllReduce, AllGather, ReduceScatter, AllToAll, Broadcast };
+// The one vocabulary: a plan's collective is ferry's (plans have no reduce).
+using ::ferry::Collective;
 enum class Protocol : std::uint8_t { Simple, LL };
 enum class BufferKind : std::uint8_t { Input, Output, Scratch };
 enum class ChannelType : std::uint8_t { Memory, Port, Switch };

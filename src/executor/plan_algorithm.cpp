@@ -145,7 +145,7 @@ std::vector<std::unique_ptr<PlanAlgorithm>> loadPlanAlgorithms(const std::string
     } catch (const PlanError& e) {
       throw Error(ErrorCode::InvalidUsage, "plan " + f + ": " + e.detail());
     }
-    const auto coll = static_cast<ferry::Collective>(plan.collective);
+    const Collective coll = plan.collective;
     const std::string name = "plan:" + plan.name;
     auto it = std::find_if(out.begin(), out.end(), [&](const auto& a) { return name == a->name(); });
     if (it != out.end() && (*it)->collective() != coll)

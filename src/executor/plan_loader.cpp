@@ -34,7 +34,9 @@ namespace {
 using Json = nlohmann::ordered_json;
 using i64 = std::int64_t;
 
+// The plan format's collectives: ferry's, in Collective's order, but for reduce.
 constexpr std::array kCollectives{"allreduce", "allgather", "reducescatter", "alltoall", "broadcast"};
+static_assert(static_cast<std::size_t>(Collective::Broadcast) + 1 == kCollectives.size());
 constexpr std::array kProtocols{"Simple", "LL"};
 constexpr std::array kBuffers{"input", "output", "scratch"};
 constexpr std::array kScratchOnly{"scratch"};
@@ -221,6 +223,37 @@ ChunkRef chunkRef(const Json& v, const Loc& loc, const Chunks& chunks, bool scra
   return r;
 }
 
+// One op's threads copy or reduce all its chunks at once, so a local source and the local
+// destination must be the same chunks (element by element in place: copy, reduce) or none in
+// common; a partial overlap (scratch 1..3 copied to 0..2) is a race on the GPU. Packets have
+// another layout than the data they carry, so an unpack's source and destination must not meet
+// at all. (python/ferry/plan/load.py applies the same rule.)
+void checkOverlap(const Op& op, const Loc& loc) {
+  const bool writesLocal = op.kind == OpKind::Copy || op.kind == OpKind::Reduce ||
+                           op.kind == OpKind::ReadReduceCopySend || op.kind == OpKind::UnpackPackets ||
+                           op.kind == OpKind::ReducePackets;
+  if (!writesLocal || !op.dst.present()) return;
+  const bool packets = op.kind == OpKind::UnpackPackets || op.kind == OpKind::ReducePackets;
+  std::vector<const ChunkRef*> sources;
+  if (op.src.present()) sources.push_back(&op.src);
+  for (const ChunkRef& r : op.srcs)
+    if (r.channel == kNoChannel) sources.push_back(&r);  // one with a channel is the peer's memory
+  for (const ChunkRef* s : sources) {
+    if (s->buffer != op.dst.buffer) continue;
+    const bool same = s->index == op.dst.index && !packets;
+    const bool apart = s->index + s->count <= op.dst.index || op.dst.index + op.dst.count <= s->index;
+    if (same || apart) continue;
+    const std::string name = kBuffers[std::size_t(op.dst.buffer)];
+    const auto range = [](const ChunkRef& r) {
+      return "[" + std::to_string(r.index) + ", " + std::to_string(r.index + r.count) + ")";
+    };
+    loc.fail("a source " + name + range(*s) + " and the destination " + name + range(op.dst) +
+             (packets ? " meet; an unpack's packets and its data must not share chunks"
+                      : " overlap without being the same chunks; the op's threads would read chunks others "
+                        "write (a race): use disjoint chunks, or the very same ones to work in place"));
+  }
+}
+
 Op parseOp(const Json& v, const Loc& loc, const std::vector<Channel>& channels, const Chunks& chunks) {
   if (!v.is_object()) loc.fail("expected an object, found " + kindOf(v));
   if (!v.contains("op")) loc.at("op").fail("missing field");
@@ -264,6 +297,7 @@ Op parseOp(const Json& v, const Loc& loc, const std::vector<Channel>& channels, 
     for (i64 c : counts) list += (list.empty() ? "" : ", ") + std::to_string(c);
     loc.fail("references of one op must have the same count, found [" + list + "]");
   }
+  checkOverlap(op, loc);
   return op;
 }
 

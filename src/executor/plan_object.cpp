@@ -10,7 +10,7 @@ namespace ferry {
 
 struct Plan::Impl {
   Impl(executor::Plan plan, const std::string& source)
-      : algorithm(plan.name, static_cast<Collective>(plan.collective)) {
+      : algorithm(plan.name, plan.collective) {
     algorithm.add(std::move(plan), source);  // compiles every rank's program; throws InvalidUsage
   }
   const executor::Plan& plan() const { return algorithm.entries().begin()->second.plan; }

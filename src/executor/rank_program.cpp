@@ -151,7 +151,7 @@ class Compiler {
       const bool port = me_.channels[static_cast<std::size_t>(op.channel)].type == ChannelType::Port;
       if (port && (op.kind == OpKind::Put || op.kind == OpKind::Signal || op.kind == OpKind::Flush)) {
         e.proxy = 1;
-        out_.usesCopyEngine = true;
+        out_.usesPortChannels = true;
       }
     }
     switch (op.kind) {
@@ -248,8 +248,8 @@ bool peersWaitOutAccesses(const std::vector<RankProgram>& programs) {
     const RankProgram& prog = programs[me];
     for (int tb = 0; tb < prog.threadBlocks(); ++tb) {
       // Per peer: this block has touched its input or output since its last waited-for signal to
-      // it; and a copy-engine put into it has not been flushed yet (only a port channel's signal
-      // or flush waits for the copy engine; a memory channel's signal does not).
+      // it; and a port-channel put into it has not been flushed yet (only a port channel's signal
+      // or flush flushes the channel; a memory channel's signal does not).
       std::vector<char> unsignalled(programs.size(), 0), unflushed(programs.size(), 0);
       for (std::uint32_t i = prog.tbFirst[static_cast<std::size_t>(tb)];
            i < prog.tbFirst[static_cast<std::size_t>(tb) + 1]; ++i) {

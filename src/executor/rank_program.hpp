@@ -34,7 +34,7 @@ struct ExecOp {
   std::uint32_t firstRef = 0;  // reduce/read_reduce_copy_send: refs[firstRef, +nsrcs) are the
   std::uint16_t nsrcs = 0;     // sources, then refs[firstRef + nsrcs, +nsends) the sends' peer
   std::uint16_t nsends = 0;    // destinations
-  std::uint8_t proxy = 0;      // put/signal/flush on a port channel: the Comm's copy engine moves it
+  std::uint8_t proxy = 0;      // put/signal/flush on a port channel: through the Comm's PortChannel to the peer
 };
 
 // Flag rows a plan's channels may use: rows 1 .. kMaxChannelSlots of the Comm's flags (row 0 is
@@ -72,7 +72,7 @@ struct RankProgram {
   // ends with every rank telling every other that it is done. compileRankProgram sets it with
   // touchesPeerBuffers; PlanAlgorithm::add sets it for every rank alike, from peersWaitOutAccesses.
   bool finalExchange = false;
-  bool usesCopyEngine = false;  // some op of this rank puts, signals or flushes on a port channel
+  bool usesPortChannels = false;  // some op of this rank puts, signals or flushes on a port channel
   // The whole plan's, alike on every rank (what planLanes and the block limit go by): the thread
   // blocks of the rank with the most, and whether any rank has a port channel.
   int widestRank = 1;
@@ -83,7 +83,7 @@ struct RankProgram {
 // The lanes a call of `bytes` runs each thread block of `program`'s plan in, the same on every rank:
 // one per kLaneBytes, at most `maxLanes` (FERRY_PLAN_LANES, agreed by the Comm), and within
 // `maxBlocks` (CommOptions) and kMaxThreadBlocks for the plan's widest rank. 1 for plans with port
-// channels: their copies go through the copy engine, which lanes would only cut into more requests.
+// channels: their puts go through the proxy, which lanes would only cut into more requests.
 int planLanes(const RankProgram& program, std::uint64_t bytes, int maxLanes, int maxBlocks);
 
 // Rules beyond the format, each refused with a PlanError naming rank, thread block and op:
@@ -102,8 +102,8 @@ RankProgram compileRankProgram(const Plan& plan, int rank);
 // its input and output: for each thread block that reads or writes peer X's input or output, a
 // later op of that block signals X, and X waits for that very signal. The executor then leaves
 // out its end-of-call exchange (one round trip between the ranks). `programs`: every rank's, in
-// rank order. A copy-engine put counts as done once a later port-channel signal or flush of the
-// block to that peer has waited for the copy engine.
+// rank order. A port-channel put counts as done once a later port-channel signal or flush of the
+// block to that peer has flushed the channel.
 bool peersWaitOutAccesses(const std::vector<RankProgram>& programs);
 
 // Where chunks of a call lie. Input and output are made of groups (one per rank block where the

@@ -8,6 +8,8 @@
 #include <limits>
 
 #include "ferry/errors.hpp"
+#include "kernels/pointer_check.hpp"
+#include "core/text.hpp"
 
 namespace ferry {
 namespace {
@@ -24,23 +26,6 @@ const char* apiName(Collective c) {
   return "collective";
 }
 
-std::string hex(const void* p) {
-  char text[32];
-  std::snprintf(text, sizeof(text), "%p", p);
-  return text;
-}
-
-// The device a pointer lives on; -1 for host memory or memory CUDA does not know.
-int deviceOf(const void* p) {
-  cudaPointerAttributes attr{};
-  if (cudaPointerGetAttributes(&attr, p) != cudaSuccess) {
-    (void)cudaGetLastError();
-    return -1;
-  }
-  if (attr.type == cudaMemoryTypeDevice || attr.type == cudaMemoryTypeManaged) return attr.device;
-  return -1;
-}
-
 // Asking CUDA about a pointer is not a stream operation, but it is skipped while the stream is being
 // captured: a capture must not see calls it could object to. device < 0 skips it too.
 bool mayAskAboutPointers(int device, cudaStream_t stream) {
@@ -50,13 +35,11 @@ bool mayAskAboutPointers(int device, cudaStream_t stream) {
   return capture == cudaStreamCaptureStatusNone;
 }
 
-// Throws bad(...) when p is not device memory of `device` (when mayAskAboutPointers).
+// Throws bad(...) when [p, p + bytes) is not device memory of `device` (pointer_check.hpp).
 template <class Bad>
-void checkDeviceMemory(const void* p, const char* what, int device, cudaStream_t stream, Bad&& bad) {
-  if (!mayAskAboutPointers(device, stream)) return;
-  if (deviceOf(p) != device)
-    throw bad(std::string(what) + " is not device memory of this rank's GPU " + std::to_string(device) +
-              " (host memory or another GPU's?)");
+void checkDeviceMemory(const void* p, std::uint64_t bytes, const char* what, int device, cudaStream_t stream, Bad&& bad) {
+  if (std::string why = whyNotDeviceMemory(p, bytes, device, stream); !why.empty())
+    throw bad(std::string(what) + " is " + why);
 }
 
 }  // namespace
@@ -114,10 +97,10 @@ void validateCall(const CollectiveCall& call, int device) {
   if (needsRecv && call.recv == nullptr) throw bad("recv buffer is null");
   auto misaligned = [&](const void* p) { return reinterpret_cast<std::uintptr_t>(p) % esize != 0; };
   if (needsSend && misaligned(call.send))
-    throw bad("send buffer " + hex(call.send) +
+    throw bad("send buffer " + hexString(call.send) +
               " is not aligned to the element size " + std::to_string(esize));
   if (needsRecv && misaligned(call.recv))
-    throw bad("recv buffer " + hex(call.recv) +
+    throw bad("recv buffer " + hexString(call.recv) +
               " is not aligned to the element size " + std::to_string(esize));
   if (needsSend && needsRecv && !call.inPlace()) {
     const auto s = reinterpret_cast<std::uintptr_t>(call.send), r = reinterpret_cast<std::uintptr_t>(call.recv);
@@ -129,8 +112,8 @@ void validateCall(const CollectiveCall& call, int device) {
                                                                            : "send == recv") +
                 ")");
   }
-  if (needsSend) checkDeviceMemory(call.send, "send buffer", device, call.stream, bad);
-  if (needsRecv) checkDeviceMemory(call.recv, "recv buffer", device, call.stream, bad);
+  if (needsSend) checkDeviceMemory(call.send, call.sendElements() * esize, "send buffer", device, call.stream, bad);
+  if (needsRecv) checkDeviceMemory(call.recv, call.recvElements() * esize, "recv buffer", device, call.stream, bad);
 }
 
 void validatePreMul(const CollectiveCall& call, const PreMulSum& op, int device) {
@@ -139,7 +122,7 @@ void validatePreMul(const CollectiveCall& call, const PreMulSum& op, int device)
   };
   if (op.factor == nullptr) throw bad("the factor is null (it points to one element of the call's type)");
   if (op.onDevice) {
-    checkDeviceMemory(op.factor, "the factor (onDevice)", device, call.stream, bad);
+    checkDeviceMemory(op.factor, call.elementBytes(), "the factor (onDevice)", device, call.stream, bad);
   } else if (mayAskAboutPointers(device, call.stream)) {
     cudaPointerAttributes attr{};
     if (cudaPointerGetAttributes(&attr, op.factor) != cudaSuccess) (void)cudaGetLastError();
@@ -166,8 +149,8 @@ void validatePeerCall(const PeerCall& call, int device) {
   if (call.count == 0) return;
   if (call.buffer == nullptr) throw bad("buffer is null");
   if (reinterpret_cast<std::uintptr_t>(call.buffer) % esize != 0)
-    throw bad("buffer " + hex(call.buffer) + " is not aligned to the element size " + std::to_string(esize));
-  checkDeviceMemory(call.buffer, "buffer", device, call.stream, bad);
+    throw bad("buffer " + hexString(call.buffer) + " is not aligned to the element size " + std::to_string(esize));
+  checkDeviceMemory(call.buffer, call.count * esize, "buffer", device, call.stream, bad);
 }
 
 }  // namespace ferry

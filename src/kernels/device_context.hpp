@@ -63,7 +63,7 @@ FERRY_HOST_DEVICE constexpr std::uint64_t startedCall(std::uint64_t word) { retu
 
 struct CallBuffers;
 struct RegTable;
-class CopyEngine;
+class PortPeersSource;
 namespace executor {
 class DevicePlans;
 }
@@ -94,7 +94,7 @@ struct CollectiveContext {
   int maxBlocks = kMaxBlocks;
   int planLanes = 1;  // host only: the most lanes a plan's thread block may run in (FERRY_PLAN_LANES)
   const executor::DevicePlans* plans = nullptr;  // host only: the loaded plans, uploaded here
-  CopyEngine* copyEngine = nullptr;              // host only: the Comm's (copy_engine_host.hpp)
+  PortPeersSource* ports = nullptr;              // host only: the Comm's channels to its peers (port_peers.hpp)
 };
 
 // The signal value of (call, round, phase). phase in [1, 7], round < 2^17.

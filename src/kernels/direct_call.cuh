@@ -47,10 +47,13 @@ inline std::string whyNotZeroCopy(const CollectiveCall& call) {
   return {};
 }
 
-// Every rank's send and recv buffer for this call, as addressed here (nullptr where unused).
+// Every rank's send and recv buffer for this call, as addressed here (nullptr where unused), and
+// the registrations that hold them (for kernels that name them to a port channel: port_peers.hpp).
 struct DirectBuffers {
   char* send[kMaxRanks];
   char* recv[kMaxRanks];
+  const RegEntry* sendEntry[kMaxRanks];
+  const RegEntry* recvEntry[kMaxRanks];
 };
 
 #if defined(__CUDACC__)
@@ -63,11 +66,14 @@ FERRY_DEVICE FERRY_INLINE void directFail(const CollectiveContext& c, int peer, 
   __trap();
 }
 
+// Sets `entry` to the registration of `peer` with that id and returns the buffer at `offset` in it.
 FERRY_DEVICE FERRY_INLINE char* resolveBuffer(const CollectiveContext& c, int peer, std::uint64_t id,
-                                              std::uint64_t offset) {
+                                              std::uint64_t offset, const RegEntry*& entry) {
+  entry = nullptr;
   if (id == 0) return nullptr;
   const RegEntry& e = c.regs->entry[id % kRegSlots][peer];
   if (e.id != id) directFail(c, peer, "no mapping here of the registered buffer (id in detail) of", id);
+  entry = &e;
   return reinterpret_cast<char*>(e.base) + offset;
 }
 
@@ -102,17 +108,21 @@ FERRY_DEVICE FERRY_INLINE std::uint64_t beginDirect(const CollectiveContext& c, 
       // which have the same sizes, stand in, so the kernel runs to its end touching valid memory.
       out.send[p] = const_cast<char*>(send != nullptr ? send : recv);
       out.recv[p] = recv;
+      out.sendEntry[p] = out.recvEntry[p] = nullptr;
     } else {
       if (theirs.epoch != m)
         directFail(c, p, "this call is direct here but not (its buffers are not registered?) on", theirs.epoch);
-      out.send[p] = resolveBuffer(c, p, theirs.sendId, theirs.sendOffset);
-      out.recv[p] = resolveBuffer(c, p, theirs.recvId, theirs.recvOffset);
+      out.send[p] = resolveBuffer(c, p, theirs.sendId, theirs.sendOffset, out.sendEntry[p]);
+      out.recv[p] = resolveBuffer(c, p, theirs.recvId, theirs.recvOffset, out.recvEntry[p]);
       if (out.recv[p] == nullptr && (recvPeers >> p & 1))
         directFail(c, p, "no registered recv buffer from", 0);
     }
   } else if (p == c.rank) {
     out.send[p] = const_cast<char*>(send);
     out.recv[p] = recv;
+    // This rank's own entries, read only by the kernels that name buffers to a port channel.
+    out.sendEntry[p] = mine.sendId == 0 ? nullptr : &c.regs->entry[mine.sendId % kRegSlots][p];
+    out.recvEntry[p] = mine.recvId == 0 ? nullptr : &c.regs->entry[mine.recvId % kRegSlots][p];
   }
   __syncthreads();
   return m;

@@ -17,6 +17,7 @@ struct RegEntry {
   std::uint64_t base = 0;  // the buffer as mapped here
   std::uint64_t id = 0;    // 0: empty
   std::uint64_t bytes = 0;
+  std::uint64_t memory = 0;  // the buffer as a memory of the Comm's PortChannelService (port_peers.hpp)
 };
 
 struct RegTable {

@@ -17,6 +17,7 @@
 #include "core/socket.hpp"
 #include "ferry/errors.hpp"
 #include "platform/process_identity.hpp"
+#include "core/deadline.hpp"
 
 namespace ferry {
 namespace {
@@ -234,7 +235,7 @@ UniqueFd fetchFd(const std::string& serverName, std::uint64_t id, const FdToken&
   if (serverName.empty() || serverName.size() > FdServer::kMaxNameLength)
     throw Error(ErrorCode::ProtocolError,
                 "fd server name of " + what + " has a bad length " + std::to_string(serverName.size()));
-  auto deadline = Clock::now() + std::chrono::duration_cast<Clock::duration>(timeout);
+  auto deadline = deadlineAfter(timeout);
   auto timedOut = [&](const char* stage) {
     return TimeoutError("fetching the file descriptor of " + what + " from fd server @" + serverName + ": " +
                         stage + " took longer than " + std::to_string(timeout.count()) +

@@ -87,6 +87,20 @@ void Connection::write(RegisteredMemory dst, std::uint64_t dstOffset, Registered
           bytes);
 }
 
+void Connection::write(RegisteredMemory dst, std::uint64_t dstOffset, const void* src, std::uint64_t bytes) {
+  Checker check{[this] { return describe(); }, "write", transport_};
+  if (!readsLocalPointers())
+    check.fail("this transport copies from registered memory only; register the source (Communicator::registerMemory)");
+  if (dst.valid() && dst.rank() == rank_ && dst.isLocal())
+    check.local(dst, rank_, "dst");
+  else
+    check.remote(dst, remoteRank_, "dst");
+  check.inside(dst, dstOffset, bytes, "dst");
+  if (bytes == 0) return;
+  if (src == nullptr) check.fail("src is null");
+  doWrite(static_cast<char*>(dst.data()) + dstOffset, src, bytes);
+}
+
 void Connection::updateAndSync(RegisteredMemory dst, std::uint64_t dstOffset, std::uint64_t* src,
                                std::uint64_t newValue) {
   Checker check{[this] { return describe(); }, "updateAndSync", transport_};

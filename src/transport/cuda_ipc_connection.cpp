@@ -3,40 +3,23 @@
 #include <thread>
 
 #include "platform/cuda_check.hpp"
+#include "platform/device_guard.hpp"
 #include "core/logger.hpp"
 #include "ferry/device/arch/atomics.hpp"
 #include "ferry/env.hpp"
+#include "core/deadline.hpp"
 
 namespace ferry {
 namespace {
 
 using Clock = std::chrono::steady_clock;
 
-// Makes `device` current for a scope (the proxy thread may work for another device).
-class DeviceGuard {
- public:
-  explicit DeviceGuard(int device) {
-    FERRY_CUDA_CHECK(cudaGetDevice(&previous_));
-    if (previous_ != device) FERRY_CUDA_CHECK(cudaSetDevice(device));
-    switched_ = previous_ != device;
-  }
-  ~DeviceGuard() {
-    if (switched_) (void)cudaSetDevice(previous_);
-  }
-  DeviceGuard(const DeviceGuard&) = delete;
-  DeviceGuard& operator=(const DeviceGuard&) = delete;
-
- private:
-  int previous_ = -1;
-  bool switched_ = false;
-};
-
 // Polls `query` until it is not cudaErrorNotReady or the timeout passes; false on timeout. Spins
 // briefly, then yields, then sleeps, so that a long wait does not burn a core.
 template <class Query>
 bool pollUntilReady(Query query, std::chrono::duration<double> timeout, const char* call) {
   auto start = Clock::now();
-  auto deadline = start + std::chrono::duration_cast<Clock::duration>(timeout);
+  auto deadline = deadlineAfter(timeout, start);
   for (int spins = 0;; ++spins) {
     cudaError_t err = query();
     if (err == cudaSuccess) return true;

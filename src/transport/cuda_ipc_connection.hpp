@@ -30,6 +30,8 @@ class CudaIpcConnection final : public Connection {
   ~CudaIpcConnection() override;
 
   int device() const noexcept { return device_; }
+  // cudaMemcpyAsync reads any GPU memory of this process.
+  bool readsLocalPointers() const override { return true; }
 
  protected:
   void doWrite(void* dst, const void* src, std::uint64_t bytes) override;

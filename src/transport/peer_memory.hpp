@@ -22,6 +22,8 @@ class PeerMemory {
   // Rank p's allocation as mapped here; local() for this rank.
   char* peer(int p) const { return static_cast<char*>(peers_[static_cast<std::size_t>(p)].data()); }
   std::uint64_t bytes() const { return bytes_; }
+  // Rank p's allocation as registered memory (this rank's own registration for p == rank).
+  const RegisteredMemory& registration(int p) const { return peers_[static_cast<std::size_t>(p)]; }
 
  private:
   std::uint64_t bytes_;

@@ -15,6 +15,7 @@
 
 #include "common/collective_data.hpp"
 #include "unit/expect_contains.hpp"
+#include "unit/invalid_usage.hpp"
 #include "ferry/algorithm.hpp"
 #include "ferry/bootstrap.hpp"
 #include "ferry/comm.hpp"
@@ -155,16 +156,7 @@ bool lists(const Comm& comm, const std::string& name, AlgorithmKind kind) {
   return std::any_of(all.begin(), all.end(), [&](const AlgorithmInfo& a) { return a.name == name && a.kind == kind; });
 }
 
-std::string invalidUsageOf(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    EXPECT_EQ(e.code(), ErrorCode::InvalidUsage) << e.what();
-    return e.what();
-  }
-  ADD_FAILURE() << "no error was thrown";
-  return {};
-}
+using ::ferry::testing::invalidUsageOf;
 
 class RuntimeAlgorithms : public ::testing::TestWithParam<int> {
  protected:

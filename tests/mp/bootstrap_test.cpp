@@ -212,6 +212,23 @@ void expectError(F&& call, ErrorCode code, std::vector<std::string> words, Secon
   }
 }
 
+// A timeout too large for the clock ("practically forever") saturates: every wait waits, none
+// fails at once with its deadline wrapped into the past (issue: 1e10 s made every wait time out).
+TEST(Bootstrap, HugeTimeoutMeansForever) {
+  UniqueId id = UniqueId::create();
+  TcpBootstrap::Options o;
+  o.timeout = Seconds(1e10);
+  o.handshakeTimeout = Seconds(1e300);
+  runRanksOk(3, [&](int rank) {
+    auto boot = TcpBootstrap::create(id, rank, 3, o);
+    std::vector<int> all(3, -1);
+    all[static_cast<std::size_t>(rank)] = rank * 7;
+    boot->allGather(all.data(), sizeof(int));
+    for (int r = 0; r < 3; ++r) EXPECT_EQ(all[static_cast<std::size_t>(r)], r * 7);
+    boot->barrier();
+  });
+}
+
 TEST(BootstrapFailure, RankThatNeverJoinsIsNamed) {
   UniqueId id = UniqueId::create();
   TcpBootstrap::Options o;

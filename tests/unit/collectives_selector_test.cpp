@@ -17,6 +17,7 @@
 #include "kernels/launch.hpp"
 #include "comm/selector.hpp"
 #include "expect_contains.hpp"
+#include "invalid_usage.hpp"
 #include "ferry/errors.hpp"
 
 namespace ferry {
@@ -39,16 +40,7 @@ CollectiveCall callOf(Collective c, std::size_t count, int worldSize = 4) {
 }
 
 // The message of the InvalidUsage error `f` throws; a test failure (and "") for anything else.
-std::string invalidUsageOf(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    EXPECT_EQ(e.code(), ErrorCode::InvalidUsage) << e.what();
-    return e.what();
-  }
-  ADD_FAILURE() << "no error was thrown";
-  return {};
-}
+using ::ferry::testing::invalidUsageOf;
 
 std::string selected(const Selector& s, const CollectiveCall& call, const CommLimits& limits = kLimits) {
   return s.select(call, limits).name();

@@ -13,6 +13,7 @@
 #include "ferry/algorithm.hpp"
 #include "ferry/errors.hpp"
 #include "unit/expect_contains.hpp"
+#include "unit/invalid_usage.hpp"
 
 namespace ferry {
 namespace {
@@ -53,16 +54,7 @@ std::shared_ptr<NativeAlgorithmAdapter> adapted(std::shared_ptr<Probe> p) {
   return std::make_shared<NativeAlgorithmAdapter>(std::move(p));
 }
 
-std::string invalidUsageOf(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    EXPECT_EQ(e.code(), ErrorCode::InvalidUsage) << e.what();
-    return e.what();
-  }
-  ADD_FAILURE() << "no error was thrown";
-  return {};
-}
+using ::ferry::testing::invalidUsageOf;
 
 TEST(CommRegistry, AddedAlgorithmsComeBeforeTheTableNewestFirst) {
   Selector s(defaultTuning());

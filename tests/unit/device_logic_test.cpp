@@ -8,7 +8,6 @@
 #include <thread>
 #include <vector>
 
-#include "kernels/copy_engine.hpp"
 #include "ferry/device/copy.hpp"
 #include "ferry/device/memory_channel.hpp"
 #include "ferry/device/packet.hpp"
@@ -171,7 +170,7 @@ TEST(PortRequest, EncodeDecodeRoundTripAtTheLimits) {
   std::mt19937_64 rng(11);
   for (int i = 0; i < 100000; ++i) {
     PortRequest r;
-    r.kinds = static_cast<std::uint32_t>(rng() % 8);
+    r.kinds = static_cast<std::uint32_t>(1 + rng() % 7);  // never 0: that marks a PortPutRequest
     r.channel = static_cast<std::uint32_t>(rng() % PortRequest::kMaxChannels);
     r.dstOffset = rng() & PortRequest::kMaxOffset;
     r.srcOffset = rng() & PortRequest::kMaxOffset;
@@ -181,6 +180,7 @@ TEST(PortRequest, EncodeDecodeRoundTripAtTheLimits) {
            PortRequest::kMaxBytes};
     ProxyTrigger t = r.encode();
     ASSERT_EQ(t.fst & kTriggerFullBit, 0u) << "the encoding must leave the FIFO's bit alone";
+    ASSERT_FALSE(PortPutRequest::isFirstHalf(t));
     PortRequest back = PortRequest::decode(t);
     ASSERT_EQ(back.kinds, r.kinds);
     ASSERT_EQ(back.channel, r.channel);
@@ -188,6 +188,106 @@ TEST(PortRequest, EncodeDecodeRoundTripAtTheLimits) {
     ASSERT_EQ(back.srcOffset, r.srcOffset);
     ASSERT_EQ(back.bytes, r.bytes);
   }
+}
+
+TEST(PortPutRequest, EncodeDecodeRoundTripAtTheLimits) {
+  std::mt19937_64 rng(12);
+  for (int i = 0; i < 100000; ++i) {
+    PortPutRequest r;
+    r.kinds = static_cast<std::uint32_t>(PortRequest::Put | (rng() % 8 & 6));
+    r.channel = static_cast<std::uint32_t>(rng() % PortRequest::kMaxChannels);
+    r.dst = static_cast<MemoryId>(rng() % (PortPutRequest::kMaxMemory + 1));
+    r.src = static_cast<MemoryId>(rng() % (PortPutRequest::kMaxMemory + 1));
+    r.dstOffset = rng();
+    r.srcOffset = rng();
+    r.bytes = rng() & PortPutRequest::kMaxBytes;
+    if (i == 0) r = {7, PortRequest::kMaxChannels - 1, kLocalPointer, kLocalPointer, ~0ull, ~0ull, PortPutRequest::kMaxBytes};
+    ProxyTrigger first, second;
+    r.encode(first, second);
+    ASSERT_EQ(first.fst & kTriggerFullBit, 0u);
+    ASSERT_EQ(second.fst & kTriggerFullBit, 0u);
+    ASSERT_TRUE(PortPutRequest::isFirstHalf(first));
+    const PortPutRequest back = PortPutRequest::decode(first, second);
+    ASSERT_EQ(back.kinds, r.kinds);
+    ASSERT_EQ(back.channel, r.channel);
+    ASSERT_EQ(back.dst, r.dst);
+    ASSERT_EQ(back.src, r.src);
+    ASSERT_EQ(back.dstOffset, r.dstOffset);
+    ASSERT_EQ(back.srcOffset, r.srcOffset);
+    ASSERT_EQ(back.bytes, r.bytes);
+  }
+}
+
+// Puts naming memories take two slots each, reserved at once: with four host threads pushing into a
+// small FIFO, every pair reaches the consumer whole (its halves in consecutive slots), large puts
+// are cut into 1 GiB parts, and only the last part carries the signal.
+TEST(PortChannelHandle, NamedPutsArriveAsWholePairsFromManyProducers) {
+  constexpr int kSize = 8, kThreads = 4, kPuts = 2000;
+  std::vector<ProxyTrigger> slots(kSize);
+  std::uint64_t head = 0, tail = 0, tailCache = 0;
+  PortChannelDeviceHandle ch;
+  ch.fifo = {slots.data(), &head, &tail, &tailCache, kSize, {0, 1, 5'000'000'000ull}};
+  std::vector<PortPutRequest> seen;
+  std::atomic<bool> stop{false};
+  std::thread proxy([&] {
+    ProxyTrigger first{};
+    bool haveFirst = false;
+    while (!stop) {
+      ProxyTrigger& t = slots[tail % kSize];
+      const std::uint64_t fst = atomicLoad(&t.fst, memory_order_acquire);
+      if (!(fst & kTriggerFullBit)) continue;
+      const ProxyTrigger got{fst & ~kTriggerFullBit, t.snd};
+      if (haveFirst) {
+        seen.push_back(PortPutRequest::decode(first, got));
+        haveFirst = false;
+      } else {
+        ASSERT_TRUE(PortPutRequest::isFirstHalf(got));
+        first = got;
+        haveFirst = true;
+      }
+      atomicStore(&t.fst, std::uint64_t{0}, memory_order_relaxed);
+      atomicStore(&tail, tail + 1, memory_order_release);
+    }
+  });
+  std::vector<std::thread> producers;
+  for (int p = 0; p < kThreads; ++p)
+    producers.emplace_back([&, p] {
+      PortChannelDeviceHandle mine = ch;
+      mine.channel = static_cast<std::uint32_t>(p);
+      for (int i = 0; i < kPuts; ++i)
+        mine.put(static_cast<MemoryId>(p + 1), static_cast<std::uint64_t>(i), kLocalPointer, static_cast<std::uint64_t>(i) * 3,
+                 static_cast<std::uint64_t>(i) + 1);
+    });
+  for (auto& t : producers) t.join();
+  ch.channel = 9;
+  const std::uint64_t big = (std::uint64_t{2} << 30) + 5;  // three parts
+  ch.putWithSignal(3, 10, 4, 20, big);
+  while (atomicLoad(&tail, memory_order_acquire) < atomicLoad(&head, memory_order_relaxed)) std::this_thread::yield();
+  stop = true;
+  proxy.join();
+  ASSERT_EQ(seen.size(), static_cast<std::size_t>(kThreads * kPuts + 3));
+  std::vector<int> next(kThreads, 0);
+  for (std::size_t k = 0; k < seen.size() - 3; ++k) {
+    const PortPutRequest& r = seen[k];
+    ASSERT_LT(r.channel, static_cast<std::uint32_t>(kThreads));
+    const int i = next[r.channel]++;  // one producer's puts stay in its order
+    EXPECT_EQ(r.dst, r.channel + 1);
+    EXPECT_EQ(r.src, kLocalPointer);
+    EXPECT_EQ(r.dstOffset, static_cast<std::uint64_t>(i));
+    EXPECT_EQ(r.srcOffset, static_cast<std::uint64_t>(i) * 3);
+    EXPECT_EQ(r.bytes, static_cast<std::uint64_t>(i) + 1);
+    EXPECT_EQ(r.kinds, std::uint32_t{PortRequest::Put});
+  }
+  std::uint64_t covered = 0;
+  for (std::size_t k = seen.size() - 3; k < seen.size(); ++k) {
+    EXPECT_EQ(seen[k].channel, 9u);
+    EXPECT_EQ(seen[k].dstOffset, 10 + covered);
+    EXPECT_EQ(seen[k].srcOffset, 20 + covered);
+    EXPECT_EQ(seen[k].kinds, k + 1 == seen.size() ? std::uint32_t{PortRequest::Put | PortRequest::Signal}
+                                                  : std::uint32_t{PortRequest::Put});
+    covered += seen[k].bytes;
+  }
+  EXPECT_EQ(covered, big);
 }
 
 // A PortChannel handle pushing into a host FIFO drained by a fake proxy thread: large puts are
@@ -271,76 +371,6 @@ TEST(PortChannelHandle, FlushWaitsForTheFlushedWordOfItsChannel) {
   stop = true;
   proxy.join();
   EXPECT_EQ(flushed[5], 3u);  // slots 0 (put), 1 (flush), 2 (put, signal, flush)
-}
-
-// The copy engine's requests: every field survives the trip, and the FIFO's bit stays free.
-TEST(CeRequest, EncodeDecodeRoundTripAtTheLimits) {
-  std::mt19937_64 rng(12);
-  for (int i = 0; i < 100000; ++i) {
-    CeRequest r;
-    r.kind = static_cast<CeKind>(1 + rng() % 6);
-    r.stream = static_cast<std::uint32_t>(rng() % kCeStreams);
-    r.value = rng() & CeRequest::kMaxValue;
-    r.address = rng();
-    if (i == 0) r = {CeKind::FlushAll, kCeStreams - 1, CeRequest::kMaxValue, ~std::uint64_t{0}};
-    const ProxyTrigger t = r.encode();
-    ASSERT_EQ(t.fst & kTriggerFullBit, 0u) << "the encoding must leave the FIFO's bit alone";
-    const CeRequest back = CeRequest::decode(t);
-    ASSERT_EQ(back.kind, r.kind);
-    ASSERT_EQ(back.stream, r.stream);
-    ASSERT_EQ(back.value, r.value);
-    ASSERT_EQ(back.address, r.address);
-  }
-}
-
-// A copy-engine handle pushing into a host FIFO drained by a fake proxy: a copy is its destination
-// then its source, back to back; flush and flushAll return only once the proxy handled them.
-TEST(CopyEngineHandle, CopiesAreTwoSlotsInOrderAndFlushesWaitForTheProxy) {
-  constexpr int kSize = 4;  // smaller than the requests below: pushes wait for the proxy too
-  std::vector<ProxyTrigger> slots(kSize);
-  std::uint64_t head = 0, tail = 0, tailCache = 0;
-  CopyEngineHandle ce;
-  ce.fifo = {slots.data(), &head, &tail, &tailCache, kSize, {0, -1, 5'000'000'000ull}};
-  std::vector<CeRequest> seen;
-  std::atomic<bool> stop{false};
-  std::thread proxy([&] {
-    while (!stop) {
-      ProxyTrigger& t = slots[tail % kSize];
-      const std::uint64_t fst = atomicLoad(&t.fst, memory_order_acquire);
-      if (!(fst & kTriggerFullBit)) continue;
-      seen.push_back(CeRequest::decode({fst & ~kTriggerFullBit, t.snd}));
-      atomicStore(&t.fst, std::uint64_t{0}, memory_order_relaxed);
-      atomicStore(&tail, tail + 1, memory_order_release);
-    }
-  });
-  char a[64], b[64];
-  ce.copy(3, a, b, 64);
-  ce.copy(1, b, a, 0);  // nothing to move: no request
-  ce.mark(2);
-  ce.flush(2);
-  const std::size_t afterFlush = seen.size();
-  ce.copy(0, b + 1, a + 2, 7);
-  ce.flushAll();
-  const std::size_t afterFlushAll = seen.size();
-  stop = true;
-  proxy.join();
-  EXPECT_EQ(afterFlush, 4u);
-  EXPECT_EQ(afterFlushAll, 7u);
-  ASSERT_EQ(seen.size(), 7u);
-  EXPECT_EQ(seen[0].kind, CeKind::CopyTo);
-  EXPECT_EQ(seen[0].stream, 3u);
-  EXPECT_EQ(seen[0].value, 64u);
-  EXPECT_EQ(seen[0].address, reinterpret_cast<std::uint64_t>(a));
-  EXPECT_EQ(seen[1].kind, CeKind::CopyFrom);
-  EXPECT_EQ(seen[1].address, reinterpret_cast<std::uint64_t>(b));
-  EXPECT_EQ(seen[2].kind, CeKind::Mark);
-  EXPECT_EQ(seen[2].value, 2u);
-  EXPECT_EQ(seen[3].kind, CeKind::Flush);
-  EXPECT_EQ(seen[3].value, 2u);
-  EXPECT_EQ(seen[4].address, reinterpret_cast<std::uint64_t>(b + 1));
-  EXPECT_EQ(seen[4].value, 7u);
-  EXPECT_EQ(seen[5].address, reinterpret_cast<std::uint64_t>(a + 2));
-  EXPECT_EQ(seen[6].kind, CeKind::FlushAll);
 }
 
 }  // namespace

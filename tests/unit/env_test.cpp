@@ -213,6 +213,14 @@ TEST_P(EnvSocketFamilyBad, IsRejectedNamingTheValue) {
 INSTANTIATE_TEST_SUITE_P(Values, EnvSocketFamilyBad,
                          ::testing::Values("AF_UNIX", "inet", "af_inet", "4", "AF_INET7"));
 
+TEST(EnvCheckPointers, DefaultsToCachedAndTakesTheThreeModes) {
+  EXPECT_EQ(parseMap({}).checkPointers, "cached");
+  for (const char* mode : {"cached", "always", "never"}) EXPECT_EQ(parseMap({{"FERRY_CHECK_POINTERS", mode}}).checkPointers, mode);
+  const std::string what = parseError("FERRY_CHECK_POINTERS", "1");
+  EXPECT_CONTAINS(what, "FERRY_CHECK_POINTERS='1'");
+  EXPECT_CONTAINS(what, "cached, always or never");
+}
+
 struct NvlsCase {
   const char* name;
   Vars vars;

@@ -18,6 +18,7 @@
 #include "executor/plan_algorithm.hpp"
 #include "executor/rank_program.hpp"
 #include "expect_contains.hpp"
+#include "invalid_usage.hpp"
 #include "ferry/errors.hpp"
 
 namespace ferry::executor {
@@ -70,16 +71,7 @@ Json packets() {
 }
 
 // The message of the InvalidUsage error `f` throws; a test failure (and "") for anything else.
-std::string invalidUsageOf(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    EXPECT_EQ(e.code(), ErrorCode::InvalidUsage) << e.what();
-    return e.what();
-  }
-  ADD_FAILURE() << "no error was thrown";
-  return {};
-}
+using ::ferry::testing::invalidUsageOf;
 
 Json& opOf(Json& plan, int rank, int tb, int op) { return plan["ranks"][rank]["thread_blocks"][tb]["ops"][op]; }
 
@@ -131,9 +123,9 @@ TEST(RankProgram, PeersWaitOutAccessesOnlyWhenEveryAccessIsSignalledAndWaitedFor
   EXPECT_TRUE(peersWaitOutAccesses(programsOf(packets())));  // nothing of a peer's but scratch
 }
 
-// A copy-engine put is done only once a port channel's signal or flush has waited for the copy
-// engine: a memory channel's signal after it does not cover it.
-TEST(RankProgram, CopyEnginePutsAreCoveredOnlyAfterTheCopyEngine) {
+// A port-channel put is done only once a port channel's signal or flush has flushed the channel:
+// a memory channel's signal after it does not cover it.
+TEST(RankProgram, PortPutsAreCoveredOnlyAfterAPortFlush) {
   Json port = twoShot();
   for (int r = 0; r < 2; ++r) port["ranks"][r]["channels"][1]["type"] = "port";
   EXPECT_TRUE(peersWaitOutAccesses(programsOf(port)));  // put, then the port channel's signal
@@ -164,13 +156,13 @@ TEST(RankProgram, PortChannelsGetTheirOwnRows) {
   EXPECT_EQ(p.ops[5].slot, 2);  // port, first
 }
 
-TEST(RankProgram, PortChannelOpsGoThroughTheCopyEngine) {
+TEST(RankProgram, PortChannelOpsGoThroughTheProxy) {
   Json plan = twoShot();
   const RankProgram memoryOnly = compileRankProgram(loadPlan(plan.dump()), 0);
-  EXPECT_FALSE(memoryOnly.usesCopyEngine);
+  EXPECT_FALSE(memoryOnly.usesPortChannels);
   for (int r = 0; r < 2; ++r) plan["ranks"][r]["channels"][1]["type"] = "port";
   const RankProgram p = compileRankProgram(loadPlan(plan.dump()), 0);
-  EXPECT_TRUE(p.usesCopyEngine);
+  EXPECT_TRUE(p.usesPortChannels);
   EXPECT_EQ(p.ops[0].proxy, 0);  // put, memory channel
   EXPECT_EQ(p.ops[4].proxy, 1);  // put, port channel
   EXPECT_EQ(p.ops[5].proxy, 1);  // its signal: after the put has landed

@@ -186,6 +186,41 @@ TEST(PlanLoader, MalformedInputNamesPathAndRank) {
   }
 }
 
+// One op's threads work on all of its chunks at once: a local source and the destination must be
+// the same chunks or none in common (python/ferry/plan/load.py applies the same rule).
+TEST(PlanLoader, AnOpWhoseSourceAndDestinationOverlapAtAnOffsetIsRefused) {
+  const auto copy = [](int src, int dst, int count) {
+    return [=](Json& j) {
+      j["chunks"]["scratch"] = 4;
+      j["ranks"][0]["thread_blocks"][0]["ops"].push_back(
+          {{"op", "copy"}, {"src", {{"buffer", "scratch"}, {"index", src}, {"count", count}}},
+           {"dst", {{"buffer", "scratch"}, {"index", dst}, {"count", count}}}});
+    };
+  };
+  EXPECT_EQ(errorOf(mutated(kAllreduce, copy(1, 0, 3))),
+            "ranks[0].thread_blocks[0].ops[7]: a source scratch[1, 4) and the destination scratch[0, 3) overlap "
+            "without being the same chunks; the op's threads would read chunks others write (a race): use "
+            "disjoint chunks, or the very same ones to work in place (rank 0)");
+  EXPECT_EQ(errorOf(mutated(kAllreduce, copy(0, 0, 3))), "");  // in place
+  EXPECT_EQ(errorOf(mutated(kAllreduce, copy(0, 2, 2))), "");  // disjoint
+  // A reduce's local source too; one read through a channel is the peer's memory, never a conflict.
+  const std::string reduce = mutated(kAllreduce, [](Json& j) {
+    j["ranks"][0]["thread_blocks"][0]["ops"][4]["dst"] = {{"buffer", "input"}, {"index", 0}, {"count", 1}};
+  });
+  EXPECT_EQ(errorOf(reduce), "");
+  const std::string shifted = mutated(kAllreduce, [](Json& j) {
+    auto& op = j["ranks"][0]["thread_blocks"][0]["ops"][4];
+    op["srcs"][0] = {{"buffer", "input"}, {"index", 0}, {"count", 2}};
+    op["srcs"][1] = {{"buffer", "input"}, {"index", 0}, {"count", 2}, {"channel", 0}};
+    op["dst"] = {{"buffer", "input"}, {"index", 0}, {"count", 2}};
+    j["chunks"]["input"] = 3;
+    j["chunks"]["output"] = 3;
+    op["dst"]["index"] = 1;
+  });
+  EXPECT_NE(errorOf(shifted).find("a source input[0, 2) and the destination input[1, 3) overlap"), std::string::npos)
+      << errorOf(shifted);
+}
+
 TEST(PlanLoader, NotJsonOrNotAnObject) {
   EXPECT_NE(errorOf("{").find("plan: not valid JSON: parse error at line 1, column 2"), std::string::npos);
   EXPECT_EQ(errorOf("[]"), "plan: expected an object, found an array");

@@ -3,6 +3,7 @@
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cctype>
 #include <cmath>
 #include <cstdio>
@@ -326,6 +327,26 @@ class Runner {
     return us[us.size() / 2];
   }
 
+  // Median host microseconds per eager call: the time `iters` calls take to return, issued back to
+  // back on the stream (far fewer than fill CUDA's launch queue, so no call waits for the GPU).
+  // Every rank issues the same calls, so the collectives pair up; the stream drains between samples.
+  // Sizes above 4 MiB take one sample (the host time does not depend on the size; the GPU time does).
+  double hostTime(const std::function<void()>& call, std::uint64_t bytes) {
+    const int samples = bytes <= (4u << 20) ? o_.samples : 1;
+    std::vector<double> us;
+    for (int k = 0; k < samples; ++k) {
+      FERRY_TOOL_CUDA(cudaStreamSynchronize(stream_));
+      r_.bootstrap->barrier();
+      const auto start = std::chrono::steady_clock::now();
+      for (int i = 0; i < o_.iters; ++i) call();
+      const auto stop = std::chrono::steady_clock::now();
+      us.push_back(std::chrono::duration<double, std::micro>(stop - start).count() / o_.iters);
+    }
+    FERRY_TOOL_CUDA(cudaStreamSynchronize(stream_));
+    std::sort(us.begin(), us.end());
+    return us[us.size() / 2];
+  }
+
   void alignFerry() {
     // Not through an allreduce forced with --algo: a plan, say, may refuse this in-place call. The
     // forced one comes back even if the call throws, so later rows never run unforced.
@@ -352,6 +373,7 @@ class Runner {
       m.wrong = check(c, b, inPlace, [&](const void* send, void* recv) { issueFerry(c, send, recv); });
     auto [send, recv] = pointers(c, b, inPlace);
     m.us = time([&] { issueFerry(c, c.hasSend() ? send : nullptr, recv); }, [&] { alignFerry(); });
+    if (!inPlace) m.hostUs = hostTime([&] { issueFerry(c, c.hasSend() ? send : nullptr, recv); }, c.bytes());
     return m;
   }
 
@@ -360,14 +382,16 @@ class Runner {
     struct Wire {
       double us;
       std::uint64_t wrong;
+      double hostUs;
     };
     std::vector<Wire> all(static_cast<std::size_t>(r_.worldSize));
-    all[r_.rank] = {m.us, m.wrong};
+    all[r_.rank] = {m.us, m.wrong, m.hostUs};
     r_.bootstrap->allGather(all.data(), sizeof(Wire));
-    Measure out{m.us, 0};
+    Measure out{m.us, 0, m.hostUs};
     for (const Wire& w : all) {
       out.us = std::max(out.us, w.us);
       out.wrong += w.wrong;
+      out.hostUs = std::max(out.hostUs, w.hostUs);
     }
     return out;
   }
@@ -394,6 +418,7 @@ class Runner {
         m.wrong = check(
             c, b, false, [&](const void* in, void* out) { issueNccl(c, in, out); }, true);
       m.us = time([&] { issueNccl(c, send, recv); }, [&] { alignNccl(); });
+      m.hostUs = hostTime([&] { issueNccl(c, send, recv); }, c.bytes());
       row.nccl = reduceOverRanks(m);
     }
     return row;
@@ -458,6 +483,8 @@ class Runner {
                 o_.iters * std::max(1, o_.graphLaunches), o_.samples, o_.warmup,
                 o_.check ? "every size, random input, poisoned output" : "no");
     std::printf("# topology: %s\n", comm_->topology().c_str());
+    std::printf("# host: microseconds one eager call (out of place, not captured) takes to return%s\n",
+                nccl_ ? "; ferry's, then NCCL's" : "");
     std::printf("# ferry's buffers: %s\n",
                 o_.registered ? "registered (Comm::registerBuffer; zero-copy above the LL sizes)"
                               : "not registered (staged through scratch)");
@@ -484,11 +511,11 @@ class Runner {
     std::printf(
         "#       size         count      type   redop    root     time   algbw   busbw #wrong     time   "
         "algbw   busbw #wrong");
-    std::printf("%s  algorithm\n", nccl_ ? "     time   busbw  ratio #wrong" : "");
+    std::printf("%s   host%s  algorithm\n", nccl_ ? "     time   busbw  ratio #wrong" : "", nccl_ ? "  nccl" : "");
     std::printf(
         "#        (B)    (elements)                               (us)  (GB/s)  (GB/s)            (us)  "
         "(GB/s)  (GB/s)       ");
-    std::printf("%s\n", nccl_ ? "     (us)  (GB/s)" : "");
+    std::printf("%s   (us)%s\n", nccl_ ? "     (us)  (GB/s)              " : "", nccl_ ? "  (us)" : "");
     std::fflush(stdout);
   }
 
@@ -514,6 +541,9 @@ class Runner {
       std::printf(" %8.2f %7.2f %6.2f %6llu", r.nccl.us, busbw, r.nccl.us / r.outOfPlace.us,
                   static_cast<unsigned long long>(r.nccl.wrong));
     }
+    // Host time per eager call, out of place: ferry's, then NCCL's.
+    std::printf(" %6.2f", r.outOfPlace.hostUs);
+    if (nccl_) std::printf(" %5.2f", r.nccl.hostUs);
     std::printf("  %s\n", r.algorithm.c_str());
     std::fflush(stdout);
   }
@@ -550,6 +580,7 @@ class Runner {
       if (m.us < 0) return nullptr;
       const double algbw = r.bytes / m.us / 1e3;
       return {{"time_us", m.us},
+              {"host_us", m.hostUs < 0 ? nlohmann::json(nullptr) : nlohmann::json(m.hostUs)},
               {"algbw", algbw},
               {"busbw", algbw * busFactor(r.benchmark, r_.worldSize)},
               {"wrong", m.wrong}};

@@ -61,6 +61,9 @@ struct BenchOptions {
 struct Measure {
   double us = -1;           // < 0: not measured
   std::uint64_t wrong = 0;  // elements that differ from the reference, summed over ranks
+  // Host time one eager (not captured) call takes to return, in microseconds, slowest rank's
+  // median; < 0: not measured (only out of place).
+  double hostUs = -1;
 };
 
 struct BenchRow {

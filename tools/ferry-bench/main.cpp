@@ -9,6 +9,7 @@
 #include <cuda_runtime_api.h>
 
 #include <CLI/CLI.hpp>
+#include <cmath>
 #include <cstdio>
 #include <exception>
 #include <iostream>
@@ -99,8 +100,10 @@ int main(int argc, char** argv) {
     o.minBytes = bytesOption(minB);
     o.maxBytes = bytesOption(maxB);
     if (!stepB.empty()) o.stepBytes = bytesOption(stepB);
-    if (o.minBytes == 0 || o.maxBytes < o.minBytes || (o.stepBytes == 0 && o.stepFactor <= 1))
-      throw CLI::ValidationError("sizes", "need 0 < minbytes <= maxbytes and a step factor > 1");
+    // (Written so that a NaN step factor fails too.)
+    if (o.minBytes == 0 || o.maxBytes < o.minBytes ||
+        (o.stepBytes == 0 && !(o.stepFactor > 1 && std::isfinite(o.stepFactor))))
+      throw CLI::ValidationError("sizes", "need 0 < minbytes <= maxbytes and a finite step factor > 1");
     if (o.iters < 1 || o.samples < 1 || o.warmup < 0)
       throw CLI::ValidationError("iters", "need iters, samples >= 1");
     o.check = check != 0;

@@ -1,12 +1,17 @@
 #pragma once
-// NCCL loaded at run time (dlopen, no link-time dependency), so that ferry-bench can time NCCL on
-// the same buffers in the same run. Only what the benchmark calls. ferry's DataType and ReduceOp
-// values are NCCL's, so they pass through unchanged.
+// NCCL loaded at run time (dlopen, no link-time dependency, through the NCCL library's table:
+// shims/nccl/nccl_table.hpp), so that ferry-bench can time NCCL on the same buffers in the same run.
+// Only what the benchmark calls. ferry's DataType and ReduceOp values are NCCL's, so they pass
+// through unchanged.
 #include <cuda_runtime_api.h>
 
 #include <cstddef>
 #include <memory>
 #include <string>
+
+namespace ferry::nccl {
+struct NcclTable;
+}
 
 namespace ferry::tools {
 
@@ -42,13 +47,10 @@ class NcclLibrary {
   void reduce(const void* send, void* recv, std::size_t count, int type, int op, int root,
               cudaStream_t s) const;
 
-  struct Api;
-
  private:
   NcclLibrary() = default;
   void check(int result, const char* call) const;
-  void* handle_ = nullptr;
-  std::unique_ptr<Api> api_;
+  std::unique_ptr<nccl::NcclTable> api_;
   void* comm_ = nullptr;
   int version_ = 0;
   int worldSize_ = 0;

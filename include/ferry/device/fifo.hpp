@@ -94,6 +94,26 @@ struct FifoDeviceHandle {
     return slot;
   }
 
+  // Appends two triggers in consecutive slots, reserved at once (one fetch_add of 2), so that no
+  // other producer's trigger lands between them: the consumer handles `first` and then `second`,
+  // for requests that need more than 127 bits. Returns the slot of `second`.
+  // @pre size >= 2; as push() for each trigger.
+  FERRY_HOST_DEVICE FERRY_INLINE std::uint64_t pushPair(ProxyTrigger first, ProxyTrigger second) const {
+    const std::uint64_t slot = atomicFetchAdd(head, std::uint64_t{2}, memory_order_relaxed);
+    const std::uint64_t lag = static_cast<std::uint64_t>(size);
+    if (slot + 1 >= atomicLoad(tailCache, memory_order_acquire) + lag) {
+      std::uint32_t polls = 0;
+      spinUntil([&] { return slot + 1 < refreshTail(polls) + lag; }, wait, "Fifo::push", slot + 1);
+    }
+    ProxyTrigger* t = &triggers[slot & (lag - 1)];
+    t->snd = first.snd;
+    atomicStore(&t->fst, first.fst | kTriggerFullBit, memory_order_release);
+    t = &triggers[(slot + 1) & (lag - 1)];
+    t->snd = second.snd;
+    atomicStore(&t->fst, second.fst | kTriggerFullBit, memory_order_release);
+    return slot + 1;
+  }
+
   // Waits until the consumer has finished with `slot` (its handler returned and the slot was
   // popped), up to wait.timeoutNs; then reports "Fifo::sync" and traps (host: aborts).
   // @pre slot was returned by push() on this FIFO.

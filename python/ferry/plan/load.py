@@ -239,7 +239,37 @@ def _op(value: Any, loc: _Loc, channels: list[Channel], chunks: Chunks) -> Op:
     counts = {r.count for r in _refs(op)}
     if len(counts) > 1:
         raise loc.error(f"references of one op must have the same count, found {sorted(counts)}")
+    _check_overlap(op, loc)
     return op
+
+
+_WRITES_LOCAL = ("copy", "reduce", "read_reduce_copy_send", "unpack_packets", "reduce_packets")
+
+
+def _check_overlap(op: Op, loc: _Loc) -> None:
+    """One op's threads work on all its chunks at once: a local source and the local destination are
+    the same chunks (in place: copy, reduce) or have none in common; a partial overlap is a race on
+    the GPU. An unpack's packets and its data must not meet at all (another layout). The C++ loader
+    (src/executor/plan_loader.cpp) applies the same rule."""
+    if op.kind not in _WRITES_LOCAL or op.dst is None:
+        return
+    packets = op.kind in ("unpack_packets", "reduce_packets")
+    sources = ([op.src] if op.src is not None else []) + [r for r in op.srcs if r.channel is None]
+    d = op.dst
+    for s in sources:
+        if s.buffer != d.buffer:
+            continue
+        same = s.index == d.index and not packets
+        apart = s.index + s.count <= d.index or d.index + d.count <= s.index
+        if same or apart:
+            continue
+        span = f"{d.buffer}[{s.index}, {s.index + s.count})", f"{d.buffer}[{d.index}, {d.index + d.count})"
+        if packets:
+            raise loc.error(f"a source {span[0]} and the destination {span[1]} meet; an unpack's packets and its "
+                            f"data must not share chunks")
+        raise loc.error(f"a source {span[0]} and the destination {span[1]} overlap without being the same chunks; "
+                        f"the op's threads would read chunks others write (a race): use disjoint chunks, or the "
+                        f"very same ones to work in place")
 
 
 def _refs(op: Op) -> list[ChunkRef]:
