@@ -66,3 +66,12 @@ def test_program_errors_are_one_line(tmp_path, body, message):
 def test_missing_file():
     res = dsl("compile", "/nonexistent/p.py", "--ranks", 2)
     assert res.returncode == 2 and "no such file" in res.stderr
+
+
+def test_a_program_that_is_not_python_and_an_unwritable_output_are_one_line(tmp_path):
+    txt = tmp_path / "program.txt"
+    txt.write_text("def program(w):\n    return None\n")
+    res = dsl("compile", txt, "--ranks", 2)
+    assert res.returncode == 2 and "not a Python file" in res.stderr and "Traceback" not in res.stderr
+    res = dsl("compile", PROGRAMS / "allreduce_ring.py", "--ranks", 2, "-o", tmp_path / "no" / "such" / "dir.json")
+    assert res.returncode == 2 and "cannot write" in res.stderr and "Traceback" not in res.stderr

@@ -3,6 +3,7 @@ that names the JSON path and the rank, never with another exception."""
 
 import copy
 import json
+import os
 import random
 
 import pytest
@@ -172,3 +173,18 @@ def test_an_op_whose_source_and_destination_overlap_at_an_offset_is_refused():
     for src, dst in ((ref("scratch", 0, 2), ref("scratch", 0, 2)), (ref("scratch", 0, 2), ref("scratch", 2, 2))):
         ok = mutated(allreduce_allpairs(4), lambda d: ops_of(d, 0).append({"op": "copy", "src": src, "dst": dst}))
         load_plan(ok)
+
+
+def test_files_that_are_not_plans_fail_fast(tmp_path):
+    """No wait on a FIFO, no endless read of a device: both loaders look before they read."""
+    fifo = tmp_path / "plan.json"
+    os.mkfifo(fifo)
+    for path in (fifo, "/dev/zero", tmp_path):
+        with pytest.raises(PlanError) as info:
+            load_plan(path)
+        assert str(info.value).endswith("not a regular file"), str(info.value)
+
+
+def test_integers_beyond_64_bits_are_refused_as_the_cpp_loader_does():
+    huge = mutated(allreduce_allpairs(4), lambda d: d.update(max_bytes=1 << 63))
+    assert str(rejected(huge)) == f"max_bytes: {1 << 63} is too large (this loader reads 64-bit integers)"

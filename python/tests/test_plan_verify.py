@@ -264,3 +264,14 @@ def test_flush_by_another_thread_block_covers_only_puts_ordered_before_it():
     assert kinds(findings_of(unordered)) == [("race", 1, 0, 4), ("unflushed_put", 0, 0, 1)]
     ordered = _port_put_then_peer_reads([barrier], tb1=[barrier, FLUSH0, SIGNAL1])
     assert findings_of(ordered) == []
+
+
+def test_a_plan_declaring_a_hundred_million_chunks_is_not_expanded():
+    """A 2 KB plan may declare 10^8 chunks; the verifier answers at once instead of exhausting memory."""
+    import time
+    doc = mutated(allgather(2), lambda d: d["chunks"].update(input=10**8, output=2 * 10**8))
+    start = time.monotonic()
+    findings = verify(load_plan(doc))
+    assert time.monotonic() - start < 5
+    assert [f.kind for f in findings] == ["too_large"]
+    assert "input 100000000, output 200000000" in findings[0].message

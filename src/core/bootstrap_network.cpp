@@ -336,14 +336,32 @@ void BootstrapNetwork::acceptNew() {
     p->socket = Socket(fd);
     p->remote = SocketAddress(reinterpret_cast<sockaddr*>(&ss), len);
     p->deadline = deadlineAfter(config_.handshakeTimeout);
-    if (pending_.size() >= kMaxPending) {
-      reject(*p, "too many connections are still handshaking");
-      continue;
-    }
     int one = 1;
     ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+    // A rank sends its hello right after connecting, so it is usually here already: such a
+    // connection is done before it could be crowded out by connections that say nothing.
+    if (progressHandshake(*p)) continue;
+    if (pending_.size() >= kMaxPending) evictOnePending();
     pending_.push_back(std::move(p));
   }
+}
+
+// Full: the connections that hold the place are dropped, not the newcomer, so that idle
+// connections cannot keep real ranks out. The victim comes from the source address with the most
+// connections still handshaking (a flood's), and among those it is the one that has sent the least,
+// for the longest.
+void BootstrapNetwork::evictOnePending() {
+  std::map<std::string, int> perSource;
+  for (const auto& q : pending_) ++perSource[q->remote.host()];
+  auto victim = pending_.begin();
+  for (auto it = pending_.begin(); it != pending_.end(); ++it) {
+    const int a = perSource[(*it)->remote.host()], b = perSource[(*victim)->remote.host()];
+    if (a != b ? a > b : (*it)->got != (*victim)->got ? (*it)->got < (*victim)->got : (*it)->deadline < (*victim)->deadline)
+      victim = it;
+  }
+  reject(**victim, "dropped to make room: " + std::to_string(pending_.size()) + " connections were handshaking, " +
+                       std::to_string(perSource[(*victim)->remote.host()]) + " of them from this address");
+  pending_.erase(victim);
 }
 
 void BootstrapNetwork::reject(Pending& p, const std::string& reason) {

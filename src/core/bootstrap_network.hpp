@@ -92,6 +92,7 @@ class BootstrapNetwork {
 
   void run();
   void acceptNew();
+  void evictOnePending();
   bool progressHandshake(Pending& p);  // true when finished (accepted or rejected)
   void reject(Pending& p, const std::string& reason);
   void readFrom(Connection& c);

@@ -1,6 +1,7 @@
 #include "ferry/env.hpp"
 
 #include <algorithm>
+#include <atomic>
 #include <cctype>
 #include <cerrno>
 #include <cmath>
@@ -10,6 +11,7 @@
 #include <variant>
 
 #include "core/env_internal.hpp"
+#include "core/logger.hpp"
 #include "ferry/errors.hpp"
 #include "core/text.hpp"
 
@@ -211,8 +213,17 @@ Env Env::parse(const std::function<const char*(const char*)>& lookup) {
   return e;
 }
 
-const Env& env() {
+const Env& detail::parsedEnv() {
   static const Env parsed = Env::parse([](const char* name) { return std::getenv(name); });
+  return parsed;
+}
+
+const Env& env() {
+  const Env& parsed = detail::parsedEnv();
+  // Once: the startup lines, with their warning for misspelt variables. (The logger reads the
+  // environment through parsedEnv, so that its own first use does not come back here.)
+  static std::atomic<bool> announced{false};
+  if (!announced.load(std::memory_order_acquire) && !announced.exchange(true)) log::announceStartup();
   return parsed;
 }
 
@@ -255,10 +266,14 @@ std::vector<std::pair<std::string, std::string>> envSetVariables() {
 }
 
 std::vector<std::string> envUnknownFerryVariables() {
+  // The tools' and tests' own variables, not the library's (tools/common/launcher.cpp, the tests).
+  constexpr std::string_view kNotOurs[] = {"FERRY_BENCH_", "FERRY_TEST_", "FERRY_FUZZ_", "FERRY_PLAN_COUNT="};
   std::vector<std::string> out;
   for (char** p = environ; p != nullptr && *p != nullptr; ++p) {
     std::string_view entry(*p);
     if (!entry.starts_with("FERRY_")) continue;
+    if (std::any_of(std::begin(kNotOurs), std::end(kNotOurs), [&](std::string_view n) { return entry.starts_with(n); }))
+      continue;
     std::string name(entry.substr(0, entry.find('=')));
     bool known =
         std::any_of(std::begin(kVars), std::end(kVars), [&](const Var& v) { return name == v.name; });

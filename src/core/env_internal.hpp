@@ -5,7 +5,13 @@
 #include <utility>
 #include <vector>
 
+namespace ferry {
+struct Env;
+}
+
 namespace ferry::detail {
+// env() without its announcement of the startup lines: what the logger itself reads.
+const Env& parsedEnv();
 std::vector<std::pair<std::string, std::string>> envSetVariables();
 std::vector<std::string> envUnknownFerryVariables();
 }  // namespace ferry::detail

@@ -10,8 +10,9 @@ namespace ferry {
 // FNV-1a, 64-bit: stable across processes and builds (std::hash is not).
 std::uint64_t fnv1a(std::string_view data, std::uint64_t seed = 0xcbf29ce484222325ull);
 
-// FERRY_HOSTID if set, else hostname and kernel boot id: two containers on one machine that share
-// the boot id share a host, as they share GPUs.
+// FERRY_HOSTID if set, else a hash of the hostname and the kernel's boot id together. Two
+// containers on one machine share the boot id but usually not the hostname, so they count as two
+// hosts unless both set the same FERRY_HOSTID (do that where they share GPUs and /dev/shm).
 std::uint64_t hostHash();
 
 // 128 random bits from the kernel.

@@ -7,6 +7,8 @@
 #include <algorithm>
 #include <atomic>
 #include <cctype>
+#include <cerrno>
+#include <cstring>
 #include <mutex>
 
 #include "core/env_internal.hpp"
@@ -56,7 +58,7 @@ struct State {
     parsed.fill(LogLevel::Warn);
     std::string file;
     try {
-      const Env& e = env();
+      const Env& e = detail::parsedEnv();  // not env(): it announces through this logger
       parsed = parseSpec(e.log);
       file = e.logFile;
     } catch (const Error& err) {
@@ -72,7 +74,14 @@ struct State {
     for (std::size_t at; (at = path.find("%p")) != std::string::npos;)
       path.replace(at, 2, std::to_string(getpid()));
     int opened = ::open(path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
-    if (opened >= 0) fd = opened;
+    if (opened >= 0) {
+      fd = opened;
+      return;
+    }
+    // Said once, at the start, where it will be seen: not a silent fallback.
+    std::string line = "ferry ERROR core: FERRY_LOG_FILE=" + path + " cannot be opened (" + std::strerror(errno) +
+                       "); logging to stderr instead\n";
+    (void)!::write(STDERR_FILENO, line.data(), line.size());
   }
 };
 
@@ -146,6 +155,10 @@ void write(LogLevel level, LogSubsys subsys, std::string_view message) {
 }
 
 void setDevice(int device) { tlsDevice = device; }
+
+void announceStartup() {
+  if (!startupLogged.exchange(true)) logStartup();
+}
 
 void setSinkForTesting(std::function<void(std::string_view)> sink) {
   State& s = state();

@@ -28,6 +28,10 @@ bool enabled(LogLevel level, LogSubsys subsys);
 void write(LogLevel level, LogSubsys subsys, std::string_view message);
 // The CUDA device this thread works for, shown as [dev] (-1: none, shown as [-]).
 void setDevice(int device);
+// Logs the startup lines now (the variables that are set, at INFO; FERRY_* names that ferry does not
+// know, usually a typo, at WARN), unless something logged them already: env() calls it on first
+// use, so that a misspelt variable is reported even when nothing else is logged.
+void announceStartup();
 // Replaces the output (nullptr restores it); for tests that check what was logged.
 void setSinkForTesting(std::function<void(std::string_view line)> sink);
 // Sets the levels directly, as if FERRY_LOG said so; for tests.

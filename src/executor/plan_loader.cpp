@@ -1,6 +1,8 @@
 // Plan loading and validation: the same rules and messages as python/ferry/plan/load.py, which is
 // the reference (the DSL and verifier use it). Type checks come before every access, so nlohmann
 // never throws past this file; parse errors are caught and converted.
+#include <sys/stat.h>
+
 #include <algorithm>
 #include <array>
 #include <cerrno>
@@ -435,10 +437,41 @@ Plan parsePlan(const Json& doc) {
   return plan;
 }
 
+// What a plan may be, so that a hostile file costs a bounded amount of memory and time before its
+// error (python/ferry/plan/load.py has the same size bound). A plan nests a few levels deep; JSON
+// nested deeper than kMaxDepth would cost memory per level before any field is checked.
+constexpr std::uint64_t kMaxPlanBytes = 64 << 20;
+constexpr int kMaxDepth = 64;
+
+void checkNesting(std::string_view text, const std::string& source) {
+  int depth = 0;
+  bool inString = false, escaped = false;
+  for (char c : text) {
+    if (inString) {
+      if (escaped) escaped = false;
+      else if (c == '\\') escaped = true;
+      else if (c == '"') inString = false;
+      continue;
+    }
+    if (c == '"') inString = true;
+    else if (c == '[' || c == '{') {
+      if (++depth > kMaxDepth)
+        throw PlanError(source, "not valid JSON: nested more than " + std::to_string(kMaxDepth) + " levels deep", -1,
+                        -1, -1, "malformed");
+    } else if (c == ']' || c == '}') {
+      --depth;
+    }
+  }
+}
+
 Plan parseText(std::string_view text, const std::string& source) {
   // Python's json refuses a byte-order mark; nlohmann would skip it.
   if (text.starts_with("\xEF\xBB\xBF"))
     throw PlanError(source, "not valid JSON: unexpected UTF-8 BOM", -1, -1, -1, "malformed");
+  if (text.size() > kMaxPlanBytes)
+    throw PlanError(source, std::to_string(text.size()) + " bytes, more than a plan may have (" +
+                                std::to_string(kMaxPlanBytes) + ")", -1, -1, -1, "malformed");
+  checkNesting(text, source);
   Json doc;
   try {
     doc = Json::parse(text.begin(), text.end());
@@ -461,13 +494,22 @@ Plan parseText(std::string_view text, const std::string& source) {
 Plan loadPlan(std::string_view json) { return parseText(json, "plan"); }
 
 Plan loadPlanFile(const std::string& path) {
+  // Looked at before it is opened: opening a FIFO would wait for a writer, and /dev/zero never ends.
+  struct stat st {};
+  if (::stat(path.c_str(), &st) != 0)
+    throw PlanError(path, std::string("cannot read: ") + std::strerror(errno), -1, -1, -1, "malformed");
+  if (!S_ISREG(st.st_mode)) throw PlanError(path, "not a regular file", -1, -1, -1, "malformed");
+  if (static_cast<std::uint64_t>(st.st_size) > kMaxPlanBytes)
+    throw PlanError(path, std::to_string(st.st_size) + " bytes, more than a plan may have (" +
+                              std::to_string(kMaxPlanBytes) + ")", -1, -1, -1, "malformed");
   std::ifstream in(path, std::ios::binary);
   if (!in)
     throw PlanError(path, std::string("cannot read: ") + std::strerror(errno), -1, -1, -1, "malformed");
-  std::ostringstream buf;
-  buf << in.rdbuf();
+  std::string text(static_cast<std::size_t>(st.st_size) + 1, '\0');  // + 1: a file that grew since
+  in.read(text.data(), static_cast<std::streamsize>(text.size()));
   if (in.bad()) throw PlanError(path, "cannot read: read error", -1, -1, -1, "malformed");
-  return parseText(buf.str(), path);
+  text.resize(static_cast<std::size_t>(in.gcount()));
+  return parseText(text, path);
 }
 
 }  // namespace ferry::executor

@@ -109,5 +109,50 @@ TEST(BootstrapSecurity, RogueClientsAreRejectedAndRanksFinish) {
   std::remove(readyFile.c_str());
 }
 
+// 200 connections to the root's port that never speak, held open while a 4-rank job joins: the
+// ranks still get in (idle connections are dropped to make room, not the newcomers) and run.
+TEST(BootstrapSecurity, IdleConnectionsDoNotKeepRanksOut) {
+  UniqueId id = UniqueId::create();
+  const SocketAddress root = decodeUniqueId(id).root;
+  std::string readyFile = "/tmp/ferry_idle_ready_" + std::to_string(getpid());
+  std::string doneFile = "/tmp/ferry_idle_done_" + std::to_string(getpid());
+  std::remove(readyFile.c_str());
+  std::remove(doneFile.c_str());
+  TcpBootstrap::Options o;
+  o.timeout = Seconds(30.0);
+  o.handshakeTimeout = Seconds(20.0);  // the idle connections outlive the whole join
+  runRanksOk(kRanks + 1,
+             [&](int rank) {
+               if (rank == kRanks) {  // the attacker: connects first, holds everything open
+                 std::vector<Socket> idle;
+                 for (int tries = 0; idle.empty() && tries < 500; ++tries) {
+                   try {
+                     idle.push_back(Socket::connect(root, Clock::now() + 1s));
+                   } catch (const std::exception&) {
+                     std::this_thread::sleep_for(10ms);  // the root is not listening yet
+                   }
+                 }
+                 for (int i = 1; i < 200; ++i) idle.push_back(Socket::connect(root, Clock::now() + 5s));
+                 std::ofstream(readyFile) << "ready";
+                 while (!std::ifstream(doneFile)) std::this_thread::sleep_for(20ms);
+                 return;
+               }
+               if (rank != 0)
+                 while (!std::ifstream(readyFile)) std::this_thread::sleep_for(20ms);
+               auto boot = TcpBootstrap::create(id, rank, kRanks, o);
+               for (int round = 0; round < 5; ++round) {
+                 std::vector<int> all(kRanks, -1);
+                 all[rank] = rank + round;
+                 boot->allGather(all.data(), sizeof(int));
+                 for (int r = 0; r < kRanks; ++r) ASSERT_EQ(all[r], r + round);
+               }
+               boot->barrier();
+               if (rank == 0) std::ofstream(doneFile) << "done";
+             },
+             {.limit = std::chrono::seconds(60)});
+  std::remove(readyFile.c_str());
+  std::remove(doneFile.c_str());
+}
+
 }  // namespace
 }  // namespace ferry::test

@@ -2,6 +2,8 @@
 // input is InvalidUsage naming its JSON path and rank, and (CompiledPlans) every plan the Python DSL
 // compiles loads here too.
 #include <gtest/gtest.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include <cstdlib>
 #include <filesystem>
@@ -219,6 +221,27 @@ TEST(PlanLoader, AnOpWhoseSourceAndDestinationOverlapAtAnOffsetIsRefused) {
   });
   EXPECT_NE(errorOf(shifted).find("a source input[0, 2) and the destination input[1, 3) overlap"), std::string::npos)
       << errorOf(shifted);
+}
+
+// A hostile file costs a bounded amount before its error: no wait on a FIFO, no endless read of a
+// device, no memory per level of brackets nested a million deep.
+TEST(PlanLoader, FilesThatAreNotPlansFailFastAndBounded) {
+  const std::string fifo = ::testing::TempDir() + "/ferry_plan_fifo.json";
+  ::unlink(fifo.c_str());
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+  for (const std::string& path : {fifo, std::string("/dev/zero"), ::testing::TempDir()}) {
+    try {
+      loadPlanFile(path);
+      ADD_FAILURE() << path << " loaded";
+    } catch (const PlanError& e) {
+      EXPECT_EQ(e.detail(), path + ": not a regular file");
+    }
+  }
+  ::unlink(fifo.c_str());
+  const std::string deep = std::string(1'000'000, '[') + std::string(1'000'000, ']');
+  EXPECT_EQ(errorOf(deep), "plan: not valid JSON: nested more than 64 levels deep");
+  // Brackets inside strings do not count.
+  EXPECT_EQ(errorOf(mutated(kAllgather, [](Json& j) { j["name"] = std::string(100, '['); })), "");
 }
 
 TEST(PlanLoader, NotJsonOrNotAnObject) {

@@ -31,6 +31,8 @@ def load_program(path: str, world_size: int) -> CollectiveProgram:
     if not file.is_file():
         raise CliError(f"{path}: no such file")
     spec = importlib.util.spec_from_file_location(f"ferry_program_{file.stem}", file)
+    if file.suffix != ".py" or spec is None or spec.loader is None:
+        raise CliError(f"{path}: not a Python file (a program is a .py file defining program(world_size))")
     module = importlib.util.module_from_spec(spec)
     try:
         spec.loader.exec_module(module)
@@ -82,7 +84,11 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     text = json.dumps(plan, indent=1) + "\n"
     if args.output:
-        Path(args.output).write_text(text, encoding="utf-8")
+        try:
+            Path(args.output).write_text(text, encoding="utf-8")
+        except OSError as e:
+            print(f"error: {args.output}: cannot write: {e.strerror or e}", file=sys.stderr)
+            return 2
     else:
         sys.stdout.write(text)
     return 0

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import stat
 from collections import Counter
 from typing import Any
 
@@ -85,6 +86,8 @@ def _obj(value: Any, loc: _Loc, required: tuple[str, ...], optional: tuple[str, 
 def _int(value: Any, loc: _Loc, lo: int | None = None) -> int:
     if isinstance(value, bool) or not isinstance(value, int):
         raise loc.error(f"expected an integer, found {_kind(value)}")
+    if not -(1 << 63) <= value < (1 << 63):  # as the C++ loader, which reads 64-bit integers
+        raise loc.error(f"{value} is too large (this loader reads 64-bit integers)")
     if lo is not None and value < lo:
         raise loc.error(f"{value} is below the minimum {lo}")
     return value
@@ -111,12 +114,27 @@ def _kind(value: Any) -> str:
             int: "an integer", float: "a number", type(None): "null"}.get(type(value), type(value).__name__)
 
 
+# The largest plan file either loader reads (src/executor/plan_loader.cpp has the same bound).
+MAX_PLAN_BYTES = 64 << 20
+
+
 def load_plan(source: str | os.PathLike | dict) -> Plan:
-    """Parses and validates a plan from a file path or a dict; raises PlanError on any violation."""
+    """Parses and validates a plan from a file path or a dict; raises PlanError on any violation.
+    A path must name a regular file of at most MAX_PLAN_BYTES (not a FIFO or a device)."""
     if isinstance(source, (str, os.PathLike)):
         try:
-            with open(source, encoding="utf-8") as f:
-                source = json.load(f)
+            st = os.stat(source)  # before opening: opening a FIFO would wait for a writer
+            if not stat.S_ISREG(st.st_mode):
+                raise PlanError(str(source), "not a regular file")
+            if st.st_size > MAX_PLAN_BYTES:
+                raise PlanError(str(source), f"{st.st_size} bytes, more than a plan may have ({MAX_PLAN_BYTES})")
+            with open(source, "rb") as f:
+                text = f.read(MAX_PLAN_BYTES + 1)
+            if len(text) > MAX_PLAN_BYTES:
+                raise PlanError(str(source), f"more than {MAX_PLAN_BYTES} bytes, more than a plan may have")
+            source = json.loads(text.decode("utf-8"))
+        except PlanError:
+            raise
         except OSError as e:
             raise PlanError(str(source), f"cannot read: {e.strerror or e}") from None
         except (ValueError, RecursionError) as e:

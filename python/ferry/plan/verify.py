@@ -17,6 +17,8 @@ Finding kinds:
   and the executor refuses it. Ruling these out is what lets one schedule decide the rest: every
   wait then pairs with a fixed signal and every unpack with a fixed packet write, so happens-before,
   and with it every race, deadlock and result, is the same in every schedule;
+- ``too_large``: a plan with more than MAX_CHUNKS chunks in a buffer, which the verifier does not
+  expand (its model holds one symbolic value per chunk and rank);
 - ``out_of_range`` / ``malformed``: from ``main`` only, for a file that ``load_plan`` rejects.
 
 Command line (also behind ``python -m ferry.dsl verify``): ``python -m ferry.plan.verify plan.json``
@@ -55,8 +57,19 @@ class Finding:
         return f"{' '.join(where) or 'plan'}: {self.kind}: {self.message}"
 
 
+# The most chunks per buffer the verifier expands: far above what a plan needs (a chunk per rank or
+# per pipeline step), far below what would exhaust memory (a 2 KB plan may declare 10^8).
+MAX_CHUNKS = 1 << 16
+
+
 def verify(plan: Plan) -> list[Finding]:
     """Runs ``plan`` (as returned by load_plan) symbolically on all ranks; [] means it is proven."""
+    sizes = {"input": plan.chunks.input, "output": plan.chunks.output, "scratch": plan.chunks.scratch}
+    big = [f"{b} {n}" for b, n in sizes.items() if n > MAX_CHUNKS]
+    if big:
+        return [Finding("too_large", None, None, None,
+                        f"chunks {', '.join(big)}: more than the {MAX_CHUNKS} per buffer this verifier expands; "
+                        f"such a plan is not verified")]
     findings = _check_single_owners(plan)
     sim = Simulator(plan)
     completed = sim.run()
