@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <utility>
 #include <cerrno>
 #include <cstring>
 
@@ -284,6 +285,8 @@ void BootstrapNetwork::run() {
         polled.push_back(c.get());
       }
     }
+    // Rejections not yet reported are reported within a second, even if nothing else happens.
+    if (unreportedRejections_ > 0) timeout = std::min(timeout, lastRejectionLine_ + std::chrono::seconds(1));
     int waitMs = -1;
     if (timeout != Clock::time_point::max())
       waitMs = static_cast<int>(std::clamp<long long>(
@@ -296,6 +299,7 @@ void BootstrapNetwork::run() {
       std::uint64_t drained;
       (void)!::read(wakeFd_, &drained, sizeof(drained));
     }
+    reportRejections();
     // Handshakes first, before acceptNew() changes pending_ (fds[2..] mirror pending_ as it was).
     std::size_t index = 2;
     auto now = Clock::now();
@@ -364,12 +368,33 @@ void BootstrapNetwork::evictOnePending() {
   pending_.erase(victim);
 }
 
+// One line per rejected connection, at most one a second: a flood of connections must not become
+// a flood of log lines. Those not shown are counted in the next line, or in a line of their own
+// (reportRejections) once a second has passed.
 void BootstrapNetwork::reject(Pending& p, const std::string& reason) {
-  FERRY_LOG(Warn, Bootstrap) << rankName(config_.rank) << ": rejected a connection from "
-                             << p.remote.toString() << ": " << reason;
   p.socket.close();
-  std::lock_guard lock(mu_);
-  ++rejected_;
+  {
+    std::lock_guard lock(mu_);
+    ++rejected_;
+  }
+  const auto now = Clock::now();
+  if (now - lastRejectionLine_ < std::chrono::seconds(1)) {
+    ++unreportedRejections_;
+    return;
+  }
+  lastRejectionLine_ = now;
+  const std::uint64_t others = std::exchange(unreportedRejections_, 0);
+  FERRY_LOG(Warn, Bootstrap) << rankName(config_.rank) << ": rejected a connection from " << p.remote.toString()
+                             << ": " << reason
+                             << (others ? " (and " + std::to_string(others) + " more rejected before it, not shown)" : "");
+}
+
+void BootstrapNetwork::reportRejections() {
+  if (unreportedRejections_ == 0 || Clock::now() - lastRejectionLine_ < std::chrono::seconds(1)) return;
+  lastRejectionLine_ = Clock::now();
+  FERRY_LOG(Warn, Bootstrap) << rankName(config_.rank) << ": rejected "
+                             << std::exchange(unreportedRejections_, 0)
+                             << " more connection(s) since the last such line (one line a second at most)";
 }
 
 bool BootstrapNetwork::progressHandshake(Pending& p) {

@@ -95,6 +95,7 @@ class BootstrapNetwork {
   void evictOnePending();
   bool progressHandshake(Pending& p);  // true when finished (accepted or rejected)
   void reject(Pending& p, const std::string& reason);
+  void reportRejections();
   void readFrom(Connection& c);
   void writeTo(Connection& c);
   void connectionFailed(Connection& c, const std::string& reason, bool failPeer);
@@ -120,6 +121,8 @@ class BootstrapNetwork {
   int rejected_ = 0;
 
   std::vector<std::unique_ptr<Pending>> pending_;  // progress thread only
+  Clock::time_point lastRejectionLine_{};           // progress thread only
+  std::uint64_t unreportedRejections_ = 0;          // progress thread only
   std::thread thread_;
 };
 
