@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The GPU check: run from the repo root on the lent GPU machine. It builds ferry (Release, all cores)
 # into build-gpu and runs the GPU steps with libferry_guard.so preloaded, so that any cuMulticast*
-# driver call aborts the process (DESIGN.md rule 1). That machine has no internet and no apt:
+# driver call aborts the process (architecture.md rule 1). That machine has no internet and no apt:
 # GoogleTest, CLI11 and nlohmann-json come from .deps/ (scripts/prepare-device-deps.sh, run on the
 # CPU machine; carry .deps with the tree). Each step's log goes to ${OUT:-build-gpu/out}/<step>.log;
 # the last lines are a summary table. Exit status: 0 only if every step passed.

@@ -49,7 +49,7 @@ fi
 
 echo "== $gpus GPU(s): $(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | sort | uniq -c |
   awk '{$1=$1; print}' | paste -sd, -)"
-# Second guard against NVLink multicast (DESIGN.md rule 1): unless NVLS was asked for, any
+# Second guard against NVLink multicast (architecture.md rule 1): unless NVLS was asked for, any
 # cuMulticast* call aborts the benchmark.
 if [[ "${FERRY_ENABLE_NVLS:-0}" != 1 && -f "$guard" ]]; then
   export LD_PRELOAD="$PWD/$guard${LD_PRELOAD:+:$LD_PRELOAD}"

@@ -66,7 +66,7 @@ FERRY_API std::span<const EnvVarInfo> envTable();
 FERRY_API std::string envMarkdown();
 
 // NVLink multicast (NVLS) may run only when FERRY_ENABLE_NVLS=1 and neither NCCL_NVLS_ENABLE=0 nor
-// TORCH_SYMM_MEM_DISABLE_MULTICAST=1 is set (DESIGN.md, rule 1). Every code path that could create a
+// TORCH_SYMM_MEM_DISABLE_MULTICAST=1 is set (architecture.md rule 1). Every code path that could create a
 // multicast object asks this first.
 FERRY_API bool nvlsAllowed(const Env& e = env());
 

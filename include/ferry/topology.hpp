@@ -5,7 +5,7 @@
 //
 // queryTopology() never throws for a missing piece: with no GPU, no driver, no NVML or no
 // libibverbs the matching part is empty and its *Status string says why. It never creates an NVLink
-// multicast object (DESIGN.md rule 1).
+// multicast object (architecture.md rule 1).
 //
 //   ferry::Topology topo = ferry::queryTopology();
 //   if (topo.gpus.empty()) std::cout << "No CUDA GPU visible: " << topo.gpuStatus << "\n";

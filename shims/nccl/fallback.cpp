@@ -17,7 +17,7 @@ std::unique_ptr<RealNccl> load(std::string& why) {
     why = "FERRY_NCCL_FALLBACK is empty";
     return nullptr;
   }
-  if (!nvlsAllowed()) ::setenv("NCCL_NVLS_ENABLE", "0", 1);  // DESIGN.md rule 1, for NCCL too
+  if (!nvlsAllowed()) ::setenv("NCCL_NVLS_ENABLE", "0", 1);  // architecture.md rule 1, for NCCL too
   // NCCL keeps the message ncclGetLastError returns only when it logs warnings; forwarded errors
   // pass that message on. (A level the user set stays.)
   ::setenv("NCCL_DEBUG", "WARN", 0);

@@ -3,7 +3,7 @@
 // default libnccl.so.2): those whose ranks span hosts, or all of them with FERRY_NCCL_FORWARD_ALL=1. It is
 // loaded with dlopen(RTLD_LOCAL | RTLD_DEEPBIND), so its own calls resolve inside it, never to ferry's
 // exports; a file that turns out to be ferry's shim is refused. NVLink multicast stays off in it unless ferry
-// allows it (DESIGN.md rule 1).
+// allows it (architecture.md rule 1).
 #include <memory>
 #include <string>
 

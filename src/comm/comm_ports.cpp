@@ -47,7 +47,7 @@ CommPorts::CommPorts(Communicator& comm, const CommOptions::ConnectFn& connect, 
   }
   PortPeers peers{};
   for (int p = 0; p < size; ++p) {
-    peers.region[p] = regions_.emplace_back(service_.addMemory(regions.registration(p)));
+    peers.region[p] = service_.addMemory(regions.registration(p));
     if (p == rank_) continue;
     semaphores_[p]->awaitPeer();  // here, not on the proxy thread at its first signal
     PortChannelDeviceHandle h = service_.addChannel(semaphores_[p]).deviceHandle();

@@ -33,7 +33,6 @@ class CommPorts final : public PortPeersSource {
   int rank_;
   PortChannelService service_;
   std::vector<std::shared_ptr<Host2DeviceSemaphore>> semaphores_;
-  std::vector<MemoryId> regions_;
   PortPeers* device_ = nullptr;  // device memory
   std::mutex startMutex_;
 };

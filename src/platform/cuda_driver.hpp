@@ -3,7 +3,7 @@
 // cudaGetDriverEntryPointByVersion. ferry never links libcuda: libferry.so must load and run its
 // host-only parts on machines without a driver, and the calls below exist only where one is.
 //
-// Never add cuMulticast* here (DESIGN.md rule 1: the GPU check aborts on any such call).
+// Never add cuMulticast* here (architecture.md rule 1: the GPU check aborts on any such call).
 //
 //   const CudaDriver& cu = cudaDriver();          // throws Error(NotSupported) without a driver
 //   FERRY_CU_CHECK(cu, cuMemAddressFree(ptr, size));

@@ -1,5 +1,5 @@
 // The environment table: defaults, parsing of every type, errors that name the variable and the
-// value, the NVLS gate (DESIGN.md rule 1), the table itself, and docs/env.md being up to date.
+// value, the NVLS gate (architecture.md rule 1), the table itself, and docs/env.md being up to date.
 #include "ferry/env.hpp"
 
 #include <gtest/gtest.h>

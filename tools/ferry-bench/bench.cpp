@@ -165,7 +165,7 @@ class Runner {
   };
 
   void loadNccl() {
-    if (!nvlsAllowed()) ::setenv("NCCL_NVLS_ENABLE", "0", 1);  // DESIGN.md rule 1, for NCCL too
+    if (!nvlsAllowed()) ::setenv("NCCL_NVLS_ENABLE", "0", 1);  // architecture.md rule 1, for NCCL too
     std::string why;
     nccl_ = NcclLibrary::load(o_.ncclPath, why);
     // Every rank must agree, or the ranks that loaded it would wait for the others.

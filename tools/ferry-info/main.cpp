@@ -51,7 +51,7 @@ struct NvlsVerdict {
   std::string why;
 };
 
-// Mirrors the rule nvlsAllowed() enforces (DESIGN.md rule 1), naming every reason that applies.
+// Mirrors the rule nvlsAllowed() enforces (architecture.md rule 1), naming every reason that applies.
 NvlsVerdict nvlsVerdict() {
   const ferry::Env& e = ferry::env();
   if (ferry::nvlsAllowed(e))

@@ -1,6 +1,6 @@
 // libferry_guard.so: preload it (LD_PRELOAD) and any cuMulticast* driver call aborts the process,
 // with a line on stderr naming the call, before the driver sees it. NVLink multicast objects can
-// take a shared machine's GPUs out of service for days (DESIGN.md rule 1); the env gate in ferry
+// take a shared machine's GPUs out of service for days (architecture.md rule 1); the env gate in ferry
 // is the first guard, this library the second, for everything in the process (NCCL, PyTorch, us).
 //
 // Programs reach driver functions three ways, and each is covered:
@@ -28,7 +28,7 @@ __attribute__((noreturn)) static void forbidden(const char* symbol) {
   // write(2), not stdio: no locks, no allocation, whatever state the process is in.
   static const char head[] = "ferry guard (libferry_guard.so): ";
   static const char tail[] =
-      " called: NVLink multicast is forbidden on this machine (DESIGN.md rule 1); aborting\n";
+      " called: NVLink multicast is forbidden on this machine (architecture.md rule 1); aborting\n";
   ssize_t ignored = write(2, head, sizeof(head) - 1);
   ignored = write(2, symbol, strlen(symbol));
   ignored = write(2, tail, sizeof(tail) - 1);

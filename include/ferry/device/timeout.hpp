@@ -1,5 +1,5 @@
 #pragma once
-// Bounded spinning (DESIGN.md rule 2): every device wait goes through spinUntil, which gives up
+// Bounded spinning (architecture.md rule 2): every device wait goes through spinUntil, which gives up
 // after the handle's bound (FERRY_DEVICE_TIMEOUT, set on the host when the handle is made) and
 // reports who was waiting for whom and for what before it stops the kernel with a trap. The
 // host sees the trap as cudaErrorLaunchFailure (or cudaErrorIllegalInstruction) on its next
