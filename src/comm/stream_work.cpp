@@ -1,10 +1,9 @@
 #include "comm/stream_work.hpp"
 
-#include <thread>
-
 #include "core/logger.hpp"
 #include "ferry/errors.hpp"
 #include "platform/cuda_check.hpp"
+#include "platform/cuda_poll.hpp"
 #include "core/deadline.hpp"
 
 namespace ferry {
@@ -43,18 +42,11 @@ void StreamWork::drain(const std::string& what, std::chrono::duration<double> ti
     return;
   }
   const auto deadline = deadlineAfter(timeout);
-  for (const auto& [stream, event] : events_) {
-    for (int polls = 0;; ++polls) {
-      const cudaError_t err = cudaEventQuery(event);
-      if (err == cudaSuccess) break;
-      if (err != cudaErrorNotReady) detail::throwCudaError(err, "cudaEventQuery", SourceLocation::current());
-      if (std::chrono::steady_clock::now() > deadline)
-        throw TimeoutError("rank " + std::to_string(rank_) + ": " + what + ": the Comm's work queued on GPU " +
-                           std::to_string(device_) + " did not finish within " + std::to_string(timeout.count()) +
-                           " s (FERRY_DEVICE_TIMEOUT); is a peer stuck, or a stream waiting on the host?");
-      if (polls > 1000) std::this_thread::sleep_for(std::chrono::microseconds(50));
-    }
-  }
+  for (const auto& [stream, event] : events_)
+    if (!pollUntilReady([&] { return cudaEventQuery(event); }, deadline, "cudaEventQuery"))
+      throw TimeoutError("rank " + std::to_string(rank_) + ": " + what + ": the Comm's work queued on GPU " +
+                         std::to_string(device_) + " did not finish within " + std::to_string(timeout.count()) +
+                         " s (FERRY_DEVICE_TIMEOUT); is a peer stuck, or a stream waiting on the host?");
 }
 
 }  // namespace ferry

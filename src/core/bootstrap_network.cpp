@@ -23,6 +23,9 @@ namespace ferry {
 namespace {
 constexpr std::size_t kMaxPending = 64;                // unauthenticated connections at once
 constexpr std::size_t kMaxReadPerWakeup = 8ull << 20;  // so one busy peer cannot starve the others
+// A payload's buffer starts this small and doubles as its bytes arrive: a header that announces a
+// large message costs memory only once the message is really sent.
+constexpr std::size_t kFirstPayloadBytes = 64 << 10;
 
 std::string rankName(int rank) { return "rank " + std::to_string(rank); }
 }  // namespace
@@ -478,6 +481,8 @@ void BootstrapNetwork::readFrom(Connection& c) {
       dst = c.header.data() + c.headerGot;
       want = c.header.size() - c.headerGot;
     } else {
+      if (c.payloadGot == c.payload.size() && c.payloadGot < c.frame.length)
+        c.payload.resize(static_cast<std::size_t>(std::min<std::uint64_t>(c.frame.length, 2 * c.payload.size())));
       dst = c.payload.data() + c.payloadGot;
       want = std::min(c.payload.size() - c.payloadGot, budget);
     }
@@ -506,13 +511,14 @@ void BootstrapNetwork::readFrom(Connection& c) {
         connectionFailed(c, "it sent a malformed message: " + e.detail(), true);
         return;
       }
-      c.payload.assign(c.frame.length, std::byte{0});
+      c.payload.assign(static_cast<std::size_t>(std::min<std::uint64_t>(c.frame.length, kFirstPayloadBytes)),
+                       std::byte{0});
       c.payloadGot = 0;
       c.inPayload = true;
     } else {
       c.payloadGot += static_cast<std::size_t>(n);
     }
-    if (c.inPayload && c.payloadGot == c.payload.size()) {
+    if (c.inPayload && c.payloadGot == c.frame.length) {
       std::lock_guard lock(mu_);
       mailbox_[{c.peer, c.frame.kind, c.frame.tag}].push_back(std::move(c.payload));
       c.payload = {};

@@ -1,8 +1,7 @@
 #include "transport/cuda_ipc_connection.hpp"
 
-#include <thread>
-
 #include "platform/cuda_check.hpp"
+#include "platform/cuda_poll.hpp"
 #include "platform/device_guard.hpp"
 #include "core/logger.hpp"
 #include "ferry/device/arch/atomics.hpp"
@@ -10,30 +9,6 @@
 #include "core/deadline.hpp"
 
 namespace ferry {
-namespace {
-
-using Clock = std::chrono::steady_clock;
-
-// Polls `query` until it is not cudaErrorNotReady or the timeout passes; false on timeout. Spins
-// briefly, then yields, then sleeps, so that a long wait does not burn a core.
-template <class Query>
-bool pollUntilReady(Query query, std::chrono::duration<double> timeout, const char* call) {
-  auto start = Clock::now();
-  auto deadline = deadlineAfter(timeout, start);
-  for (int spins = 0;; ++spins) {
-    cudaError_t err = query();
-    if (err == cudaSuccess) return true;
-    if (err != cudaErrorNotReady) detail::throwCudaError(err, call, SourceLocation::current());
-    if (Clock::now() >= deadline) return false;
-    if (spins < 1000) continue;
-    if (Clock::now() - start < std::chrono::milliseconds(10))
-      std::this_thread::yield();
-    else
-      std::this_thread::sleep_for(std::chrono::microseconds(50));
-  }
-}
-
-}  // namespace
 
 CudaIpcConnection::CudaIpcConnection(int rank, int remoteRank, int device)
     : Connection(rank, remoteRank, Transport::CudaIpc), device_(device) {
@@ -57,7 +32,7 @@ CudaIpcConnection::CudaIpcConnection(int rank, int remoteRank, int device)
 CudaIpcConnection::~CudaIpcConnection() {
   try {
     DeviceGuard guard(device_);
-    if (!pollUntilReady([&] { return cudaStreamQuery(stream_); }, env().connectionTimeout, "cudaStreamQuery"))
+    if (!pollUntilReady([&] { return cudaStreamQuery(stream_); }, deadlineAfter(env().connectionTimeout), "cudaStreamQuery"))
       FERRY_LOG(Error, Transport) << describe() << ": copies still in flight at destruction after "
                                   << env().connectionTimeout.count() << " s; freeing anyway";
     for (auto& e : events_) (void)cudaEventDestroy(e);
@@ -78,7 +53,7 @@ void CudaIpcConnection::doWrite(void* dst, const void* src, std::uint64_t bytes)
 
 void CudaIpcConnection::waitEvent(cudaEvent_t event, std::chrono::duration<double> timeout,
                                   const char* what) {
-  if (!pollUntilReady([&] { return cudaEventQuery(event); }, timeout, "cudaEventQuery"))
+  if (!pollUntilReady([&] { return cudaEventQuery(event); }, deadlineAfter(timeout), "cudaEventQuery"))
     throw TimeoutError(
         describe() + ": " + what + " did not complete within " + std::to_string(timeout.count()) +
         " s (FERRY_CONNECTION_TIMEOUT); is the peer's memory still mapped and the device healthy?");
@@ -113,7 +88,7 @@ void CudaIpcConnection::doUpdateAndSync(std::uint64_t* dst, bool dstInHostMemory
 
 void CudaIpcConnection::doFlush(std::chrono::duration<double> timeout) {
   DeviceGuard guard(device_);
-  if (!pollUntilReady([&] { return cudaStreamQuery(stream_); }, timeout, "cudaStreamQuery"))
+  if (!pollUntilReady([&] { return cudaStreamQuery(stream_); }, deadlineAfter(timeout), "cudaStreamQuery"))
     throw TimeoutError(describe() + ": flush: the copies issued so far did not complete within " +
                        std::to_string(timeout.count()) + " s");
   streamBusy_ = false;

@@ -52,7 +52,7 @@ int rejectionsIn(std::string_view line) {
   return 0;
 }
 
-void rogue(const UniqueId& id, const std::string& readyFile) {
+void rogue(const UniqueId& id, const std::string& readyFile, const std::string& doneFile) {
   SocketAddress root = decodeUniqueId(id).root;
   std::mt19937 rng(7);
   // 1. A well-formed hello with a wrong secret.
@@ -77,19 +77,30 @@ void rogue(const UniqueId& id, const std::string& readyFile) {
   while (!std::ifstream(readyFile)) std::this_thread::sleep_for(20ms);
   hello.secret = decodeUniqueId(id).secret;
   sendRaw(root, wire::encodeHello(hello), true);
+  // 7. With the secret (a captured one, say), as rank 1: a header announcing 1 GiB, then silence.
+  //    The root must not allocate the gigabyte for bytes that never come (RSS checked below).
+  wire::Hello asRank1{wire::HelloKind::Connect, decodeUniqueId(id).secret, 1, kRanks, root, 0};
+  Socket announcing = Socket::connect(root, Clock::now() + 5s);
+  announcing.sendAll(wire::encodeHello(asRank1), Clock::now() + 5s);
+  announcing.sendAll(wire::encodeFrameHeader({wire::FrameKind::User, 0, 1ull << 30}), Clock::now() + 5s);
   std::this_thread::sleep_for(3s);  // keep the stalled and flooding sockets open past the bound
+  // Closing `announcing` mid-message would make the root take rank 1 for gone (the secret is a
+  // bearer token still): held until the ranks are done.
+  while (!std::ifstream(doneFile)) std::this_thread::sleep_for(20ms);
 }
 
 TEST(BootstrapSecurity, RogueClientsAreRejectedAndRanksFinish) {
   UniqueId id = UniqueId::create();
   std::string readyFile = "/tmp/ferry_rogue_ready_" + std::to_string(getpid());
+  std::string doneFile = "/tmp/ferry_rogue_done_" + std::to_string(getpid());
   std::remove(readyFile.c_str());
+  std::remove(doneFile.c_str());
   TcpBootstrap::Options o;
   o.timeout = Seconds(30.0);
   o.handshakeTimeout = Seconds(1.0);
   runRanksOk(kRanks + 1,
              [&](int rank) {
-               if (rank == kRanks) return rogue(id, readyFile);
+               if (rank == kRanks) return rogue(id, readyFile, doneFile);
                std::atomic<int> rejections{0};
                // Rejections are logged one line a second at most, each line counting those it stands for.
                std::atomic<int> lines{0};
@@ -122,9 +133,11 @@ TEST(BootstrapSecurity, RogueClientsAreRejectedAndRanksFinish) {
                  log::setSinkForTesting(nullptr);
                }
                boot->barrier();
+               if (rank == 0) std::ofstream(doneFile) << "done";
              },
              {.limit = std::chrono::seconds(90)});
   std::remove(readyFile.c_str());
+  std::remove(doneFile.c_str());
 }
 
 // 200 connections to the root's port that never speak, held open while a 4-rank job joins: the
