@@ -297,6 +297,15 @@ std::shared_ptr<TcpBootstrap> TcpBootstrap::create(const std::string& rootHostPo
   auto start = Clock::now();
   SocketAddress root = SocketAddress::parse(rootHostPort);
   const Env& e = env();
+  if (e.bootstrapSecret.empty()) {
+    // Once per process: the derived secret is only as secret as the root address.
+    static std::atomic<bool> warned{false};
+    if (!warned.exchange(true))
+      FERRY_LOG(Warn, Bootstrap) << "rank " << rank << ": joining " << rootHostPort
+                                 << " by host:port without FERRY_BOOTSTRAP_SECRET: the join secret is derived from "
+                                    "that address, so anyone who can reach the port can join; set "
+                                    "FERRY_BOOTSTRAP_SECRET to the same random value on every rank (docs/security.md)";
+  }
   auto secret =
       derivedSecret("ferry-host-port|" + e.bootstrapSecret + "|" + e.torchelasticRunId + "|" + rootHostPort);
   auto impl = std::make_unique<Impl>(rank, worldSize, options, secret);

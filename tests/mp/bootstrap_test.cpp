@@ -6,12 +6,15 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <atomic>
+#include <cstdlib>
 #include <cstring>
 #include <numeric>
 #include <random>
 #include <thread>
 
 #include "core/bootstrap_env.hpp"
+#include "core/logger.hpp"
 #include "ferry/errors.hpp"
 #include "mp_harness.hpp"
 
@@ -160,7 +163,16 @@ TEST(Bootstrap, HostPortIPv4AndIPv6) {
     SCOPED_TRACE(host);
     std::string root = host + ":" + std::to_string(freePort(host[0] == '[' ? AF_INET6 : AF_INET));
     runRanksOk(3, [&](int rank) {
+      // Without FERRY_BOOTSTRAP_SECRET, each process warns once that anyone reaching the port can join.
+      std::atomic<int> warnings{0};
+      log::setSinkForTesting([&](std::string_view line) {
+        if (line.find("without FERRY_BOOTSTRAP_SECRET") != std::string_view::npos) ++warnings;
+      });
       auto boot = TcpBootstrap::create(root, rank, 3);
+      log::setSinkForTesting(nullptr);
+      if (std::getenv("FERRY_BOOTSTRAP_SECRET") == nullptr) {
+        EXPECT_EQ(warnings.load(), 1);
+      }
       EXPECT_EQ(boot->listenAddress().front() == '[', host[0] == '[');
       exerciseAllOperations(*boot);
     });
