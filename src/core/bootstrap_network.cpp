@@ -155,10 +155,17 @@ BootstrapNetwork::Connection* BootstrapNetwork::connectionFor(int peer, Clock::t
     } catch (const SysError& e) {
       // A refused connection to a listener that exists means the peer is gone; retry briefly in
       // case its accept queue overflowed.
+      // A peer that advertises a loopback address while this rank listens on a real interface is
+      // most likely on another host and misconfigured, not gone: say so.
+      const bool loopback = address.isLoopback() && !listenAddress_.isLoopback();
       if (e.errnum() != ECONNREFUSED || attempt >= 20 || Clock::now() >= deadline)
-        throw Error(ErrorCode::RemoteError, rankName(config_.rank) + ": " + what + ": cannot connect to " +
-                                                rankName(peer) + " at " + address.toString() + ": " +
-                                                e.detail() + " (has that rank exited?)");
+        throw Error(ErrorCode::RemoteError,
+                    rankName(config_.rank) + ": " + what + ": cannot connect to " + rankName(peer) + " at " +
+                        address.toString() + ": " + e.detail() +
+                        (loopback ? " (it advertises a loopback address, which reaches only its own host: if it "
+                                    "runs on another host, set FERRY_SOCKET_IFNAME there to an interface this host "
+                                    "can reach; else, has it exited?)"
+                                  : " (has that rank exited?)"));
       std::this_thread::sleep_for(std::chrono::milliseconds(50));
     } catch (const TimeoutError&) {
       throw TimeoutError(rankName(config_.rank) + ": " + what + ": connecting to " + rankName(peer) + " at " +
