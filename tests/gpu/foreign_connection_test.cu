@@ -22,6 +22,7 @@
 #include "ferry/communicator.hpp"
 #include "ferry/connection.hpp"
 #include "ferry/errors.hpp"
+#include "gpu_ranks.hpp"
 #include "gpu_test_process.hpp"
 #include "gpu_test_util.hpp"
 #include "mp_harness.hpp"
@@ -133,10 +134,7 @@ class ForeignConnection : public ::testing::TestWithParam<int> {
 
 TEST_P(ForeignConnection, CarriesThePortChannelAlgorithmsAndAPortPlan) {
   const int n = GetParam();
-  const UniqueId id = UniqueId::create();
-  runRanksOk(n, [&](int rank) {
-    cudaSetDevice(rankDevice(rank));
-    auto boot = TcpBootstrap::create(id, rank, n);
+  runGpuRanksOk(n, [&](int rank, const std::shared_ptr<TcpBootstrap>& boot) {
     std::vector<std::shared_ptr<CountingConnection>> conns;
     CommOptions options;
     options.connect = [&](Communicator& c, int peer) {
@@ -193,10 +191,7 @@ TEST_P(ForeignConnection, CarriesThePortChannelAlgorithmsAndAPortPlan) {
 // next rank) is refused while the Comm is made, naming what it got.
 TEST_P(ForeignConnection, AConnectionToAnotherRankIsRefused) {
   const int n = GetParam();
-  const UniqueId id = UniqueId::create();
-  runRanksOk(n, [&](int rank) {
-    cudaSetDevice(rankDevice(rank));
-    auto boot = TcpBootstrap::create(id, rank, n);
+  runGpuRanksOk(n, [&](int rank, const std::shared_ptr<TcpBootstrap>& boot) {
     CommOptions options;
     options.connect = [&](Communicator&, int peer) { return std::make_shared<CountingConnection>((rank + 1) % n, peer); };
     try {

@@ -24,6 +24,7 @@
 #include "ferry/memory.hpp"
 #include "ferry/memory_channel.hpp"
 #include "ferry/semaphore.hpp"
+#include "gpu_ranks.hpp"
 #include "gpu_test_process.hpp"
 #include "gpu_test_util.hpp"
 #include "mp_harness.hpp"
@@ -171,10 +172,7 @@ class RuntimeAlgorithms : public ::testing::TestWithParam<int> {
 
 TEST_P(RuntimeAlgorithms, PlanAndNativeAlgorithmOnOneCommOnly) {
   const int n = GetParam();
-  const UniqueId id = UniqueId::create();
-  runRanksOk(n, [&](int rank) {
-    cudaSetDevice(rankDevice(rank));
-    auto boot = TcpBootstrap::create(id, rank, n);
+  runGpuRanksOk(n, [&](int rank, const std::shared_ptr<TcpBootstrap>& boot) {
     Comm a(boot);
     Comm b(boot->split(0, rank));
     cudaStream_t stream;
@@ -230,10 +228,7 @@ TEST_P(RuntimeAlgorithms, PlanAndNativeAlgorithmOnOneCommOnly) {
 // so do the peers: no Comm ends up with registries that choose differently.
 TEST_P(RuntimeAlgorithms, RanksThatAddDifferentAlgorithmsGetAnError) {
   const int n = GetParam();
-  const UniqueId id = UniqueId::create();
-  runRanksOk(n, [&](int rank) {
-    cudaSetDevice(rankDevice(rank));
-    auto boot = TcpBootstrap::create(id, rank, n);
+  runGpuRanksOk(n, [&](int rank, const std::shared_ptr<TcpBootstrap>& boot) {
     Comm a(boot);
     const std::string message = invalidUsageOf([&] {
       if (rank == 0)
@@ -264,10 +259,7 @@ class FailsOnRankOne final : public NativeAlgorithm {
 
 TEST_P(RuntimeAlgorithms, SetupThatFailsOnOneRankAddsOnNone) {
   const int n = GetParam();
-  const UniqueId id = UniqueId::create();
-  runRanksOk(n, [&](int rank) {
-    cudaSetDevice(rankDevice(rank));
-    auto boot = TcpBootstrap::create(id, rank, n);
+  runGpuRanksOk(n, [&](int rank, const std::shared_ptr<TcpBootstrap>& boot) {
     Comm a(boot);
     const std::string message = invalidUsageOf([&] { a.addAlgorithm(std::make_shared<FailsOnRankOne>()); });
     EXPECT_CONTAINS(message, "setup failed on rank(s) 1");
