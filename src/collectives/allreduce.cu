@@ -219,7 +219,7 @@ class AllReduceLL final : public Algorithm {
              std::to_string(limits.llSlotDataBytes) + " (FERRY_LL_BYTES)";
     return {};
   }
-  void launch(const CollectiveCall& call, const CollectiveContext& context) const override {
+  void launch(const CollectiveCall& call, const CollectiveContext& context, void*) const override {
     const std::uint64_t bytes = call.bytes();
     const unsigned grid = gridFor(context, (bytes + 7) / 8, kThreads, 1, 64);
     dispatchTypeOp(call.type, call.op, [&]<class T, ReduceOp Op>() {
@@ -251,7 +251,7 @@ class AllReduceRing final : public Algorithm {
       return "it needs more than 8191 scratch rounds (raise FERRY_SCRATCH_BYTES)";
     return {};
   }
-  void launch(const CollectiveCall& call, const CollectiveContext& context) const override {
+  void launch(const CollectiveCall& call, const CollectiveContext& context, void*) const override {
     const std::uint64_t slot = slotBytes({context.nranks, 0, context.scratchHalfBytes});
     const std::uint64_t chunkBytes = std::min<std::uint64_t>(slot, call.bytes() / context.nranks + 16);
     const unsigned grid = gridFor(context, chunkBytes, 8 << 10, 1, 32);
@@ -282,7 +282,7 @@ class AllReduceTwoShot final : public Algorithm {
     if (slotBytes(limits) < 16) return "the scratch is too small (FERRY_SCRATCH_BYTES)";
     return {};
   }
-  void launch(const CollectiveCall& call, const CollectiveContext& context) const override {
+  void launch(const CollectiveCall& call, const CollectiveContext& context, void*) const override {
     const std::uint64_t slot = slotBytes({context.nranks, 0, context.scratchHalfBytes});
     const std::uint64_t chunkBytes = std::min<std::uint64_t>(slot, call.bytes() / context.nranks + 16);
     const unsigned grid = gridFor(context, chunkBytes, 8 << 10, 1, 64);

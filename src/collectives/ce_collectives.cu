@@ -50,6 +50,14 @@ FERRY_DEVICE FERRY_INLINE std::uint64_t regionOffset(const CollectiveContext& c,
 }
 FERRY_DEVICE FERRY_INLINE std::uint64_t address(const void* p) { return reinterpret_cast<std::uint64_t>(p); }
 
+// What the blocks of one reducing kernel tell each other (the algorithm's own state in the Comm,
+// Algorithm::deviceStateBytes): rounds whose inputs are all here, and pieces reduced so far. Zero
+// between calls.
+struct CeReduceState {
+  std::uint32_t arrived;
+  std::uint32_t reduced;
+};
+
 // Driver: flushes every peer's channel, the flushes overlapping.
 FERRY_DEVICE FERRY_INLINE void flushAll(const CollectiveContext& c, PortPeers& ports) {
   std::uint64_t slot[kMaxRanks];
@@ -115,7 +123,7 @@ FERRY_DEVICE FERRY_INLINE char* ceSlot(char* half, const CeShape& s, int R, std:
 // channel, "my round-j piece for you has landed"; and on block 0's flag row, (m, j, 2) says "I
 // reduced round j: your slots of parity j are free, my piece j is final".
 template <class T>
-FERRY_DEVICE void driveReduce(const CollectiveContext& c, PortPeers& px, const DirectBuffers& b,
+FERRY_DEVICE void driveReduce(const CollectiveContext& c, PortPeers& px, CeReduceState& st, const DirectBuffers& b,
                               const char* send, char* recv, const CeShape& s, std::uint64_t m) {
   constexpr std::uint64_t sz = sizeof(T);
   const int R = c.nranks, r = c.rank;
@@ -137,11 +145,11 @@ FERRY_DEVICE void driveReduce(const CollectiveContext& c, PortPeers& px, const D
   }
   for (std::uint64_t j = 0; j < s.rounds && !abortRaised(c); ++j) {
     eachPeer([&](int q) { px.channel[q].wait(); });  // every peer's round-j piece is here
-    atomicStore<std::uint32_t, cuda::thread_scope_device>(&c.state->ceArrived, static_cast<std::uint32_t>(j + 1),
+    atomicStore<std::uint32_t, cuda::thread_scope_device>(&st.arrived, static_cast<std::uint32_t>(j + 1),
                                                           memory_order_release);
     const auto reduced = static_cast<std::uint32_t>((j + 1) * (gridDim.x - 1));
     spinUntil([&] {
-      return atomicLoad<std::uint32_t, cuda::thread_scope_device>(&c.state->ceReduced, memory_order_acquire) >= reduced;
+      return atomicLoad<std::uint32_t, cuda::thread_scope_device>(&st.reduced, memory_order_acquire) >= reduced;
     }, waitContext(c, r), "copy-engine reduce: this rank's reducer blocks", j);
     eachPeer([&](int q) { signalPeer(c, q, signalValue(m, j, 2)); });
     if (s.gather) {
@@ -157,14 +165,14 @@ FERRY_DEVICE void driveReduce(const CollectiveContext& c, PortPeers& px, const D
     }
   }
   flushAll(c, px);
-  c.state->ceArrived = 0;  // every reducer block is done (or the call was aborted)
-  c.state->ceReduced = 0;
+  st.arrived = 0;  // every reducer block is done (or the call was aborted)
+  st.reduced = 0;
 }
 
 // Blocks 1..G: reduce their share of this rank's piece j once the driver says its inputs are here.
 template <class T, ReduceOp Op>
-FERRY_DEVICE void reducePieces(const CollectiveContext& c, const char* send, char* recv, const CeShape& s,
-                               std::uint64_t m) {
+FERRY_DEVICE void reducePieces(const CollectiveContext& c, CeReduceState& st, const char* send, char* recv,
+                               const CeShape& s, std::uint64_t m) {
   constexpr std::uint64_t sz = sizeof(T);
   const int R = c.nranks, r = c.rank;
   const std::uint64_t G = gridDim.x - 1, g = blockIdx.x - 1;
@@ -174,7 +182,7 @@ FERRY_DEVICE void reducePieces(const CollectiveContext& c, const char* send, cha
   for (std::uint64_t j = 0; j < s.rounds; ++j) {
     if (threadIdx.x == 0)
       spinUntil([&] {
-        return atomicLoad<std::uint32_t, cuda::thread_scope_device>(&c.state->ceArrived, memory_order_acquire) >= j + 1;
+        return atomicLoad<std::uint32_t, cuda::thread_scope_device>(&st.arrived, memory_order_acquire) >= j + 1;
       }, waitContext(c, r), "copy-engine reduce: the driver's inputs of a round", j);
     __syncthreads();
     const Range e = pieceOf(s, r, j);
@@ -186,20 +194,21 @@ FERRY_DEVICE void reducePieces(const CollectiveContext& c, const char* send, cha
     reduceSources<T, Op>(dst, 1, src, R, R, part.size(), threadIdx.x, kThreads);
     __syncthreads();
     if (threadIdx.x == 0)
-      atomicFetchAdd<std::uint32_t, cuda::thread_scope_device>(&c.state->ceReduced, 1u, memory_order_release);
+      atomicFetchAdd<std::uint32_t, cuda::thread_scope_device>(&st.reduced, 1u, memory_order_release);
   }
 }
 
 template <class T, ReduceOp Op>
 __global__ void __launch_bounds__(kThreads)
-    reduceCe(CollectiveContext c, PortPeers* ports, CallBuffers mine, const char* send, char* recv, CeShape s) {
+    reduceCe(CollectiveContext c, PortPeers* ports, CeReduceState* st, CallBuffers mine, const char* send, char* recv,
+             CeShape s) {
   __shared__ DirectBuffers b;
   const std::uint64_t m = beginDirect(c, mine, send, recv, b);
   if (blockIdx.x == 0) {
-    if (threadIdx.x == 0) driveReduce<T>(c, *ports, b, send, recv, s, m);
+    if (threadIdx.x == 0) driveReduce<T>(c, *ports, *st, b, send, recv, s, m);
     finishCe(c, m);
   } else {
-    reducePieces<T, Op>(c, send, recv, s, m);
+    reducePieces<T, Op>(c, *st, send, recv, s, m);
     endCall(c, m);
   }
 }
@@ -219,7 +228,7 @@ class MoveCeAlgorithm final : public Algorithm {
   Collective collective() const override { return collective_; }
   std::string whyNot(const CollectiveCall& call, const CommLimits&) const override { return whyNotZeroCopy(call); }
   std::string constraints(const CommLimits&) const override { return "registered buffers only"; }
-  void launch(const CollectiveCall& call, const CollectiveContext& context) const override {
+  void launch(const CollectiveCall& call, const CollectiveContext& context, void*) const override {
     PortPeers* ports = portsOf(context, call, name_);
     const CollectiveContext c = forCall(context, call);
     const auto* send = static_cast<const char*>(call.send);
@@ -263,8 +272,12 @@ class ReduceCeAlgorithm final : public Algorithm {
     if (s.rounds >= kLastRound) return "it would take more rounds than a call can count (raise FERRY_SCRATCH_BYTES)";
     return {};
   }
-  void launch(const CollectiveCall& call, const CollectiveContext& context) const override {
+  std::size_t deviceStateBytes() const override { return sizeof(CeReduceState); }
+  void launch(const CollectiveCall& call, const CollectiveContext& context, void* state) const override {
     PortPeers* ports = portsOf(context, call, name_);
+    auto* st = static_cast<CeReduceState*>(state);
+    if (st == nullptr)
+      throw Error(ErrorCode::InternalError, describe(call) + ": " + name_ + ": the Comm gave it no device state");
     const CollectiveContext c = forCall(context, call);
     CommLimits limits;
     limits.worldSize = call.worldSize;
@@ -273,7 +286,7 @@ class ReduceCeAlgorithm final : public Algorithm {
     const auto* send = static_cast<const char*>(call.send);
     auto* recv = static_cast<char*>(call.recv);
     dispatchTypeOp(call.type, call.op, [&]<class T, ReduceOp Op>() {
-      reduceCe<T, Op><<<1 + kReduceBlocks, kThreads, 0, call.stream>>>(c, ports, published(call), send, recv, s);
+      reduceCe<T, Op><<<1 + kReduceBlocks, kThreads, 0, call.stream>>>(c, ports, st, published(call), send, recv, s);
     });
     checkLaunch(call, name_);
   }

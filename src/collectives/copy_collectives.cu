@@ -122,7 +122,7 @@ class CopyLL final : public Algorithm {
              std::to_string(limits.llSlotDataBytes) + " (FERRY_LL_BYTES)";
     return {};
   }
-  void launch(const CollectiveCall& call, const CollectiveContext& context) const override {
+  void launch(const CollectiveCall& call, const CollectiveContext& context, void*) const override {
     const CopyPlan plan = planFor(call);
     const unsigned grid = gridFor(context, (plan.bytes + 7) / 8, kThreads, 1, 64);
     copyLL<<<grid, kThreads, 0, call.stream>>>(forCall(context, call), plan);
@@ -144,7 +144,7 @@ class CopyPush final : public Algorithm {
     if (slotBytes(limits.scratchHalfBytes, limits.worldSize) < 16) return "the scratch is too small (FERRY_SCRATCH_BYTES)";
     return {};
   }
-  void launch(const CollectiveCall& call, const CollectiveContext& context) const override {
+  void launch(const CollectiveCall& call, const CollectiveContext& context, void*) const override {
     const CopyPlan plan = planFor(call);
     const std::uint64_t slot = slotBytes(context.scratchHalfBytes, context.nranks);
     const unsigned grid = gridFor(context, std::min(slot, plan.bytes), 8 << 10, 1, 64);

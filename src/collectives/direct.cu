@@ -109,7 +109,7 @@ class DirectAlgorithm : public Algorithm {
   Collective collective() const override { return collective_; }
   std::string whyNot(const CollectiveCall& call, const CommLimits&) const override { return whyNotZeroCopy(call); }
   std::string constraints(const CommLimits&) const override { return "registered buffers only"; }
-  void launch(const CollectiveCall& call, const CollectiveContext& context) const override {
+  void launch(const CollectiveCall& call, const CollectiveContext& context, void*) const override {
     const CollectiveContext c = forCall(context, call);
     // A broadcast's non-root ranks may pass any send pointer; the kernel must never see it.
     const auto* send = call.usesSend() ? static_cast<const char*>(call.send) : nullptr;

@@ -6,7 +6,7 @@
 #include "platform/cuda_check.hpp"
 #include "ferry/device/arch/atomics.hpp"
 #include "ferry/device/copy.hpp"
-#include "ferry/device/timeout.hpp"
+#include "ferry/device/semaphore.hpp"
 #include "ferry/errors.hpp"
 
 namespace ferry {
@@ -16,33 +16,46 @@ namespace {
 static_assert(sizeof(P2PContext) + sizeof(P2PBatch) <= 4096,
               "the send/recv kernel's parameters outgrow 4 KiB");
 
-// One message's lane: chunks through the ring of slots, continuing the running total of
-// (peer, lane). Every thread reads the total before the first barrier of the loop; thread 0
-// advances it only after the last.
 // The cell of (sender, lane, slot) in an array of message sizes.
 FERRY_DEVICE FERRY_INLINE std::uint64_t sizeCell(int sender, int lane, std::uint64_t slot) {
   return (static_cast<std::uint64_t>(sender) * kP2PLanes + lane) * kP2PSlots + slot;
 }
 
+// The counters of (peer, lane) are semaphores of the channel layer (ferry/device/semaphore.hpp),
+// used stamped: `arrived` carries the sender's "chunk g is in its slot" as g + 1, `acked` the
+// receiver's "chunk g's slot is free again" as g + 1. own: this rank's inbound words
+// ([sender][lane]); peers: each peer's, mapped here.
+FERRY_DEVICE FERRY_INLINE SemaphoreDeviceHandle laneSemaphore(const P2PContext& c, std::uint64_t* own,
+                                                              std::uint64_t* const* peers, int peer, int lane) {
+  SemaphoreDeviceHandle s;
+  s.inbound = own + peer * kP2PLanes + lane;
+  s.remoteInbound = peers[peer] + c.rank * kP2PLanes + lane;
+  s.wait_ = WaitContext{c.rank, peer, c.timeoutNs, c.abortFlag};
+  return s;
+}
+
+// One message's lane: chunks through the ring of slots, continuing the running total of
+// (peer, lane). Every thread reads the total before the first barrier of the loop; thread 0
+// advances it only after the last.
 FERRY_DEVICE FERRY_INLINE void sendLane(const P2PContext& c, int peer, const char* src, std::uint64_t bytes,
                                         int lane, const Range& part) {
   std::uint64_t* total = c.sent + peer * kP2PLanes + lane;
   const std::uint64_t first = *total;
   const std::uint64_t chunks = (part.size() + kP2PChunkBytes - 1) / kP2PChunkBytes;
-  const std::uint64_t* acked = c.acked + peer * kP2PLanes + lane;
+  const SemaphoreDeviceHandle data = laneSemaphore(c, c.arrived, c.peerArrived, peer, lane);
+  const SemaphoreDeviceHandle freed = laneSemaphore(c, c.acked, c.peerAcked, peer, lane);
   char* inbox = c.peerInbox[peer];
   for (std::uint64_t i = 0; i < chunks; ++i) {
     const std::uint64_t g = first + i;
     if (threadIdx.x == 0 && g >= kP2PSlots)
-      spinUntil([&] { return atomicLoad(acked, memory_order_acquire) + kP2PSlots >= g + 1; },
-                WaitContext{c.rank, peer, c.timeoutNs, c.abortFlag}, "send: waiting for the receiver to free a slot", g);
+      freed.waitAt(g + 1 - kP2PSlots, "send: waiting for the receiver to free a slot");
     __syncthreads();
     const std::uint64_t off = i * kP2PChunkBytes, len = min(kP2PChunkBytes, part.size() - off);
     copy(inbox + p2pSlotOffset(c.rank, lane, g % kP2PSlots), src + part.begin + off, len, threadIdx.x, blockDim.x);
     __syncthreads();
     if (threadIdx.x == 0) {
       c.peerSizes[peer][sizeCell(c.rank, lane, g % kP2PSlots)] = bytes;  // released with `arrived`
-      atomicStore(c.peerArrived[peer] + c.rank * kP2PLanes + lane, g + 1, memory_order_release);
+      data.signalAt(g + 1);
     }
   }
   if (threadIdx.x == 0) *total = first + chunks;
@@ -65,14 +78,12 @@ FERRY_DEVICE FERRY_INLINE void recvLane(const P2PContext& c, int peer, char* dst
   std::uint64_t* total = c.received + peer * kP2PLanes + lane;
   const std::uint64_t first = *total;
   const std::uint64_t chunks = (part.size() + kP2PChunkBytes - 1) / kP2PChunkBytes;
-  const std::uint64_t* arrived = c.arrived + peer * kP2PLanes + lane;
+  const SemaphoreDeviceHandle data = laneSemaphore(c, c.arrived, c.peerArrived, peer, lane);
+  const SemaphoreDeviceHandle freed = laneSemaphore(c, c.acked, c.peerAcked, peer, lane);
   for (std::uint64_t i = 0; i < chunks; ++i) {
     const std::uint64_t g = first + i;
-    if (threadIdx.x == 0)
-      spinUntil([&] { return atomicLoad(arrived, memory_order_acquire) >= g + 1; },
-                WaitContext{c.rank, peer, c.timeoutNs, c.abortFlag}, "recv: waiting for the sender's data", g);
     // (The wait also returns on an abort, with nothing arrived: then there is nothing to compare.)
-    if (threadIdx.x == 0 && atomicLoad(arrived, memory_order_acquire) >= g + 1) {
+    if (threadIdx.x == 0 && data.waitAt(g + 1, "recv: waiting for the sender's data") >= g + 1) {
       const std::uint64_t theirs = c.sizes[sizeCell(peer, lane, g % kP2PSlots)];
       if (theirs != bytes) reportSizeMismatch(c, peer, bytes, theirs);
     }
@@ -80,7 +91,7 @@ FERRY_DEVICE FERRY_INLINE void recvLane(const P2PContext& c, int peer, char* dst
     const std::uint64_t off = i * kP2PChunkBytes, len = min(kP2PChunkBytes, part.size() - off);
     copy(dst + part.begin + off, c.inbox + p2pSlotOffset(peer, lane, g % kP2PSlots), len, threadIdx.x, blockDim.x);
     __syncthreads();  // every read of the slot is done before the sender may overwrite it
-    if (threadIdx.x == 0) atomicStore(c.peerAcked[peer] + c.rank * kP2PLanes + lane, g + 1, memory_order_release);
+    if (threadIdx.x == 0) freed.signalAt(g + 1);
   }
   if (threadIdx.x == 0) *total = first + chunks;
 }

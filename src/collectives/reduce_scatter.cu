@@ -91,7 +91,7 @@ class ReduceScatterLL final : public Algorithm {
              std::to_string(limits.llSlotDataBytes) + " (FERRY_LL_BYTES)";
     return {};
   }
-  void launch(const CollectiveCall& call, const CollectiveContext& context) const override {
+  void launch(const CollectiveCall& call, const CollectiveContext& context, void*) const override {
     const std::uint64_t bytes = call.count * call.elementBytes();
     const unsigned grid = gridFor(context, (bytes + 7) / 8, kThreads, 1, 64);
     dispatchTypeOp(call.type, call.op, [&]<class T, ReduceOp Op>() {
@@ -114,7 +114,7 @@ class ReduceScatterPush final : public Algorithm {
     if (slotBytes(limits.scratchHalfBytes, limits.worldSize) < 16) return "the scratch is too small (FERRY_SCRATCH_BYTES)";
     return {};
   }
-  void launch(const CollectiveCall& call, const CollectiveContext& context) const override {
+  void launch(const CollectiveCall& call, const CollectiveContext& context, void*) const override {
     const std::uint64_t slot = slotBytes(context.scratchHalfBytes, context.nranks);
     const std::uint64_t blockBytes = std::min<std::uint64_t>(slot, call.count * call.elementBytes());
     const unsigned grid = gridFor(context, blockBytes, 8 << 10, 1, 64);

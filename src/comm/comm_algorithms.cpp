@@ -39,6 +39,7 @@ void Comm::addPlan(const Plan& plan) {
     if (I.plans) {
       DeviceGuard scope(I.device);
       I.plans->add(&algorithm.forWorldSize(worldSize())->programs[static_cast<std::size_t>(rank())]);
+      I.states.reserve(algorithm);
     }
     I.selector.add(&algorithm, AlgorithmKind::Plan, plan.impl());
   });

@@ -43,6 +43,7 @@ struct Comm::Impl {
   Communicator communicator;
   Selector selector;
   SelectionCache selection;  // the selector's answers per call shape
+  AlgorithmStates states;    // each algorithm's own device memory in this Comm
   // What removed algorithms owned: queued kernels and captured graphs may still run them.
   std::vector<std::shared_ptr<const void>> retired;
   std::unique_ptr<CommResources> resources;
@@ -93,6 +94,7 @@ struct Comm::Impl {
       resources->setRegistrationTable(registry->table());
       plans = std::make_unique<executor::DevicePlans>(bootstrap->rank(), bootstrap->size());
       resources->setPlans(plans.get());
+      for (const auto& e : selector.registry().entries()) states.reserve(*e.algorithm);
     }
     bootstrap->barrier();  // every rank has mapped every peer before anyone writes
     FERRY_LOG(Info, Collectives) << "Comm ready: rank " << bootstrap->rank() << " of " << bootstrap->size()
@@ -199,12 +201,13 @@ struct Comm::Impl {
         call.recvOffset = hit.offset;
       }
     }
-    const Algorithm& algorithm = selection.select(selector, call, resources->limits());
+    const SelectionCache::Choice choice = selection.select(selector, states, call, resources->limits());
+    const Algorithm& algorithm = *choice.algorithm;
     if (call.registered() || !algorithm.needsRegisteredBuffers(call)) {
-      algorithm.launch(call, resources->context());
+      algorithm.launch(call, resources->context(), choice.state);
     } else {
       const CollectiveCall staged = staging->stageIn(call);
-      algorithm.launch(staged, resources->context());
+      algorithm.launch(staged, resources->context(), choice.state);
       staging->stageOut(call, staged);
     }
     work->note(call.stream);  // after the call's work, which the event then covers

@@ -43,7 +43,7 @@ std::string NativeAlgorithmAdapter::whyNot(const CollectiveCall& call, const Com
   return algorithm_->whyNot(argsOf(call));
 }
 
-void NativeAlgorithmAdapter::launch(const CollectiveCall& call, const CollectiveContext&) const {
+void NativeAlgorithmAdapter::launch(const CollectiveCall& call, const CollectiveContext&, void*) const {
   algorithm_->launch(argsOf(call));
 }
 

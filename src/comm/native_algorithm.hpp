@@ -20,7 +20,7 @@ class NativeAlgorithmAdapter final : public Algorithm {
   const char* name() const override { return name_.c_str(); }
   Collective collective() const override { return collective_; }
   std::string whyNot(const CollectiveCall& call, const CommLimits& limits) const override;
-  void launch(const CollectiveCall& call, const CollectiveContext& context) const override;
+  void launch(const CollectiveCall& call, const CollectiveContext& context, void*) const override;
   std::string constraints(const CommLimits& limits) const override;
   NativeAlgorithm& user() const { return *algorithm_; }
 

@@ -135,34 +135,34 @@ void Selector::force(Collective c, std::string_view name) {
 
 const Algorithm& Selector::select(const CollectiveCall& call, const CommLimits& limits) const {
   if (const Algorithm* forced = forced_[static_cast<int>(call.collective)]) {
-    if (auto why = forced->whyNot(call, limits); !why.empty())
+    if (auto why = whyNotRun(*forced, call, limits); !why.empty())
       throw Error(ErrorCode::InvalidUsage, describe(call) + ": the forced algorithm " + forced->name() +
                                                " cannot run this call: " + why +
                                                " (force another one, or none, with setAlgorithm / FERRY_ALGO)");
     return *forced;
   }
   for (const Algorithm* a : preferred_)
-    if (a->collective() == call.collective && a->whyNot(call, limits).empty()) return *a;
+    if (a->collective() == call.collective && whyNotRun(*a, call, limits).empty()) return *a;
   const std::uint64_t bytes = call.bytes();
   for (std::size_t i = 0; i < rows_.size(); ++i) {
     const TuningRow& row = rows_[i];
     if (!row.matches(call, limits.fabric) || bytes > row.maxBytes) continue;
     const Algorithm* a = rowAlgorithms_[i];
-    if (a && a->whyNot(call, limits).empty()) return *a;
+    if (a && whyNotRun(*a, call, limits).empty()) return *a;
   }
   std::string reasons;
   for (const auto& e : registry_.entries()) {
     const Algorithm* a = e.algorithm;
     if (a->collective() != call.collective) continue;
-    auto why = a->whyNot(call, limits);
+    auto why = whyNotRun(*a, call, limits);
     if (why.empty()) return *a;
     reasons += std::string("; ") + a->name() + ": " + why;
   }
   throw Error(ErrorCode::InvalidUsage, describe(call) + ": no algorithm can run this call" + reasons);
 }
 
-const Algorithm& SelectionCache::select(const Selector& selector, const CollectiveCall& call,
-                                        const CommLimits& limits) {
+SelectionCache::Choice SelectionCache::select(const Selector& selector, const AlgorithmStates& states,
+                                              const CollectiveCall& call, const CommLimits& limits) {
   if (version_ != selector.version()) {
     slots_.fill({});
     version_ = selector.version();
@@ -180,10 +180,10 @@ const Algorithm& SelectionCache::select(const Selector& selector, const Collecti
        static_cast<std::uint32_t>(key.root);
   h ^= h >> 29;
   Slot& slot = slots_[(h * 0xBF58476D1CE4E5B9ull >> 57) % kSlots];
-  if (slot.algorithm != nullptr && slot.key == key) return *slot.algorithm;
+  if (slot.choice.algorithm != nullptr && slot.key == key) return slot.choice;
   const Algorithm& a = selector.select(call, limits);  // throws without caching: errors stay errors
-  slot = {key, &a};
-  return a;
+  slot = {key, {&a, states.of(a)}};
+  return slot.choice;
 }
 
 }  // namespace ferry

@@ -27,6 +27,7 @@
 #include <vector>
 
 #include "comm/algorithm_registry.hpp"
+#include "comm/algorithm_states.hpp"
 #include "platform/fabric.hpp"
 
 namespace ferry {
@@ -101,7 +102,12 @@ class Selector {
 // not thread-safe, as a Comm's calls are not.
 class SelectionCache {
  public:
-  const Algorithm& select(const Selector& selector, const CollectiveCall& call, const CommLimits& limits);
+  struct Choice {
+    const Algorithm* algorithm;
+    void* state;  // the algorithm's own device memory in this Comm (states.of)
+  };
+  Choice select(const Selector& selector, const AlgorithmStates& states, const CollectiveCall& call,
+                const CommLimits& limits);
 
  private:
   struct Key {
@@ -112,7 +118,7 @@ class SelectionCache {
   };
   struct Slot {
     Key key;
-    const Algorithm* algorithm = nullptr;
+    Choice choice{nullptr, nullptr};
   };
   static constexpr std::size_t kSlots = 128;
   std::array<Slot, kSlots> slots_{};

@@ -7,7 +7,7 @@
 //
 //   StagedLayout layout = stagedLayout(call);         // where each buffer goes in the staging buffer
 //   CollectiveCall staged = staging.stageIn(call);    // copies in; may grow (collective)
-//   algorithm.launch(staged, context);
+//   algorithm.launch(staged, context, state);
 //   staging.stageOut(call, staged);                   // copies the output back
 //
 // Every rank stages the same calls (the choice of algorithm is the same everywhere), so every rank

@@ -35,6 +35,7 @@ constexpr int kScratch = static_cast<int>(BufferKind::Scratch);
 
 struct ExecArgs {
   DeviceProgram program;
+  PlanState* state = nullptr;  // the plan's own in this Comm (PlanAlgorithm::deviceStateBytes)
   const char* input = nullptr;
   char* output = nullptr;
   CallBuffers mine;  // direct mode: this rank's registrations, published to the peers
@@ -105,10 +106,10 @@ FERRY_DEVICE FERRY_INLINE void forPieces(const ExecArgs& a, const ExecRef* const
 
 // Blocks of this kernel meet here (the plan's barrier op, and the end of a call). Every block is
 // resident at once: a plan has at most kMaxThreadBlocks of them.
-FERRY_DEVICE FERRY_INLINE void gridBarrier(const CollectiveContext& c) {
+FERRY_DEVICE FERRY_INLINE void gridBarrier(const CollectiveContext& c, const ExecArgs& a) {
   __syncthreads();
   if (threadIdx.x == 0) {
-    CallState* s = c.state;
+    PlanState* s = a.state;
     const std::uint32_t generation =
         atomicLoad<std::uint32_t, cuda::thread_scope_device>(&s->barrierGeneration, memory_order_acquire);
     const std::uint32_t arrived =
@@ -127,10 +128,6 @@ FERRY_DEVICE FERRY_INLINE void gridBarrier(const CollectiveContext& c) {
     }
   }
   __syncthreads();
-}
-
-FERRY_DEVICE FERRY_INLINE std::uint64_t* flagCell(std::uint64_t* flags, int slot, int rank) {
-  return flags + static_cast<std::size_t>(slot) * kMaxRanks + rank;
 }
 
 template <class T, ReduceOp Op>
@@ -174,22 +171,15 @@ FERRY_DEVICE FERRY_INLINE void runOp(const ExecOp& op, const ExecArgs& a, const 
     case OpKind::Signal:
       __syncthreads();
       if (tid == 0 && op.proxy) a.ports->channel[op.peer].flush();  // the channel's puts have landed
-      if (tid == 0)
-        atomicStore(flagCell(c.peerFlags[op.peer], row, c.rank), signalValue(m, op.seq, 1),
-                    memory_order_release);
+      if (tid == 0) rowSemaphore(c, row, op.peer).signalAt(signalValue(m, op.seq, 1));
       break;
     case OpKind::Wait:
-      if (tid == 0) {
-        const std::uint64_t* cell = flagCell(c.flags, row, op.peer);
-        const std::uint64_t want = signalValue(m, op.seq, 1);
-        spinUntil([&] { return atomicLoad(cell, memory_order_acquire) >= want; }, waitContext(c, op.peer),
-                  "plan: wait on a channel", want);
-      }
+      if (tid == 0) rowSemaphore(c, row, op.peer).waitAt(signalValue(m, op.seq, 1), "plan: wait on a channel");
       break;
     case OpKind::Flush:
       if (tid == 0 && op.proxy) a.ports->channel[op.peer].flush();
       break;
-    case OpKind::Barrier: gridBarrier(c); break;
+    case OpKind::Barrier: gridBarrier(c, a); break;
     case OpKind::PutPackets: {
       const ExecRef* refs[2] = {&op.src, &op.dst};
       forPieces(a, refs, 2, op.src.count, [&](std::uint64_t j, std::uint64_t at, std::uint64_t n) {
@@ -274,20 +264,19 @@ __global__ void __launch_bounds__(kThreads) executePlan(CollectiveContext c, Exe
     const ExecOp op = a.program.ops[i];
     runOp<T, Op>(op, a, b, c, m);
   }
-  if (a.finalExchange || a.average) gridBarrier(c);
+  if (a.finalExchange || a.average) gridBarrier(c, a);
   if (a.finalExchange && blockIdx.x == 0) {
     // Every block of every rank is done: the peers may let their streams reuse their buffers.
     __syncthreads();
     if (p < c.nranks && p != c.rank) {
-      atomicStore(flagCell(c.peerFlags[p], kFinalSlot, c.rank), signalValue(m, 0, 7), memory_order_release);
-      const std::uint64_t* cell = flagCell(c.flags, kFinalSlot, p);
-      spinUntil([&] { return atomicLoad(cell, memory_order_acquire) >= signalValue(m, 0, 7); }, waitContext(c, p),
-                "plan: end of call", m);
+      const SemaphoreDeviceHandle end = rowSemaphore(c, kFinalSlot, p);
+      end.signalAt(signalValue(m, 0, 7));
+      end.waitAt(signalValue(m, 0, 7), "plan: end of call");
     }
   }
   if (a.average) {
     if constexpr (Op == ReduceOp::Sum) {
-      if (a.finalExchange) gridBarrier(c);  // peers' writes into this output are all in
+      if (a.finalExchange) gridBarrier(c, a);  // peers' writes into this output are all in
       const Range part = splitRange(a.outputElements, gridDim.x, blockIdx.x, 1);
       T* out = reinterpret_cast<T*>(a.output + a.roundOffset);
       for (std::uint64_t i = part.begin + threadIdx.x; i < part.end; i += blockDim.x)
@@ -307,9 +296,12 @@ void preloadPlanKernels() {
 }
 
 void launchPlan(const Plan& plan, const RankProgram& program, const DeviceProgram& device, const CollectiveCall& call,
-                const CollectiveContext& context, const char* name) {
+                const CollectiveContext& context, PlanState* state, const char* name) {
+  if (state == nullptr)
+    throw Error(ErrorCode::InternalError, describe(call) + ": " + name + ": the Comm gave the plan no device state");
   ExecArgs a;
   a.program = device;
+  a.state = state;
   a.input = static_cast<const char*>(call.send);
   a.output = static_cast<char*>(call.recv);
   a.elementBytes = call.elementBytes();

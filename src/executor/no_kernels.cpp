@@ -8,7 +8,7 @@ namespace ferry::executor {
 void preloadPlanKernels() {}
 
 void launchPlan(const Plan&, const RankProgram&, const DeviceProgram&, const CollectiveCall& call,
-                const CollectiveContext&, const char* name) {
+                const CollectiveContext&, PlanState*, const char* name) {
   throw Error(ErrorCode::NotSupported, describe(call) + ": " + name + ": this build of ferry has no CUDA kernels");
 }
 

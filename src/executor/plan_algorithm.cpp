@@ -88,13 +88,15 @@ std::string PlanAlgorithm::whyNot(const CollectiveCall& call, const CommLimits& 
   return {};
 }
 
-void PlanAlgorithm::launch(const CollectiveCall& call, const CollectiveContext& context) const {
+std::size_t PlanAlgorithm::deviceStateBytes() const { return sizeof(PlanState); }
+
+void PlanAlgorithm::launch(const CollectiveCall& call, const CollectiveContext& context, void* state) const {
   const Entry& e = *forWorldSize(call.worldSize);
   const RankProgram& prog = e.programs[static_cast<std::size_t>(call.rank)];
   const DeviceProgram* dev = context.plans ? context.plans->find(&prog) : nullptr;
   if (dev == nullptr)
     throw Error(ErrorCode::InternalError, describe(call) + ": " + name_ + " was not uploaded to this Comm's GPU");
-  launchPlan(e.plan, prog, *dev, call, context, name_.c_str());
+  launchPlan(e.plan, prog, *dev, call, context, static_cast<PlanState*>(state), name_.c_str());
 }
 
 std::string PlanAlgorithm::constraints(const CommLimits& limits) const {

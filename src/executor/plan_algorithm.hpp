@@ -32,7 +32,9 @@ class PlanAlgorithm final : public Algorithm {
   const char* name() const override { return name_.c_str(); }
   ferry::Collective collective() const override { return collective_; }
   std::string whyNot(const CollectiveCall& call, const CommLimits& limits) const override;
-  void launch(const CollectiveCall& call, const CollectiveContext& context) const override;
+  void launch(const CollectiveCall& call, const CollectiveContext& context, void* state) const override;
+  // Its blocks' barrier (plan_launch.hpp, PlanState).
+  std::size_t deviceStateBytes() const override;
   // Plans that reach into the peers' input or output: unregistered calls run staged.
   bool needsRegisteredBuffers(const CollectiveCall& call) const override;
   std::string constraints(const CommLimits& limits) const override;

@@ -1,11 +1,14 @@
 #pragma once
-// The Algorithm interface: one named way to run one collective. Algorithms hold no per-Comm state;
-// what they need (peer buffers, the call counter) comes in the CollectiveContext, and what limits
-// them (the size of those buffers) in CommLimits, so the selector can ask without a GPU.
+// The Algorithm interface: one named way to run one collective. An Algorithm object holds no
+// per-Comm state (one object serves every Comm of the process): what it shares with every algorithm
+// (peer buffers, the call counter) comes in the CollectiveContext, its own device memory in each
+// Comm as launch()'s `state`, and what limits it (the size of the shared buffers, the ranks) in
+// CommLimits, so the selector can ask without a GPU.
 //
 // Built-in algorithms live in src/collectives (one file per family, listed in
 // collectives/builtin.hpp); plans are algorithms of src/executor (executor/plan_algorithm.hpp). The
 // Comm layer (src/comm) is the only one that knows both: it registers them and selects among them.
+#include <cstddef>
 #include <string>
 #include <vector>
 
@@ -33,13 +36,21 @@ class Algorithm {
   // fits after "cannot run this call: ".
   virtual std::string whyNot(const CollectiveCall& call, const CommLimits& limits) const = 0;
   // Queues the call on call.stream. @pre whyNot(call, ...) is empty and the call is valid, and its
-  // buffers are registered if needsRegisteredBuffers(call).
-  virtual void launch(const CollectiveCall& call, const CollectiveContext& context) const = 0;
+  // buffers are registered if needsRegisteredBuffers(call). state: this algorithm's own device memory
+  // in this Comm (deviceStateBytes), nullptr when it keeps none.
+  virtual void launch(const CollectiveCall& call, const CollectiveContext& context, void* state) const = 0;
+  // Bytes of device memory the algorithm keeps for itself in each Comm (counters its blocks meet at,
+  // say): the Comm allocates them zeroed when the algorithm joins it and passes them to every
+  // launch(). Each call must leave them as the next call expects to find them.
+  virtual std::size_t deviceStateBytes() const { return 0; }
   // True when the algorithm reads or writes the peers' own buffers for `call` and so needs them
   // registered, but runs an unregistered call on registered stand-ins instead of refusing it
   // (staging.hpp; whyNot then leaves registration out). The built-in zero-copy algorithms refuse
   // instead: the selector has scratch algorithms for such calls.
   virtual bool needsRegisteredBuffers(const CollectiveCall&) const { return false; }
+  // The most ranks it runs on. The selector asks before whyNot (whyNotRun below). A Comm itself
+  // holds up to kMaxRanks (its shared buffers have a row per rank).
+  virtual int maxRanks() const { return kMaxRanks; }
   // What the algorithm can run, in words, for Comm::algorithms(); empty when it runs any call of its
   // collective that the Comm's buffers hold.
   virtual std::string constraints(const CommLimits& limits) const {
@@ -50,5 +61,13 @@ class Algorithm {
   // preloadKernel). Comm calls it once per device, when it is made.
   virtual void preload() const {}
 };
+
+// Why `algorithm` cannot run `call` within `limits`, its rank limit included; empty when it can.
+inline std::string whyNotRun(const Algorithm& algorithm, const CollectiveCall& call, const CommLimits& limits) {
+  if (limits.worldSize > algorithm.maxRanks())
+    return "it runs on up to " + std::to_string(algorithm.maxRanks()) + " ranks, not " +
+           std::to_string(limits.worldSize);
+  return algorithm.whyNot(call, limits);
+}
 
 }  // namespace ferry

@@ -30,6 +30,7 @@
 
 #include "ferry/device/arch/atomics.hpp"
 #include "ferry/device/macros.hpp"
+#include "ferry/device/semaphore.hpp"
 #include "ferry/device/timeout.hpp"
 
 namespace ferry {
@@ -40,16 +41,12 @@ inline constexpr int kMaxBlocks = 128;
 // its channels in every lane (executor/rank_program.hpp), which take the most.
 inline constexpr int kFlagSlots = 4096;
 
+// What every algorithm of the Comm shares: the call counter and the abort word. State of one
+// algorithm's own lives elsewhere (Algorithm::deviceStateBytes).
 struct CallState {
-  std::uint64_t epoch;        // calls completed on this rank
-  std::uint32_t blocksDone;   // blocks of the running call that have finished
-  std::uint32_t barrierArrived;     // the executor's barrier of a call's blocks (executor.cu)
-  std::uint32_t barrierGeneration;
-  std::uint32_t aborted;            // raised by Comm::abort on any rank; every wait then gives up
-  // Between the blocks of a copy-engine allreduce (ce_collectives.cu): rounds whose inputs are all
-  // here, and pieces reduced so far. Zero between calls.
-  std::uint32_t ceArrived;
-  std::uint32_t ceReduced;
+  std::uint64_t epoch;       // calls completed on this rank
+  std::uint32_t blocksDone;  // blocks of the running call that have finished
+  std::uint32_t aborted;     // raised by Comm::abort on any rank; every wait then gives up
 };
 
 inline constexpr int kShapeBits = 24;
@@ -126,9 +123,21 @@ FERRY_DEVICE FERRY_INLINE bool abortRaised(const CollectiveContext& c) {
   return *static_cast<const volatile std::uint32_t*>(&c.state->aborted) != 0;
 }
 
+// The flag rows are semaphores of the channel layer (ferry/device/semaphore.hpp), used stamped:
+// the inbound word of (row, sender p) on this rank is flags[row * kMaxRanks + p], and this rank
+// signals p by storing into p's word of (row, this rank). Built in registers from the kernel's
+// parameters, so a signal is one store and a wait one polling load, as before they were handles.
+FERRY_DEVICE FERRY_INLINE SemaphoreDeviceHandle rowSemaphore(const CollectiveContext& c, int row, int p) {
+  SemaphoreDeviceHandle s;
+  s.inbound = c.flags + static_cast<std::uint64_t>(row) * kMaxRanks + p;
+  s.remoteInbound = c.peerFlags[p] + static_cast<std::uint64_t>(row) * kMaxRanks + c.rank;
+  s.wait_ = waitContext(c, p);
+  return s;
+}
+
 // One thread: tells peer p that this rank started call m, with this call's shape.
 FERRY_DEVICE FERRY_INLINE void announceStart(const CollectiveContext& c, int p, std::uint64_t m) {
-  atomicStore(c.peerFlags[p] + c.rank, startWord(m, c.shape), memory_order_release);
+  rowSemaphore(c, 0, p).signalAt(startWord(m, c.shape));
 }
 
 // Every block calls this first. Returns m, the number of this call (1 for the first). Block 0
@@ -141,10 +150,9 @@ FERRY_DEVICE FERRY_INLINE std::uint64_t beginCall(const CollectiveContext& c) {
 }
 
 // Called by thread p (one per peer): waits until peer p has started call m - 1 (see above).
+// (A start word of call m - 1 or later, whatever its shape, is >= startWord(m - 1, 0).)
 FERRY_DEVICE FERRY_INLINE void awaitPeerStarted(const CollectiveContext& c, int p, std::uint64_t m) {
-  const std::uint64_t* flag = c.flags + p;
-  spinUntil([&] { return startedCall(atomicLoad(flag, memory_order_acquire)) + 1 >= m; }, waitContext(c, p),
-            "collective: peer start of previous call", m);
+  rowSemaphore(c, 0, p).waitAt(startWord(m - 1, 0), "collective: peer start of previous call");
 }
 
 // Peer p's start word `word` says it is in call m: its shape must be this rank's.
@@ -173,15 +181,13 @@ FERRY_DEVICE FERRY_INLINE void awaitPeersStarted(const CollectiveContext& c, std
 // One thread: tells peer p that this block reached `value`, after every write of the block made
 // before the __syncthreads() that precedes the call.
 FERRY_DEVICE FERRY_INLINE void signalPeer(const CollectiveContext& c, int p, std::uint64_t value) {
-  atomicStore(c.peerFlags[p] + (1 + blockIdx.x) * kMaxRanks + c.rank, value, memory_order_release);
+  rowSemaphore(c, 1 + static_cast<int>(blockIdx.x), p).signalAt(value);
 }
 
 // One thread: waits until peer p's block of the same index reached `value`; afterwards the
 // peer's writes before its signal are visible to this thread (and to the block after a barrier).
 FERRY_DEVICE FERRY_INLINE void waitPeer(const CollectiveContext& c, int p, std::uint64_t value) {
-  const std::uint64_t* flag = c.flags + (1 + blockIdx.x) * kMaxRanks + p;
-  spinUntil([&] { return atomicLoad(flag, memory_order_acquire) >= value; }, waitContext(c, p),
-            collectiveName(c.op), value);
+  rowSemaphore(c, 1 + static_cast<int>(blockIdx.x), p).waitAt(value, collectiveName(c.op));
 }
 
 // The whole block: signal the peers in signalMask (bit p: peer p), then wait for those in
@@ -211,7 +217,7 @@ FERRY_DEVICE FERRY_INLINE void endCall(const CollectiveContext& c, std::uint64_t
   __syncthreads();
   const int checker = static_cast<int>(blockDim.x - 1 - threadIdx.x);
   if (blockIdx.x == 0 && checker < c.nranks && checker != c.rank)
-    checkPeerShape(c, checker, atomicLoad(c.flags + checker, memory_order_acquire), m);
+    checkPeerShape(c, checker, rowSemaphore(c, 0, checker).inboundValue(), m);
   if (threadIdx.x == 0) {
     const std::uint32_t done =
         atomicFetchAdd<std::uint32_t, cuda::thread_scope_device>(&c.state->blocksDone, 1u, memory_order_acq_rel);

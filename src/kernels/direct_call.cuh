@@ -97,10 +97,7 @@ FERRY_DEVICE FERRY_INLINE std::uint64_t beginDirect(const CollectiveContext& c, 
       c.peerBuffers[p][(m & 1) * kMaxRanks + c.rank] = published;
       announceStart(c, p, m);  // after the descriptor
     }
-    const std::uint64_t* flag = c.flags + p;
-    std::uint64_t word = 0;
-    spinUntil([&] { return startedCall(word = atomicLoad(flag, memory_order_acquire)) >= m; },
-              waitContext(c, p), "collective: peer start of this call", m);
+    const std::uint64_t word = rowSemaphore(c, 0, p).waitAt(startWord(m, 0), "collective: peer start of this call");
     checkPeerShape(c, p, word, m);  // before this rank touches the peer's buffers
     const CallBuffers theirs = c.buffers[(m & 1) * kMaxRanks + p];
     if (theirs.epoch != m && abortRaised(c)) {

@@ -899,8 +899,9 @@ TEST_P(GpuCollectives, RegistrationSlotsAreReusedAroundALongLivedOne) {
   });
 }
 
-// Buffers registered on rank 0 only: rank 0 runs the direct algorithm, the others the scratch
-// path, and every rank's kernel reports the mismatch (or its peer's absence) instead of hanging.
+// Buffers registered on rank 0 only: rank 0 runs the direct algorithm (forced: the tuning table
+// may pick a scratch algorithm for registered buffers too), the others the scratch path, and every
+// rank's kernel reports the mismatch (or its peer's absence) instead of hanging.
 TEST_P(GpuCollectives, RegisteredOnOneRankOnlyIsAnError) {
   const int n = GetParam();
   if (ranksShareGpus(n)) GTEST_SKIP() << "several ranks trap at once: needs a GPU per rank";
@@ -911,6 +912,7 @@ TEST_P(GpuCollectives, RegisteredOnOneRankOnlyIsAnError) {
     DeviceBuffer buf(r.device, count * 4);
     const BufferRegistration reg = r.comm->registerBuffer(buf.ptr, buf.bytes);
     if (rank != 0) r.comm->deregisterBuffer(reg);
+    if (rank == 0) r.comm->setAlgorithm(Collective::AllReduce, "allreduce_direct");
     const auto start = std::chrono::steady_clock::now();
     r.comm->allReduce(buf.ptr, buf.ptr, count, DataType::Float32, ReduceOp::Sum, r.stream);
     const cudaError_t err = cudaStreamSynchronize(r.stream);

@@ -56,6 +56,22 @@ std::shared_ptr<NativeAlgorithmAdapter> adapted(std::shared_ptr<Probe> p) {
 
 using ::ferry::testing::invalidUsageOf;
 
+// The cache's answer. No state is reserved: these tests select, they launch nothing.
+const Algorithm& chosen(SelectionCache& cache, const Selector& s, const CollectiveCall& call) {
+  static const AlgorithmStates none;
+  return *cache.select(s, none, call, kLimits).algorithm;
+}
+
+// A built-in-style algorithm that runs any allReduce, on at most two ranks.
+class TwoRanksOnly final : public Algorithm {
+ public:
+  const char* name() const override { return "two_ranks_only"; }
+  Collective collective() const override { return Collective::AllReduce; }
+  std::string whyNot(const CollectiveCall&, const CommLimits&) const override { return {}; }
+  void launch(const CollectiveCall&, const CollectiveContext&, void*) const override {}
+  int maxRanks() const override { return 2; }
+};
+
 TEST(CommRegistry, AddedAlgorithmsComeBeforeTheTableNewestFirst) {
   Selector s(defaultTuning());
   const std::string before = s.select(allReduceOf(1024), kLimits).name();
@@ -104,6 +120,20 @@ TEST(CommRegistry, BuiltinAlgorithmsCanBeRemovedFromOneSelectorOnly) {
   EXPECT_EQ(std::string(other.select(allReduceOf(16), kLimits).name()), "allreduce_ll");
 }
 
+TEST(CommRegistry, AnAlgorithmRunsOnlyUpToItsRankLimit) {
+  Selector s(defaultTuning());
+  TwoRanksOnly mine;
+  s.add(&mine, AlgorithmKind::Native, nullptr);
+  EXPECT_NE(std::string(s.select(allReduceOf(16), kLimits).name()), "two_ranks_only") << "4 ranks";
+  CommLimits two = kLimits;
+  two.worldSize = 2;
+  CollectiveCall call = allReduceOf(16);
+  call.worldSize = 2;
+  EXPECT_EQ(std::string(s.select(call, two).name()), "two_ranks_only");
+  s.force(Collective::AllReduce, "two_ranks_only");
+  EXPECT_CONTAINS(invalidUsageOf([&] { s.select(allReduceOf(16), kLimits); }), "runs on up to 2 ranks, not 4");
+}
+
 TEST(SelectionCache, AnswersAsTheSelectorWithoutAskingAgain) {
   Selector s(defaultTuning());
   auto probe = std::make_shared<Probe>("probe", 8 << 10);
@@ -114,9 +144,9 @@ TEST(SelectionCache, AnswersAsTheSelectorWithoutAskingAgain) {
     for (DataType t : {DataType::Float32, DataType::BFloat16, DataType::Int64}) {
       const CollectiveCall call = allReduceOf(count, t);
       const Algorithm& want = s.select(call, kLimits);
-      EXPECT_EQ(&cache.select(s, call, kLimits), &want) << count << " " << toString(t);
+      EXPECT_EQ(&chosen(cache, s, call), &want) << count << " " << toString(t);
       const int asked = probe->asked;
-      EXPECT_EQ(&cache.select(s, call, kLimits), &want);
+      EXPECT_EQ(&chosen(cache, s, call), &want);
       EXPECT_EQ(probe->asked, asked) << "the second call of a shape must come from the cache";
     }
   }
@@ -126,15 +156,15 @@ TEST(SelectionCache, ForgetsWhenTheRegistryOrTheForcingChanges) {
   Selector s(defaultTuning());
   SelectionCache cache;
   const CollectiveCall call = allReduceOf(1024);
-  const std::string builtin = cache.select(s, call, kLimits).name();
+  const std::string builtin = chosen(cache, s, call).name();
   auto a = adapted(std::make_shared<Probe>("mine", 1 << 20));
   s.add(a.get(), AlgorithmKind::Native, a);
-  EXPECT_EQ(std::string(cache.select(s, call, kLimits).name()), "mine");
+  EXPECT_EQ(std::string(chosen(cache, s, call).name()), "mine");
   s.force(Collective::AllReduce, "allreduce_two_shot");
-  EXPECT_EQ(std::string(cache.select(s, call, kLimits).name()), "allreduce_two_shot");
+  EXPECT_EQ(std::string(chosen(cache, s, call).name()), "allreduce_two_shot");
   s.force(Collective::AllReduce, "");
   s.remove("mine");
-  EXPECT_EQ(cache.select(s, call, kLimits).name(), builtin);
+  EXPECT_EQ(chosen(cache, s, call).name(), builtin);
 }
 
 TEST(SelectionCache, ShapesThatDifferOnlyInRegistrationOrPlacementAreKeptApart) {
@@ -146,7 +176,7 @@ TEST(SelectionCache, ShapesThatDifferOnlyInRegistrationOrPlacementAreKeptApart) 
   CollectiveCall inPlace = plain;
   inPlace.recv = const_cast<void*>(inPlace.send);
   for (const CollectiveCall* c : {&plain, &registered, &inPlace, &registered, &plain})
-    EXPECT_EQ(&cache.select(s, *c, kLimits), &s.select(*c, kLimits));
+    EXPECT_EQ(&chosen(cache, s, *c), &s.select(*c, kLimits));
 }
 
 TEST(SelectionCache, ErrorsAreNotRemembered) {
@@ -154,8 +184,8 @@ TEST(SelectionCache, ErrorsAreNotRemembered) {
   s.force(Collective::AllReduce, "allreduce_ll");
   SelectionCache cache;
   const CollectiveCall big = allReduceOf(1 << 20);
-  EXPECT_CONTAINS(invalidUsageOf([&] { cache.select(s, big, kLimits); }), "cannot run this call");
-  EXPECT_CONTAINS(invalidUsageOf([&] { cache.select(s, big, kLimits); }), "cannot run this call");
+  EXPECT_CONTAINS(invalidUsageOf([&] { chosen(cache, s, big); }), "cannot run this call");
+  EXPECT_CONTAINS(invalidUsageOf([&] { chosen(cache, s, big); }), "cannot run this call");
 }
 
 // allgather_allpairs for 2 ranks (python -m ferry.dsl compile), renamed, with a smaller range.

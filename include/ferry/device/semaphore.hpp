@@ -54,6 +54,31 @@ struct SemaphoreDeviceHandle {
               expected);
   }
 
+  // Stamped signals: the signaller states the value instead of counting, for protocols that know
+  // it already (a call number, a round, a chunk index). They skip the read-modify-write of the
+  // outbound and expected counts, which sits on the critical path of every counted signal. Values
+  // from one signaller must rise strictly; a wait for v returns once the inbound word is >= v, so
+  // one signal satisfies every wait at or below it. Do not mix stamped and counted use of one
+  // semaphore. The ordering contract is signal()'s.
+  FERRY_HOST_DEVICE FERRY_INLINE void signalAt(std::uint64_t value) const {
+    atomicStore(remoteInbound, value, memory_order_release);
+  }
+  FERRY_HOST_DEVICE FERRY_INLINE void relaxedSignalAt(std::uint64_t value) const {
+    atomicStore(remoteInbound, value, memory_order_relaxed);
+  }
+  // One thread. Returns the inbound word that satisfied the wait (below `value` only when the wait
+  // gave up on an abort). `what` names the operation in a timeout report.
+  FERRY_HOST_DEVICE FERRY_INLINE std::uint64_t waitAt(std::uint64_t value,
+                                                      const char* what = "semaphore wait") const {
+    std::uint64_t seen = 0;
+    spinUntil([&] { return (seen = atomicLoad(inbound, memory_order_acquire)) >= value; }, wait_, what, value);
+    return seen;
+  }
+  // The inbound word now (acquire): what the peer signalled last.
+  FERRY_HOST_DEVICE FERRY_INLINE std::uint64_t inboundValue() const {
+    return atomicLoad(inbound, memory_order_acquire);
+  }
+
   // One thread. Consumes the next signal if it has arrived.
   FERRY_HOST_DEVICE FERRY_INLINE bool poll() {
     if (atomicLoad(inbound, memory_order_acquire) <= *expectedInbound) return false;
