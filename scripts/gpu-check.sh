@@ -26,10 +26,10 @@ cd "$(dirname "$0")/.." || exit 2
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1
 unset FERRY_ENABLE_NVLS
 
-STEPS=(configure build guard_selftest ferry_info gpu_tests sanitizer nccl_torch perf bench)
+STEPS=(configure build guard_selftest ferry_info gpu_tests python sanitizer nccl_torch perf bench)
 if [[ -n ${GPU_CHECK_STEPS:-} ]]; then read -ra STEPS <<<"$GPU_CHECK_STEPS"; fi
 REQUIRED=(configure build guard_selftest)  # nothing touches a GPU unless the guard is proven to work
-SHOW=(ferry_info gpu_tests sanitizer nccl_torch)    # steps whose whole log is printed, not only on failure
+SHOW=(ferry_info gpu_tests python sanitizer nccl_torch)    # steps whose whole log is printed, not only on failure
 
 build="build-gpu"
 out=${OUT:-$build/out}
@@ -101,6 +101,16 @@ step_sanitizer() {
     ((PIPESTATUS[0] == 0)) || rc=1
   done
   return $rc
+}
+
+# The Python package from the build tree (<build>/python: the extension beside the sources): its
+# tests that need the extension, and ferry.Comm on torch tensors on the GPUs (test_gpu_comm.py);
+# a missing extension, torch or GPU is a failure here, not a skip.
+step_python() {
+  FERRY_REQUIRE_NATIVE=1 FERRY_REQUIRE_GPU=1 PYTHONPATH="$PWD/$build/python" \
+    guarded python3 -m pytest -q -s -p no:cacheprovider python/tests/test_native_bootstrap.py \
+    python/tests/test_native_buffers.py python/tests/test_gpu_comm.py 2>&1 | tail -n 40
+  return "${PIPESTATUS[0]}"
 }
 
 # torch.distributed (NCCL backend) with libferry_nccl.so preloaded against the real NCCL, on every

@@ -36,8 +36,9 @@ declare -A present_if=(
 )
 build_packages=(cmake ninja-build g++ googletest libgtest-dev nlohmann-json3-dev libcli11-dev)
 test_packages=(clang)
-# Python modules the test suite uses, as module:pip-package.
-pip_modules=(pytest:pytest matplotlib:matplotlib)
+# Python modules the test suite and `pip install .` (nanobind, scikit-build-core: pyproject.toml) use,
+# as module:pip-package.
+pip_modules=(pytest:pytest matplotlib:matplotlib nanobind:nanobind scikit_build_core:scikit-build-core)
 
 have_package() {
   local pkg=$1 alt=${present_if[$1]:-}

@@ -3,6 +3,8 @@
 #   1. installs missing dependencies (scripts/install-deps.sh),
 #   2. runs the Python tests (python/tests: the DSL, the plan loader and verifier, the shipped plans),
 #   3. builds the `default` preset (every CUDA source for sm_90) and runs every test but the gpu ones,
+#      then installs the Python package from it (pip install . into build/venv) and runs the tests
+#      that need its C++ extension,
 #   4. builds the `asan` preset and runs the host tests (unit, mp) under ASan + UBSan,
 #   5. builds the `fuzz` preset (clang, libFuzzer) and runs the fuzz targets for a bounded time.
 # The last line is "N passed, N failed" over all test runs (a build that fails counts as one failure);
@@ -96,14 +98,14 @@ run_tests() {
   echo "== tests of $preset took $((SECONDS - t0)) s"
 }
 
-# Runs the Python tests from the source tree (no install step, so no network) and adds pytest's counts.
+# Runs pytest and adds its counts: LABEL PYTHON PYTHONPATH PATHS... (the log is named after LABEL).
 run_python_tests() {
-  local t0=$SECONDS
-  banner "python tests (pytest python/tests)"
+  local label=$1 python=$2 path=$3 t0=$SECONDS
+  shift 3
+  banner "python tests: $label (pytest $*)"
   mkdir -p "$log_dir"
-  local log="$log_dir/python.log" rc=0
-  PYTHONPATH=python${PYTHONPATH:+:$PYTHONPATH} "${PYTHON:-python3}" -m pytest -q -p no:cacheprovider python/tests \
-    2>&1 | tee "$log" || rc=$?
+  local log="$log_dir/python-${label// /-}.log" rc=0
+  PYTHONPATH=$path${PYTHONPATH:+:$PYTHONPATH} "$python" -m pytest -q -p no:cacheprovider "$@" 2>&1 | tee "$log" || rc=$?
   # The last line reads like "2 failed, 98 passed, 1 error in 3.1s"; exit status 5 means no tests ran.
   local line npass nfail nerr
   line=$(sed -E 's/^=+ //' "$log" | grep -E '^[0-9]+ [a-z]+.* in [0-9.]+s|no tests ran' | tail -n 1 || true)
@@ -113,11 +115,31 @@ run_python_tests() {
   passed=$((passed + ${npass:-0}))
   failed=$((failed + ${nfail:-0} + ${nerr:-0}))
   if [[ $((${nfail:-0} + ${nerr:-0})) -gt 0 ]]; then
-    problems+=("python tests: ${nfail:-0} failed, ${nerr:-0} errors (see $log)")
+    problems+=("python tests ($label): ${nfail:-0} failed, ${nerr:-0} errors (see $log)")
   elif [[ $rc -ne 0 || -z "$npass" ]]; then
-    step_failed "python tests exited with $rc and ran ${npass:-no} tests (see $log)"
+    step_failed "python tests ($label) exited with $rc and ran ${npass:-no} tests (see $log)"
   fi
-  echo "== python tests took $((SECONDS - t0)) s"
+  echo "== python tests ($label) took $((SECONDS - t0)) s"
+}
+
+# `pip install .` into a virtual environment, reusing build/default (the same build directory and
+# type, so only the wheel's own steps run, not a second compile of the library), then the tests that
+# need the C++ extension, against the installed package (from the repository root, where no `ferry`
+# folder shadows it).
+python_package() {
+  local t0=$SECONDS venv=build/venv
+  banner "python package: pip install . into $venv"
+  if [[ ! -x $venv/bin/python ]] && ! "${PYTHON:-python3}" -m venv --system-site-packages "$venv"; then
+    step_failed "python -m venv $venv"
+    return 1
+  fi
+  if ! "$venv/bin/python" -m pip install -q --no-build-isolation --no-deps . -C build-dir=build/default \
+    -C cmake.build-type=RelWithDebInfo -C cmake.define.FERRY_BUILD_TESTS=ON -C cmake.define.FERRY_BUILD_TOOLS=ON; then
+    step_failed "pip install ."
+    return 1
+  fi
+  echo "== installed in $((SECONDS - t0)) s"
+  FERRY_REQUIRE_NATIVE=1 run_python_tests "installed package" "$venv/bin/python" "" python/tests/test_native_*.py
 }
 
 if [[ $deps -eq 1 ]]; then
@@ -128,8 +150,11 @@ if [[ $deps -eq 1 ]]; then
   fi
 fi
 
-run_python_tests || true
-if build default; then run_tests default || true; fi
+run_python_tests "source tree" "${PYTHON:-python3}" python python/tests || true
+if build default; then
+  run_tests default || true
+  python_package || true
+fi
 if [[ $quick -eq 0 ]]; then
   if build asan; then run_tests asan || true; fi
   if build fuzz; then run_tests fuzz || true; fi

@@ -1,0 +1,142 @@
+"""What a Comm call is given, made into what the C++ library takes: a device address, an element
+count and a DataType for each buffer, and a cudaStream_t for the call.
+
+Buffers may be:
+- a torch.Tensor on a CUDA device, contiguous;
+- anything with ``__cuda_array_interface__`` (CuPy, Numba), C-contiguous;
+- a tuple ``(address, count, dtype)`` for memory the caller manages.
+
+Streams: an int (a cudaStream_t; 0 is the legacy default stream, only when asked for), a
+torch.cuda.Stream, a CuPy stream (anything with ``.ptr`` or ``.cuda_stream``). Without one, a call on
+torch tensors runs on torch's current stream of the tensors' device and a call on CuPy arrays on
+CuPy's current stream; a call on raw addresses must name its stream, so that nothing lands on the
+legacy default stream by accident.
+"""
+
+from ferry._ferry import DataType, InvalidUsage
+
+# torch dtype names (str(tensor.dtype)) and __cuda_array_interface__ typestrs, to DataType.
+_TORCH_TYPES = {
+    "torch.int8": DataType.int8,
+    "torch.uint8": DataType.uint8,
+    "torch.int32": DataType.int32,
+    "torch.uint32": DataType.uint32,
+    "torch.int64": DataType.int64,
+    "torch.uint64": DataType.uint64,
+    "torch.float16": DataType.float16,
+    "torch.float32": DataType.float32,
+    "torch.float64": DataType.float64,
+    "torch.bfloat16": DataType.bfloat16,
+    "torch.float8_e4m3fn": DataType.float8_e4m3,
+    "torch.float8_e5m2": DataType.float8_e5m2,
+}
+_TYPESTRS = {
+    "i1": DataType.int8,
+    "u1": DataType.uint8,
+    "i4": DataType.int32,
+    "u4": DataType.uint32,
+    "i8": DataType.int64,
+    "u8": DataType.uint64,
+    "f2": DataType.float16,
+    "f4": DataType.float32,
+    "f8": DataType.float64,
+}
+
+
+class Buffer:
+    """One resolved buffer: address, element count, DataType, the CUDA device (None: unknown), and
+    the kind of object it came from ("torch", "cuda_array", "raw")."""
+
+    __slots__ = ("address", "count", "dtype", "device", "kind")
+
+    def __init__(self, address, count, dtype, device, kind):
+        self.address = address
+        self.count = count
+        self.dtype = dtype
+        self.device = device
+        self.kind = kind
+
+
+def _is_torch(obj):
+    return type(obj).__module__.startswith("torch") and hasattr(obj, "data_ptr")
+
+
+def buffer_of(obj, what="buffer"):
+    """The Buffer that `obj` describes; InvalidUsage (a ValueError) naming `what` when it is host
+    memory, not contiguous, of a type ferry has no DataType for, or not a buffer at all."""
+    if _is_torch(obj):
+        if not obj.is_cuda:
+            raise InvalidUsage(f"{what}: a torch tensor on {obj.device}; ferry needs one on a CUDA device")
+        if not obj.is_contiguous():
+            raise InvalidUsage(f"{what}: the tensor is not contiguous; pass tensor.contiguous()")
+        dtype = _TORCH_TYPES.get(str(obj.dtype))
+        if dtype is None:
+            raise InvalidUsage(f"{what}: ferry has no data type for {obj.dtype}")
+        return Buffer(obj.data_ptr(), obj.numel(), dtype, obj.device.index, "torch")
+    cai = getattr(obj, "__cuda_array_interface__", None)
+    if cai is not None:
+        return _from_cuda_array_interface(cai, what)
+    if isinstance(obj, tuple) and len(obj) == 3:
+        address, count, dtype = obj
+        if not isinstance(address, int) or not isinstance(count, int) or count < 0:
+            raise InvalidUsage(f"{what}: a raw buffer is (address: int, count: int >= 0, dtype), not {obj!r}")
+        return Buffer(address, count, DataType(dtype), None, "raw")
+    raise InvalidUsage(
+        f"{what}: {type(obj).__name__} is not a buffer ferry takes (a CUDA torch tensor, an object with "
+        "__cuda_array_interface__, or (address, count, dtype))"
+    )
+
+
+def _from_cuda_array_interface(cai, what):
+    typestr = cai["typestr"]
+    dtype = _TYPESTRS.get(typestr[1:])
+    if dtype is None:
+        raise InvalidUsage(f"{what}: ferry has no data type for typestr {typestr!r}")
+    if typestr[0] == ">":
+        raise InvalidUsage(f"{what}: big-endian data ({typestr!r}) is not supported")
+    shape = tuple(cai["shape"])
+    count = 1
+    for n in shape:
+        count *= n
+    strides = cai.get("strides")
+    if strides is not None and count > 1:
+        expected, step = [], int(typestr[2:])
+        for n in reversed(shape):
+            expected.append(step)
+            step *= n
+        if tuple(s for s, n in zip(strides, shape) if n != 1) != tuple(
+            s for s, n in zip(reversed(expected), shape) if n != 1
+        ):
+            raise InvalidUsage(f"{what}: the array is not C-contiguous (strides {tuple(strides)})")
+    address = cai["data"][0]
+    return Buffer(address, count, dtype, None, "cuda_array")
+
+
+def stream_of(stream, buffers):
+    """The cudaStream_t (an int) of a call on `buffers`: `stream` if given, else the current stream
+    of the library the buffers come from. InvalidUsage for raw buffers without a stream."""
+    if stream is not None:
+        if isinstance(stream, int):
+            return stream
+        for attr in ("cuda_stream", "ptr"):
+            handle = getattr(stream, attr, None)
+            if isinstance(handle, int):
+                return handle
+        raise InvalidUsage(f"stream: {type(stream).__name__} is not a stream (an int, torch.cuda.Stream, CuPy stream)")
+    kinds = {b.kind for b in buffers}
+    if "torch" in kinds:
+        import torch
+
+        device = next(b.device for b in buffers if b.kind == "torch")
+        return torch.cuda.current_stream(device).cuda_stream
+    if "cuda_array" in kinds:
+        try:
+            import cupy
+        except ImportError:
+            cupy = None
+        if cupy is not None:
+            return cupy.cuda.get_current_stream().ptr
+    raise InvalidUsage(
+        "stream: a call on raw addresses (or arrays of a library ferry does not know) must name its "
+        "stream (stream=0 for the legacy default stream)"
+    )

@@ -1,0 +1,17 @@
+#pragma once
+// The nanobind extension ferry._ferry: one registration function per concept, called by module.cpp.
+// The Python package (python/ferry) re-exports what it defines; docs/python.md is the user's guide.
+#include <nanobind/nanobind.h>
+
+namespace ferry::python {
+
+// ferry.Error and one subclass per ErrorCode; every ferry::Error thrown by a binding becomes one.
+void bindErrors(nanobind::module_& m);
+// DataType, ReduceOp, Collective.
+void bindVocabulary(nanobind::module_& m);
+// UniqueId and the TCP bootstrap.
+void bindBootstrap(nanobind::module_& m);
+// Comm on device addresses, and AlgorithmInfo.
+void bindComm(nanobind::module_& m);
+
+}  // namespace ferry::python
