@@ -107,8 +107,9 @@ class Comm:
         if got != want:
             raise InvalidUsage(f"rank {self.rank}: {operation}: {what} holds {got} elements, expected {want}")
 
-    def _reduce_args(self, op, dtype, stream):
-        """(native suffix, extra args, keep-alive) for `op`: a ReduceOp or a PreMulSum."""
+    def _reduce_args(self, op, dtype):
+        """(native suffix, extra args, what must stay alive until the call is queued) for `op`: a
+        ReduceOp or a PreMulSum (whose number the C++ call reads from host memory)."""
         if isinstance(op, PreMulSum):
             f = op.factor
             if isinstance(f, (int, float)):
@@ -132,12 +133,11 @@ class Comm:
         self._same_type("all_reduce", i, o)
         self._counts("all_reduce", "output", o.count, i.count)
         s = stream_of(stream, [i, o])
-        suffix, extra, keep = self._reduce_args(op, i.dtype, stream)
+        suffix, extra, _alive = self._reduce_args(op, i.dtype)
         if suffix:
             self._native.all_reduce_premul(i.address, o.address, i.count, i.dtype, *extra, s)
         else:
             self._native.all_reduce(i.address, o.address, i.count, i.dtype, *extra, s)
-        del keep
         return tensor if out is None else out
 
     def all_gather(self, tensor, out, *, stream=None):
@@ -156,12 +156,11 @@ class Comm:
         self._same_type("reduce_scatter", i, o)
         self._counts("reduce_scatter", "input", i.count, o.count * self.world_size)
         s = stream_of(stream, [i, o])
-        suffix, extra, keep = self._reduce_args(op, i.dtype, stream)
+        suffix, extra, _alive = self._reduce_args(op, i.dtype)
         if suffix:
             self._native.reduce_scatter_premul(i.address, o.address, o.count, i.dtype, *extra, s)
         else:
             self._native.reduce_scatter(i.address, o.address, o.count, i.dtype, *extra, s)
-        del keep
         return out
 
     def all_to_all(self, tensor, out, *, stream=None):
@@ -194,12 +193,11 @@ class Comm:
         self._same_type("reduce", i, o)
         self._counts("reduce", "output", o.count, i.count)
         s = stream_of(stream, [i, o])
-        suffix, extra, keep = self._reduce_args(op, i.dtype, stream)
+        suffix, extra, _alive = self._reduce_args(op, i.dtype)
         if suffix:
             self._native.reduce_premul(i.address, o.address, i.count, i.dtype, *extra, root, s)
         else:
             self._native.reduce(i.address, o.address, i.count, i.dtype, *extra, root, s)
-        del keep
         return tensor if out is None else out
 
     # -- point to point -------------------------------------------------------------------------
