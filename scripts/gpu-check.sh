@@ -107,10 +107,19 @@ step_sanitizer() {
 # tests that need the extension, and ferry.Comm on torch tensors on the GPUs (test_gpu_comm.py);
 # a missing extension, torch or GPU is a failure here, not a skip.
 step_python() {
+  local rc=0 example port=29600
   FERRY_REQUIRE_NATIVE=1 FERRY_REQUIRE_GPU=1 PYTHONPATH="$PWD/$build/python" \
-    guarded python3 -m pytest -q -s -p no:cacheprovider python/tests/test_native_bootstrap.py \
-    python/tests/test_native_buffers.py python/tests/test_gpu_comm.py 2>&1 | tail -n 40
-  return "${PIPESTATUS[0]}"
+    guarded python3 -m pytest -q -s -p no:cacheprovider python/tests/test_native_*.py \
+    python/tests/test_gpu_comm.py 2>&1 | tail -n 40
+  ((PIPESTATUS[0] == 0)) || rc=1
+  # The examples of docs/python.md, as a user runs them (2 ranks; with one GPU they share it).
+  for example in builtin_algorithms dsl_plan custom_allreduce; do
+    echo "== torchrun python/examples/$example.py"
+    PYTHONPATH="$PWD/$build/python" guarded timeout 300 python3 -m torch.distributed.run --nproc-per-node 2 \
+      --master-port $((port += 2)) "python/examples/$example.py" 2>&1 | tail -n 20
+    ((PIPESTATUS[0] == 0)) || rc=1
+  done
+  return $rc
 }
 
 # torch.distributed (NCCL backend) with libferry_nccl.so preloaded against the real NCCL, on every

@@ -11,7 +11,7 @@ import torch
 import ferry
 from ferry.dsl import CollectiveProgram, MemoryChannel
 
-local_rank = int(os.environ.get("LOCAL_RANK", "0"))
+local_rank = int(os.environ.get("LOCAL_RANK", "0")) % torch.cuda.device_count()  # ranks may share a GPU
 torch.cuda.set_device(local_rank)
 comm = ferry.Comm()
 n, rank = comm.world_size, comm.rank

@@ -9,22 +9,35 @@ and its CPU verifier). The C++ library comes in through the extension ferry._fer
 try:
     from ferry._ferry import (  # noqa: F401
         AlgorithmInfo,
+        Allocation,
         Bootstrap,
         Collective,
+        Communicator,
+        Connection,
         CudaError,
         DataType,
         Error,
+        Host2DeviceSemaphore,
+        Host2HostSemaphore,
         InternalError,
         InvalidUsage,
+        MemoryChannel,
+        MemoryDevice2DeviceSemaphore,
         NotSupported,
+        PortChannel,
+        PortChannelService,
         ProtocolError,
         ReduceOp,
+        RegisteredMemory,
         RemoteError,
         SysError,
         TcpBootstrap,
         Timeout,
+        Transport,
         UniqueId,
         __version__,
+        gpu_alloc,
+        host_alloc,
         size_of,
     )
 
@@ -47,3 +60,15 @@ def require_native():
             "ferry's C++ extension (ferry._ferry) is not importable; install the package with "
             "`pip install .` from the repository root, or put a build's python/ folder on PYTHONPATH"
         ) from _native_error
+
+
+def include_dir():
+    """The folder holding ferry's headers (ferry/device/*.hpp: the device handles), for kernels
+    compiled at run time: the installed package's copy, else the source tree's."""
+    import os
+
+    here = os.path.dirname(os.path.realpath(__file__))
+    for candidate in (os.path.join(here, "include"), os.path.join(here, "..", "..", "include")):
+        if os.path.isfile(os.path.join(candidate, "ferry", "device", "memory_channel.hpp")):
+            return os.path.normpath(candidate)
+    raise FileNotFoundError("ferry's headers are neither in the package (pip install .) nor in a source tree")

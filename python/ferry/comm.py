@@ -79,6 +79,7 @@ class Comm:
         self._native = _ferry.Comm(bootstrap, device=device, min_blocks=min_blocks, max_blocks=max_blocks)
 
     rank = property(lambda self: self._native.rank)
+    communicator = property(lambda self: self._native.communicator, doc="For channels of the program's own.")
     world_size = property(lambda self: self._native.world_size)
     device = property(lambda self: self._native.device)
     topology = property(lambda self: self._native.topology)

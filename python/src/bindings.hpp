@@ -13,5 +13,7 @@ void bindVocabulary(nanobind::module_& m);
 void bindBootstrap(nanobind::module_& m);
 // Comm on device addresses, and AlgorithmInfo.
 void bindComm(nanobind::module_& m);
+// The channel layer: allocations, registered memory, connections, semaphores, channels, the proxy.
+void bindChannels(nanobind::module_& m);
 
 }  // namespace ferry::python

@@ -20,6 +20,7 @@
 #include "bindings.hpp"
 #include "ferry/algorithm.hpp"
 #include "ferry/comm.hpp"
+#include "ferry/communicator.hpp"
 #include "ferry/errors.hpp"
 
 namespace nb = nanobind;
@@ -217,7 +218,9 @@ void bindComm(nb::module_& m) {
             c.removeAlgorithm(name);
           },
           nb::arg("name"))
-      .def_static("algorithm_names", &Comm::algorithmNames, nb::arg("collective"));
+      .def_static("algorithm_names", &Comm::algorithmNames, nb::arg("collective"))
+      .def_prop_ro("communicator", &Comm::communicator, nb::rv_policy::reference_internal,
+                   "The Communicator under this Comm, for channels of the program's own (tags below 0x1000).");
 }
 
 }  // namespace ferry::python

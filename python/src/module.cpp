@@ -10,4 +10,5 @@ NB_MODULE(_ferry, m) {
   ferry::python::bindVocabulary(m);
   ferry::python::bindBootstrap(m);
   ferry::python::bindComm(m);
+  ferry::python::bindChannels(m);
 }
