@@ -108,22 +108,25 @@ class Comm:
         if got != want:
             raise InvalidUsage(f"rank {self.rank}: {operation}: {what} holds {got} elements, expected {want}")
 
-    def _reduce_args(self, op, dtype):
-        """(native suffix, extra args, what must stay alive until the call is queued) for `op`: a
-        ReduceOp or a PreMulSum (whose number the C++ call reads from host memory)."""
-        if isinstance(op, PreMulSum):
-            f = op.factor
-            if isinstance(f, (int, float)):
-                scalar = _host_scalar(float(f), dtype)
-                return "_premul", (ctypes.addressof(scalar), False), scalar
-            fb = buffer_of(f, f"rank {self.rank}: PreMulSum factor")
-            if fb.count != 1 or fb.dtype != dtype:
-                raise InvalidUsage(
-                    f"rank {self.rank}: PreMulSum factor: one element of the call's type ({dtype.name}), "
-                    f"not {fb.count} of {fb.dtype.name}"
-                )
-            return "_premul", (fb.address, True), f
-        return "", (ReduceOp(op),), None
+    def _reducing(self, name, op, head, tail):
+        """Calls the native reducing collective `name` with head + the op's arguments + tail: a
+        ReduceOp, or for a PreMulSum its _premul variant with the factor (a number goes to host
+        memory as the call's type, which the C++ call reads before it returns)."""
+        if not isinstance(op, PreMulSum):
+            getattr(self._native, name)(*head, ReduceOp(op), *tail)
+            return
+        dtype, f = head[3], op.factor
+        if isinstance(f, (int, float)):
+            scalar = _host_scalar(float(f), dtype)
+            getattr(self._native, name + "_premul")(*head, ctypes.addressof(scalar), False, *tail)
+            return
+        fb = buffer_of(f, f"rank {self.rank}: PreMulSum factor")
+        if fb.count != 1 or fb.dtype != dtype:
+            raise InvalidUsage(
+                f"rank {self.rank}: PreMulSum factor: one element of the call's type ({dtype.name}), "
+                f"not {fb.count} of {fb.dtype.name}"
+            )
+        getattr(self._native, name + "_premul")(*head, fb.address, True, *tail)
 
     # -- collectives ----------------------------------------------------------------------------
 
@@ -133,12 +136,7 @@ class Comm:
         i, o = b["input"], b["output"] or b["input"]
         self._same_type("all_reduce", i, o)
         self._counts("all_reduce", "output", o.count, i.count)
-        s = stream_of(stream, [i, o])
-        suffix, extra, _alive = self._reduce_args(op, i.dtype)
-        if suffix:
-            self._native.all_reduce_premul(i.address, o.address, i.count, i.dtype, *extra, s)
-        else:
-            self._native.all_reduce(i.address, o.address, i.count, i.dtype, *extra, s)
+        self._reducing("all_reduce", op, (i.address, o.address, i.count, i.dtype), (stream_of(stream, [i, o]),))
         return tensor if out is None else out
 
     def all_gather(self, tensor, out, *, stream=None):
@@ -156,12 +154,7 @@ class Comm:
         i, o = b["input"], b["output"]
         self._same_type("reduce_scatter", i, o)
         self._counts("reduce_scatter", "input", i.count, o.count * self.world_size)
-        s = stream_of(stream, [i, o])
-        suffix, extra, _alive = self._reduce_args(op, i.dtype)
-        if suffix:
-            self._native.reduce_scatter_premul(i.address, o.address, o.count, i.dtype, *extra, s)
-        else:
-            self._native.reduce_scatter(i.address, o.address, o.count, i.dtype, *extra, s)
+        self._reducing("reduce_scatter", op, (i.address, o.address, o.count, i.dtype), (stream_of(stream, [i, o]),))
         return out
 
     def all_to_all(self, tensor, out, *, stream=None):
@@ -193,12 +186,7 @@ class Comm:
         i, o = b["input"], b["output"] or b["input"]
         self._same_type("reduce", i, o)
         self._counts("reduce", "output", o.count, i.count)
-        s = stream_of(stream, [i, o])
-        suffix, extra, _alive = self._reduce_args(op, i.dtype)
-        if suffix:
-            self._native.reduce_premul(i.address, o.address, i.count, i.dtype, *extra, root, s)
-        else:
-            self._native.reduce(i.address, o.address, i.count, i.dtype, *extra, root, s)
+        self._reducing("reduce", op, (i.address, o.address, i.count, i.dtype), (root, stream_of(stream, [i, o])))
         return tensor if out is None else out
 
     # -- point to point -------------------------------------------------------------------------
