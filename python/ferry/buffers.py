@@ -4,6 +4,7 @@ count and a DataType for each buffer, and a cudaStream_t for the call.
 Buffers may be:
 - a torch.Tensor on a CUDA device, contiguous;
 - anything with ``__cuda_array_interface__`` (CuPy, Numba), C-contiguous;
+- anything with ``__dlpack__`` (JAX, ...) whose memory is on a CUDA device, C-contiguous;
 - a tuple ``(address, count, dtype)`` for memory the caller manages.
 
 Streams: an int (a cudaStream_t; 0 is the legacy default stream, only when asked for), a
@@ -13,7 +14,7 @@ CuPy's current stream; a call on raw addresses must name its stream, so that not
 legacy default stream by accident.
 """
 
-from ferry._ferry import DataType, InvalidUsage
+from ferry._ferry import DataType, InvalidUsage, _dlpack_info
 
 # torch dtype names (str(tensor.dtype)) and __cuda_array_interface__ typestrs, to DataType.
 _TORCH_TYPES = {
@@ -41,6 +42,25 @@ _TYPESTRS = {
     "f4": DataType.float32,
     "f8": DataType.float64,
 }
+
+
+# DLPack (type code, bits) to DataType; device types.
+_DLPACK_TYPES = {
+    (0, 8): DataType.int8,
+    (1, 8): DataType.uint8,
+    (0, 32): DataType.int32,
+    (1, 32): DataType.uint32,
+    (0, 64): DataType.int64,
+    (1, 64): DataType.uint64,
+    (2, 16): DataType.float16,
+    (2, 32): DataType.float32,
+    (2, 64): DataType.float64,
+    (4, 16): DataType.bfloat16,
+    (10, 8): DataType.float8_e4m3,  # float8_e4m3fn
+    (12, 8): DataType.float8_e5m2,
+}
+_DL_CUDA = 2
+_DL_DEVICES = {1: "host memory", 3: "pinned host memory", 13: "CUDA managed memory"}
 
 
 class Buffer:
@@ -76,6 +96,8 @@ def buffer_of(obj, what="buffer"):
     cai = getattr(obj, "__cuda_array_interface__", None)
     if cai is not None:
         return _from_cuda_array_interface(cai, what)
+    if hasattr(obj, "__dlpack__"):
+        return _from_dlpack(obj, what)
     if isinstance(obj, tuple) and len(obj) == 3:
         address, count, dtype = obj
         if not isinstance(address, int) or not isinstance(count, int) or count < 0:
@@ -98,18 +120,39 @@ def _from_cuda_array_interface(cai, what):
     count = 1
     for n in shape:
         count *= n
-    strides = cai.get("strides")
+    strides = cai.get("strides")  # in bytes
+    itemsize = int(typestr[2:])
     if strides is not None and count > 1:
-        expected, step = [], int(typestr[2:])
-        for n in reversed(shape):
-            expected.append(step)
-            step *= n
-        if tuple(s for s, n in zip(strides, shape) if n != 1) != tuple(
-            s for s, n in zip(reversed(expected), shape) if n != 1
-        ):
+        if any(s % itemsize for s in strides) or not _c_contiguous(shape, [s // itemsize for s in strides]):
             raise InvalidUsage(f"{what}: the array is not C-contiguous (strides {tuple(strides)})")
     address = cai["data"][0]
     return Buffer(address, count, dtype, None, "cuda_array")
+
+
+def _c_contiguous(shape, strides):
+    """True when `strides` (in elements) are C order's for `shape`, ignoring size-1 dimensions."""
+    expected = 1
+    for n, stride in zip(reversed(shape), reversed(strides)):
+        if n != 1 and stride != expected:
+            return False
+        expected *= n
+    return True
+
+
+def _from_dlpack(obj, what):
+    address, shape, strides, code, bits, lanes, device_type, device_id = _dlpack_info(obj)
+    if device_type != _DL_CUDA:
+        place = _DL_DEVICES.get(device_type, f"DLPack device type {device_type}")
+        raise InvalidUsage(f"{what}: the array is in {place}; ferry needs one in CUDA device memory")
+    dtype = _DLPACK_TYPES.get((code, bits)) if lanes == 1 else None
+    if dtype is None:
+        raise InvalidUsage(f"{what}: ferry has no data type for DLPack type (code {code}, {bits} bits, {lanes} lanes)")
+    count = 1
+    for n in shape:
+        count *= n
+    if strides is not None and count > 1 and not _c_contiguous(shape, strides):
+        raise InvalidUsage(f"{what}: the array is not C-contiguous (strides {tuple(strides)} elements)")
+    return Buffer(address, count, dtype, device_id, "dlpack")
 
 
 def stream_of(stream, buffers):
@@ -137,6 +180,6 @@ def stream_of(stream, buffers):
         if cupy is not None:
             return cupy.cuda.get_current_stream().ptr
     raise InvalidUsage(
-        "stream: a call on raw addresses (or arrays of a library ferry does not know) must name its "
-        "stream (stream=0 for the legacy default stream)"
+        "stream: a call on raw addresses, DLPack arrays (or arrays of a library ferry does not know) "
+        "must name its stream (stream=0 for the legacy default stream)"
     )

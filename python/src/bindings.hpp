@@ -15,5 +15,7 @@ void bindBootstrap(nanobind::module_& m);
 void bindComm(nanobind::module_& m);
 // The channel layer: allocations, registered memory, connections, semaphores, channels, the proxy.
 void bindChannels(nanobind::module_& m);
+// _dlpack_info: what a __dlpack__ object describes (python/ferry/buffers.py).
+void bindDlpack(nanobind::module_& m);
 
 }  // namespace ferry::python

@@ -11,4 +11,5 @@ NB_MODULE(_ferry, m) {
   ferry::python::bindBootstrap(m);
   ferry::python::bindComm(m);
   ferry::python::bindChannels(m);
+  ferry::python::bindDlpack(m);
 }

@@ -82,3 +82,20 @@ def test_a_comm_of_one_rank_is_made_with_a_gpu_and_is_a_ferry_error_without():
     else:
         with pytest.raises(ferry.Error):
             ferry.Comm(boot)
+
+
+def test_a_dlpack_array_in_host_memory_is_refused_naming_where_it_is():
+    np = pytest.importorskip("numpy")
+    with pytest.raises(ferry.InvalidUsage, match="in host memory; ferry needs one in CUDA device memory"):
+        buffer_of(np.zeros(8, dtype=np.float32), "input")
+
+
+def test_dlpack_types_and_contiguity_are_read_before_the_device_is_judged():
+    from ferry import buffers
+
+    np = pytest.importorskip("numpy")
+    a = np.arange(12, dtype=np.float32).reshape(3, 4)
+    info = ferry._ferry._dlpack_info(a)
+    assert info[0] == a.ctypes.data and info[1] == [3, 4] and info[3:6] == (2, 32, 1)
+    assert buffers._c_contiguous([3, 4], [4, 1]) and not buffers._c_contiguous([4, 3], [1, 4])
+    assert buffers._c_contiguous([1, 4], [0, 1])
