@@ -253,6 +253,20 @@ def _streams_and_errors(torch, comm, dev, rank, n):
             errors.append(f"rank {rank}: {what} was not refused")
         except ferry.InvalidUsage:
             pass
+    # CuPy arrays, on CuPy's current stream (the device's default stream unless one is made current).
+    try:
+        import cupy
+    except ImportError:
+        cupy = None
+    if cupy is not None:
+        with cupy.cuda.Device(dev.index):
+            a = cupy.full(4096, rank + 1, dtype=cupy.float32)
+            out = cupy.full(4096 * n, cupy.nan, dtype=cupy.float32)
+            comm.all_gather(a, out)
+            cupy.cuda.get_current_stream().synchronize()
+            want = cupy.repeat(cupy.arange(1, n + 1, dtype=cupy.float32), 4096)
+            if not bool(cupy.all(out == want)):
+                errors.append(f"rank {rank}: all_gather of CuPy arrays wrong")
     # Registered buffers: the zero-copy algorithms.
     r = torch.full((1 << 20,), float(rank + 1), device=dev)
     with comm.register_buffer(r):

@@ -1,6 +1,7 @@
 """ferry.Comm on torch tensors, on the GPU: every collective x every dtype x every op, sizes 0, 1,
 odd, 4 KiB and (float32, bfloat16) 1 MiB and 64 MiB, in and out of place, a user stream, PreMulSum,
-refusals, registered buffers, and a DSL plan added at run time. Ranks are spawned processes
+refusals, CuPy arrays (where CuPy is installed), registered buffers, and a DSL plan added at run
+time. Ranks are spawned processes
 (sharing the GPUs when there are fewer GPUs than ranks). gpu_comm_ranks.py is what a rank runs.
 
 Skips without torch or a GPU, unless FERRY_REQUIRE_GPU=1 (as the GPU check sets).
