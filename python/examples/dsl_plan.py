@@ -17,21 +17,26 @@ comm = ferry.Comm()
 n, rank = comm.world_size, comm.rank
 
 
-def allgather_allpairs(w):
-    """Every rank puts its input into every peer's output slot, one thread block per peer."""
-    with CollectiveProgram("example_allgather", "allgather", world_size=w, input_chunks=1) as prog:
-        ch = {(r, p): MemoryChannel(r, p) for r in range(w) for p in range(w) if r != p}
+def allgather_ring(w):
+    """A ring: at step s every rank forwards chunk (rank - s) mod w to the next rank, which waits
+    for it before forwarding it on at step s + 1 (one thread block, one channel each way)."""
+    with CollectiveProgram("example_allgather_ring", "allgather", world_size=w, input_chunks=1) as prog:
+        to_next = {r: MemoryChannel(r, (r + 1) % w) for r in range(w)}
         for r in range(w):
             me = prog.rank(r)
             me.copy(me.input[0], me.output[r], tb=0)
-            for tb, p in enumerate(p for p in range(w) if p != r):
-                ch[r, p].put(me.input[0], prog.rank(p).output[r], tb=tb)
-                ch[r, p].signal(tb=tb)
-                ch[p, r].pair.wait(tb=tb)
+        for s in range(w - 1):
+            for r in range(w):
+                me, k = prog.rank(r), (r - s) % w
+                src = me.input[0] if s == 0 else me.output[k]
+                to_next[r].put(src, prog.rank((r + 1) % w).output[k], tb=0)
+                to_next[r].signal(tb=0)
+            for r in range(w):
+                to_next[(r - 1) % w].pair.wait(tb=0)  # chunk (r - 1 - s) mod w is here
     return prog
 
 
-name = comm.add_plan(allgather_allpairs(n))  # collective: every rank adds the same program
+name = comm.add_plan(allgather_ring(n))  # collective: every rank adds the same program
 comm.set_algorithm("all_gather", name)
 x = torch.full((4096,), float(rank), device="cuda")
 out = torch.empty(4096 * n, device="cuda")

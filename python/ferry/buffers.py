@@ -81,17 +81,26 @@ def _is_torch(obj):
     return type(obj).__module__.startswith("torch") and hasattr(obj, "data_ptr")
 
 
+def _label(what):
+    """`what` as an error message names it: a string, or (rank, operation, argument), which a call
+    passes so that no text is built unless something is wrong."""
+    if isinstance(what, tuple):
+        rank, operation, name = what
+        return f"rank {rank}: {operation}: {name}"
+    return what
+
+
 def buffer_of(obj, what="buffer"):
-    """The Buffer that `obj` describes; InvalidUsage (a ValueError) naming `what` when it is host
+    """The Buffer that `obj` describes; InvalidUsage (a ValueError) naming `what` (_label) when it is host
     memory, not contiguous, of a type ferry has no DataType for, or not a buffer at all."""
     if _is_torch(obj):
         if not obj.is_cuda:
-            raise InvalidUsage(f"{what}: a torch tensor on {obj.device}; ferry needs one on a CUDA device")
+            raise InvalidUsage(f"{_label(what)}: a torch tensor on {obj.device}; ferry needs one on a CUDA device")
         if not obj.is_contiguous():
-            raise InvalidUsage(f"{what}: the tensor is not contiguous; pass tensor.contiguous()")
+            raise InvalidUsage(f"{_label(what)}: the tensor is not contiguous; pass tensor.contiguous()")
         dtype = _TORCH_TYPES.get(str(obj.dtype))
         if dtype is None:
-            raise InvalidUsage(f"{what}: ferry has no data type for {obj.dtype}")
+            raise InvalidUsage(f"{_label(what)}: ferry has no data type for {obj.dtype}")
         return Buffer(obj.data_ptr(), obj.numel(), dtype, obj.device.index, "torch")
     cai = getattr(obj, "__cuda_array_interface__", None)
     if cai is not None:
@@ -101,10 +110,10 @@ def buffer_of(obj, what="buffer"):
     if isinstance(obj, tuple) and len(obj) == 3:
         address, count, dtype = obj
         if not isinstance(address, int) or not isinstance(count, int) or count < 0:
-            raise InvalidUsage(f"{what}: a raw buffer is (address: int, count: int >= 0, dtype), not {obj!r}")
+            raise InvalidUsage(f"{_label(what)}: a raw buffer is (address: int, count: int >= 0, dtype), not {obj!r}")
         return Buffer(address, count, DataType(dtype), None, "raw")
     raise InvalidUsage(
-        f"{what}: {type(obj).__name__} is not a buffer ferry takes (a CUDA torch tensor, an object with "
+        f"{_label(what)}: {type(obj).__name__} is not a buffer ferry takes (a CUDA torch tensor, an object with "
         "__cuda_array_interface__, or (address, count, dtype))"
     )
 
@@ -113,9 +122,9 @@ def _from_cuda_array_interface(cai, what):
     typestr = cai["typestr"]
     dtype = _TYPESTRS.get(typestr[1:])
     if dtype is None:
-        raise InvalidUsage(f"{what}: ferry has no data type for typestr {typestr!r}")
+        raise InvalidUsage(f"{_label(what)}: ferry has no data type for typestr {typestr!r}")
     if typestr[0] == ">":
-        raise InvalidUsage(f"{what}: big-endian data ({typestr!r}) is not supported")
+        raise InvalidUsage(f"{_label(what)}: big-endian data ({typestr!r}) is not supported")
     shape = tuple(cai["shape"])
     count = 1
     for n in shape:
@@ -124,7 +133,7 @@ def _from_cuda_array_interface(cai, what):
     itemsize = int(typestr[2:])
     if strides is not None and count > 1:
         if any(s % itemsize for s in strides) or not _c_contiguous(shape, [s // itemsize for s in strides]):
-            raise InvalidUsage(f"{what}: the array is not C-contiguous (strides {tuple(strides)})")
+            raise InvalidUsage(f"{_label(what)}: the array is not C-contiguous (strides {tuple(strides)})")
     address = cai["data"][0]
     return Buffer(address, count, dtype, None, "cuda_array")
 
@@ -143,15 +152,15 @@ def _from_dlpack(obj, what):
     address, shape, strides, code, bits, lanes, device_type, device_id = _dlpack_info(obj)
     if device_type != _DL_CUDA:
         place = _DL_DEVICES.get(device_type, f"DLPack device type {device_type}")
-        raise InvalidUsage(f"{what}: the array is in {place}; ferry needs one in CUDA device memory")
+        raise InvalidUsage(f"{_label(what)}: the array is in {place}; ferry needs one in CUDA device memory")
     dtype = _DLPACK_TYPES.get((code, bits)) if lanes == 1 else None
     if dtype is None:
-        raise InvalidUsage(f"{what}: ferry has no data type for DLPack type (code {code}, {bits} bits, {lanes} lanes)")
+        raise InvalidUsage(f"{_label(what)}: ferry has no data type for DLPack type (code {code}, {bits} bits, {lanes} lanes)")
     count = 1
     for n in shape:
         count *= n
     if strides is not None and count > 1 and not _c_contiguous(shape, strides):
-        raise InvalidUsage(f"{what}: the array is not C-contiguous (strides {tuple(strides)} elements)")
+        raise InvalidUsage(f"{_label(what)}: the array is not C-contiguous (strides {tuple(strides)} elements)")
     return Buffer(address, count, dtype, device_id, "dlpack")
 
 

@@ -76,12 +76,14 @@ class Comm:
         if bootstrap is None:
             bootstrap = _ferry.TcpBootstrap.from_environment()
         self.bootstrap = bootstrap
-        self._native = _ferry.Comm(bootstrap, device=device, min_blocks=min_blocks, max_blocks=max_blocks)
+        self._adopt(_ferry.Comm(bootstrap, device=device, min_blocks=min_blocks, max_blocks=max_blocks))
 
-    rank = property(lambda self: self._native.rank)
+    def _adopt(self, native):
+        # What every call reads, asked of the C++ Comm once (it never changes).
+        self._native = native
+        self.rank, self.world_size, self.device = native.rank, native.world_size, native.device
+
     communicator = property(lambda self: self._native.communicator, doc="For channels of the program's own.")
-    world_size = property(lambda self: self._native.world_size)
-    device = property(lambda self: self._native.device)
     topology = property(lambda self: self._native.topology)
 
     # -- buffers --------------------------------------------------------------------------------
@@ -92,7 +94,7 @@ class Comm:
             if obj is None:
                 out[name] = None
                 continue
-            b = buffer_of(obj, f"rank {self.rank}: {operation}: {name}")
+            b = buffer_of(obj, (self.rank, operation, name))
             if b.device is not None and b.device != self.device:
                 raise InvalidUsage(
                     f"rank {self.rank}: {operation}: {name} is on cuda:{b.device}, but the Comm is on cuda:{self.device}"
@@ -120,7 +122,7 @@ class Comm:
             scalar = _host_scalar(float(f), dtype)
             getattr(self._native, name + "_premul")(*head, ctypes.addressof(scalar), False, *tail)
             return
-        fb = buffer_of(f, f"rank {self.rank}: PreMulSum factor")
+        fb = buffer_of(f, (self.rank, "PreMulSum", "factor"))
         if fb.count != 1 or fb.dtype != dtype:
             raise InvalidUsage(
                 f"rank {self.rank}: PreMulSum factor: one element of the call's type ({dtype.name}), "

@@ -38,7 +38,7 @@ class Array:
 
 def comm():
     c = ferry.Comm.__new__(ferry.Comm)
-    c._native = Recorder()
+    c._adopt(Recorder())
     return c
 
 
