@@ -14,6 +14,17 @@ if(FERRY_SANITIZE)
   target_link_options(ferry_build_flags INTERFACE -fsanitize=${FERRY_SANITIZE})
 endif()
 
+# ferry_keep_runtime_private(TARGET): a shared library exports none of the static archives it
+# links. Toolchains that link libstdc++ (and libgcc) statically, as the lent GPU machine's does,
+# would otherwise export their copy of std::ostream, std::locale, ... from libferry.so; in a process
+# that already has libstdc++.so.6 (every PyTorch program) the dynamic linker then binds some of
+# those calls to one copy and some to the other, and the first formatted number crashes.
+function(ferry_keep_runtime_private target)
+  if(CMAKE_SYSTEM_NAME STREQUAL "Linux")
+    target_link_options(${target} PRIVATE "LINKER:--exclude-libs,ALL")
+  endif()
+endfunction()
+
 # ferry_add_test(NAME SOURCES... LABELS ... [LIBS ...] [TIMEOUT s] [NO_GTEST_MAIN])
 # Labels say how a test launches: unit (host only), mp (several processes on loopback),
 # gpu (needs GPUs; run by scripts/gpu-check.sh), python.

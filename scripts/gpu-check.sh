@@ -26,10 +26,10 @@ cd "$(dirname "$0")/.." || exit 2
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1
 unset FERRY_ENABLE_NVLS
 
-STEPS=(configure build guard_selftest ferry_info gpu_tests python sanitizer nccl_torch perf bench)
+STEPS=(configure build guard_selftest ferry_info gpu_tests python python_bench sanitizer nccl_torch perf bench)
 if [[ -n ${GPU_CHECK_STEPS:-} ]]; then read -ra STEPS <<<"$GPU_CHECK_STEPS"; fi
 REQUIRED=(configure build guard_selftest)  # nothing touches a GPU unless the guard is proven to work
-SHOW=(ferry_info gpu_tests python sanitizer nccl_torch)    # steps whose whole log is printed, not only on failure
+SHOW=(ferry_info gpu_tests python python_bench sanitizer nccl_torch)    # steps whose whole log is printed, not only on failure
 
 build="build-gpu"
 out=${OUT:-$build/out}
@@ -120,6 +120,17 @@ step_python() {
     ((PIPESTATUS[0] == 0)) || rc=1
   done
   return $rc
+}
+
+# What the Python layer costs per call: python -m ferry.bench (ferry.Comm.all_reduce on torch
+# tensors, the same call on raw addresses, and from a CUDA graph), then ferry-bench's allreduce
+# (float32, the same sizes) with NCCL beside it, in one run on the same GPUs.
+step_python_bench() {
+  local sizes=(-b 1K -e 64M -f 4)
+  PYTHONPATH="$PWD/$build/python" guarded timeout 240 python3 -m ferry.bench "${sizes[@]}" |
+    tee "$out/python_bench_table.txt"
+  ((PIPESTATUS[0] == 0)) || return 1
+  guarded timeout 120 "$PWD/$build/tools/ferry-bench/ferry-bench" allreduce -d float32 "${sizes[@]}"
 }
 
 # torch.distributed (NCCL backend) with libferry_nccl.so preloaded against the real NCCL, on every

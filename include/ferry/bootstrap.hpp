@@ -35,6 +35,10 @@ struct FERRY_API UniqueId {
   // Picks the interface (FERRY_SOCKET_IFNAME, else the first non-loopback one that is up) and
   // reserves a port for the root there: the reserved socket is adopted by the process's rank 0.
   static UniqueId create();
+  // For a process that made the id but will not be its rank 0 (a launcher that spawns the ranks):
+  // closes the port create() reserved, so that the process that is rank 0 can listen there.
+  // Without a reservation, rank 0 binds the port at init; a no-op for an id made elsewhere.
+  void releaseRootPort() const;
   // "host:port" of the root, for logs.
   std::string rootAddress() const;
   // Hex form, for passing through text channels (environment variables, files).

@@ -14,7 +14,7 @@ import ferry
 
 local_rank = int(os.environ.get("LOCAL_RANK", "0")) % torch.cuda.device_count()  # ranks may share a GPU
 torch.cuda.set_device(local_rank)
-comm = ferry.Comm()  # meets the other ranks through torchrun's MASTER_ADDR (port MASTER_PORT + 1)
+comm = ferry.Comm()  # meets the other ranks through torchrun's store
 n, rank = comm.world_size, comm.rank
 
 for info in comm.algorithms():

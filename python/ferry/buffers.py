@@ -77,10 +77,6 @@ class Buffer:
         self.kind = kind
 
 
-def _is_torch(obj):
-    return type(obj).__module__.startswith("torch") and hasattr(obj, "data_ptr")
-
-
 def _label(what):
     """`what` as an error message names it: a string, or (rank, operation, argument), which a call
     passes so that no text is built unless something is wrong."""
@@ -90,31 +86,82 @@ def _label(what):
     return what
 
 
+# The hot path: every collective call resolves its buffers and its stream, and Python adds what it
+# costs to every call. So a buffer's kind is found once per Python type (_READERS) and a torch
+# dtype's DataType once per dtype (_TORCH_BY_DTYPE); the torch path reads only what it needs.
+_READERS = {}
+_TORCH_BY_DTYPE = {}
+
+
 def buffer_of(obj, what="buffer"):
     """The Buffer that `obj` describes; InvalidUsage (a ValueError) naming `what` (_label) when it is host
     memory, not contiguous, of a type ferry has no DataType for, or not a buffer at all."""
-    if _is_torch(obj):
-        if not obj.is_cuda:
-            raise InvalidUsage(f"{_label(what)}: a torch tensor on {obj.device}; ferry needs one on a CUDA device")
-        if not obj.is_contiguous():
-            raise InvalidUsage(f"{_label(what)}: the tensor is not contiguous; pass tensor.contiguous()")
+    reader = _READERS.get(type(obj))
+    if reader is None:
+        reader = _READERS[type(obj)] = _reader_for(obj)
+    return reader(obj, what)
+
+
+def _reader_for(obj):
+    if type(obj).__module__.startswith("torch") and hasattr(obj, "data_ptr"):
+        return _from_torch
+    if hasattr(obj, "__cuda_array_interface__"):
+        return lambda o, what: _from_cuda_array_interface(o.__cuda_array_interface__, what)
+    if hasattr(obj, "__dlpack__"):
+        return _from_dlpack
+    if isinstance(obj, tuple):
+        return _from_raw
+    return _not_a_buffer
+
+
+def _from_torch(obj, what):
+    if not obj.is_cuda:
+        raise InvalidUsage(f"{_label(what)}: a torch tensor on {obj.device}; ferry needs one on a CUDA device")
+    if not obj.is_contiguous():
+        raise InvalidUsage(f"{_label(what)}: the tensor is not contiguous; pass tensor.contiguous()")
+    dtype = _TORCH_BY_DTYPE.get(obj.dtype)
+    if dtype is None:
         dtype = _TORCH_TYPES.get(str(obj.dtype))
         if dtype is None:
             raise InvalidUsage(f"{_label(what)}: ferry has no data type for {obj.dtype}")
-        return Buffer(obj.data_ptr(), obj.numel(), dtype, obj.device.index, "torch")
-    cai = getattr(obj, "__cuda_array_interface__", None)
-    if cai is not None:
-        return _from_cuda_array_interface(cai, what)
-    if hasattr(obj, "__dlpack__"):
-        return _from_dlpack(obj, what)
-    if isinstance(obj, tuple) and len(obj) == 3:
+        _TORCH_BY_DTYPE[obj.dtype] = dtype
+    return Buffer(obj.data_ptr(), obj.numel(), dtype, obj.get_device(), "torch")
+
+
+def torch_pair(a, b, device):
+    """The fast path of a call on torch tensors: (address of a, address of b, count of a, count of
+    b, DataType, torch's current stream) when `a` and `b` (None: b is a) are contiguous CUDA tensors
+    of one known dtype on `device`; else None, and the call takes the general path (buffer_of,
+    stream_of), which also says what is wrong. Nothing here builds an object it does not return."""
+    if _READERS.get(type(a)) is not _from_torch or not (a.is_cuda and a.is_contiguous() and a.get_device() == device):
+        return None
+    dtype = _TORCH_BY_DTYPE.get(a.dtype)
+    if dtype is None:
+        return None
+    address, count = a.data_ptr(), a.numel()
+    if b is None:
+        return address, address, count, count, dtype, _torch_current_stream(device)
+    if (
+        _READERS.get(type(b)) is not _from_torch
+        or not (b.is_cuda and b.is_contiguous() and b.get_device() == device)
+        or b.dtype is not a.dtype
+    ):
+        return None
+    return address, b.data_ptr(), count, b.numel(), dtype, _torch_current_stream(device)
+
+
+def _from_raw(obj, what):
+    if len(obj) == 3:
         address, count, dtype = obj
-        if not isinstance(address, int) or not isinstance(count, int) or count < 0:
-            raise InvalidUsage(f"{_label(what)}: a raw buffer is (address: int, count: int >= 0, dtype), not {obj!r}")
-        return Buffer(address, count, DataType(dtype), None, "raw")
+        if isinstance(address, int) and isinstance(count, int) and count >= 0:
+            return Buffer(address, count, DataType(dtype), None, "raw")
+    raise InvalidUsage(f"{_label(what)}: a raw buffer is (address: int, count: int >= 0, dtype), not {obj!r}")
+
+
+def _not_a_buffer(obj, what):
     raise InvalidUsage(
         f"{_label(what)}: {type(obj).__name__} is not a buffer ferry takes (a CUDA torch tensor, an object with "
-        "__cuda_array_interface__, or (address, count, dtype))"
+        "__cuda_array_interface__ or __dlpack__, or (address, count, dtype))"
     )
 
 
@@ -175,20 +222,30 @@ def stream_of(stream, buffers):
             if isinstance(handle, int):
                 return handle
         raise InvalidUsage(f"stream: {type(stream).__name__} is not a stream (an int, torch.cuda.Stream, CuPy stream)")
-    kinds = {b.kind for b in buffers}
-    if "torch" in kinds:
-        import torch
-
-        device = next(b.device for b in buffers if b.kind == "torch")
-        return torch.cuda.current_stream(device).cuda_stream
-    if "cuda_array" in kinds:
-        try:
-            import cupy
-        except ImportError:
-            cupy = None
-        if cupy is not None:
+    for b in buffers:
+        if b.kind == "torch":
+            return _torch_current_stream(b.device)
+    for b in buffers:
+        if b.kind == "cuda_array":
+            try:
+                import cupy
+            except ImportError:
+                break
             return cupy.cuda.get_current_stream().ptr
     raise InvalidUsage(
         "stream: a call on raw addresses, DLPack arrays (or arrays of a library ferry does not know) "
         "must name its stream (stream=0 for the legacy default stream)"
     )
+
+
+def _torch_current_stream(device):
+    """torch's current stream of `device` as a cudaStream_t. torch.cuda.current_stream() makes a
+    Stream object per call (microseconds); torch's own compiler reads the raw handle through
+    torch._C._cuda_getCurrentRawStream, so ferry does too where it exists. The first call binds
+    the function this name refers to from then on."""
+    global _torch_current_stream
+    import torch
+
+    raw = getattr(torch._C, "_cuda_getCurrentRawStream", None)
+    _torch_current_stream = raw or (lambda d: torch.cuda.current_stream(d).cuda_stream)
+    return _torch_current_stream(device)

@@ -1,7 +1,7 @@
 """ferry.Comm: the collectives of a group of ranks on tensors and arrays.
 
     import torch, ferry
-    comm = ferry.Comm()                       # under torchrun: ranks meet through MASTER_ADDR
+    comm = ferry.Comm()                       # under torchrun: ranks meet through its store
     x = torch.randn(1 << 20, device="cuda")
     comm.all_reduce(x)                        # in place, on torch's current stream
     comm.all_gather(x, out)                   # out holds world_size * x.numel() elements
@@ -20,7 +20,8 @@ import struct
 
 from ferry import _ferry
 from ferry._ferry import Collective, DataType, InvalidUsage, ReduceOp
-from ferry.buffers import buffer_of, stream_of
+from ferry.buffers import buffer_of, stream_of, torch_pair
+from ferry.rendezvous import bootstrap_from_environment
 
 
 class PreMulSum:
@@ -70,13 +71,18 @@ class Registration:
 
 
 class Comm:
-    def __init__(self, bootstrap=None, *, device=None, min_blocks=0, max_blocks=0):
-        """Collective over `bootstrap`'s ranks (default: TcpBootstrap.from_environment(), torchrun's
-        variables) on CUDA device `device` (default: the current one)."""
+    def __init__(self, bootstrap=None, *, device=None, min_blocks=0, max_blocks=0, connect=None):
+        """Collective over `bootstrap`'s ranks on CUDA device `device` (default: the current one).
+        Without a bootstrap, the ranks meet as rendezvous.py says: through torch.distributed's
+        store or torchrun's agent store when there is one, else through torchrun's variables.
+        min_blocks/max_blocks bound the thread blocks of a call; connect(communicator, peer) ->
+        Connection, if given, makes the connection under the Comm's port channel to each peer
+        (default: CUDA IPC), called on every rank for every peer in rank order."""
         if bootstrap is None:
-            bootstrap = _ferry.TcpBootstrap.from_environment()
+            bootstrap = bootstrap_from_environment()
         self.bootstrap = bootstrap
-        self._adopt(_ferry.Comm(bootstrap, device=device, min_blocks=min_blocks, max_blocks=max_blocks))
+        native = _ferry.Comm(bootstrap, device=device, min_blocks=min_blocks, max_blocks=max_blocks, connect=connect)
+        self._adopt(native)
 
     def _adopt(self, native):
         # What every call reads, asked of the C++ Comm once (it never changes).
@@ -88,34 +94,41 @@ class Comm:
 
     # -- buffers --------------------------------------------------------------------------------
 
-    def _buffers(self, operation, **named):
-        out = {}
-        for name, obj in named.items():
-            if obj is None:
-                out[name] = None
-                continue
-            b = buffer_of(obj, (self.rank, operation, name))
-            if b.device is not None and b.device != self.device:
-                raise InvalidUsage(
-                    f"rank {self.rank}: {operation}: {name} is on cuda:{b.device}, but the Comm is on cuda:{self.device}"
-                )
-            out[name] = b
-        return out
+    def _buffer(self, operation, name, obj):
+        """The Buffer of argument `name`, which must be on the Comm's GPU when its GPU is known."""
+        b = buffer_of(obj, (self.rank, operation, name))
+        if b.device is not None and b.device != self.device:
+            raise InvalidUsage(
+                f"rank {self.rank}: {operation}: {name} is on cuda:{b.device}, but the Comm is on cuda:{self.device}"
+            )
+        return b
 
-    def _same_type(self, operation, a, b):
-        if a.dtype != b.dtype:
-            raise InvalidUsage(f"rank {self.rank}: {operation}: input is {a.dtype.name}, output {b.dtype.name}")
-
-    def _counts(self, operation, what, got, want):
-        if got != want:
-            raise InvalidUsage(f"rank {self.rank}: {operation}: {what} holds {got} elements, expected {want}")
+    def _pair(self, operation, tensor, out, gather=1, scatter=1):
+        """Input and output Buffers of a call (output = input when `out` is None: in place), of one
+        type, the output holding `gather` times the input's elements (all_gather: world_size), or
+        the input `scatter` times the output's (reduce_scatter: world_size)."""
+        i = self._buffer(operation, "input", tensor)
+        if out is None:
+            return i, i
+        o = self._buffer(operation, "output", out)
+        if i.dtype != o.dtype:
+            raise InvalidUsage(f"rank {self.rank}: {operation}: input is {i.dtype.name}, output {o.dtype.name}")
+        if scatter == 1 and o.count != i.count * gather:
+            raise InvalidUsage(
+                f"rank {self.rank}: {operation}: output holds {o.count} elements, expected {i.count * gather}"
+            )
+        if scatter != 1 and i.count != o.count * scatter:
+            raise InvalidUsage(
+                f"rank {self.rank}: {operation}: input holds {i.count} elements, expected {o.count * scatter}"
+            )
+        return i, o
 
     def _reducing(self, name, op, head, tail):
         """Calls the native reducing collective `name` with head + the op's arguments + tail: a
         ReduceOp, or for a PreMulSum its _premul variant with the factor (a number goes to host
         memory as the call's type, which the C++ call reads before it returns)."""
         if not isinstance(op, PreMulSum):
-            getattr(self._native, name)(*head, ReduceOp(op), *tail)
+            getattr(self._native, name)(*head, op if type(op) is ReduceOp else ReduceOp(op), *tail)
             return
         dtype, f = head[3], op.factor
         if isinstance(f, (int, float)):
@@ -134,72 +147,79 @@ class Comm:
 
     def all_reduce(self, tensor, out=None, op=ReduceOp.sum, *, stream=None):
         """out[i] = op over ranks of tensor[i]; in place when `out` is None. Returns the output."""
-        b = self._buffers("all_reduce", input=tensor, output=out)
-        i, o = b["input"], b["output"] or b["input"]
-        self._same_type("all_reduce", i, o)
-        self._counts("all_reduce", "output", o.count, i.count)
-        self._reducing("all_reduce", op, (i.address, o.address, i.count, i.dtype), (stream_of(stream, [i, o]),))
+        # Every call starts with the fast path for torch tensors on the current stream (torch_pair);
+        # anything else, or anything wrong, takes the general path, which raises what is wrong.
+        f = torch_pair(tensor, out, self.device) if stream is None and type(op) is ReduceOp else None
+        if f is not None and f[2] == f[3]:
+            self._native.all_reduce(f[0], f[1], f[2], f[4], op, f[5])
+            return tensor if out is None else out
+        i, o = self._pair("all_reduce", tensor, out)
+        self._reducing("all_reduce", op, (i.address, o.address, i.count, i.dtype), (stream_of(stream, (i, o)),))
         return tensor if out is None else out
 
     def all_gather(self, tensor, out, *, stream=None):
         """Rank r's `tensor` lands in block r of every rank's `out` (world_size blocks)."""
-        b = self._buffers("all_gather", input=tensor, output=out)
-        i, o = b["input"], b["output"]
-        self._same_type("all_gather", i, o)
-        self._counts("all_gather", "output", o.count, i.count * self.world_size)
-        self._native.all_gather(i.address, o.address, i.count, i.dtype, stream_of(stream, [i, o]))
+        f = torch_pair(tensor, out, self.device) if stream is None and out is not None else None
+        if f is not None and f[3] == f[2] * self.world_size:
+            self._native.all_gather(f[0], f[1], f[2], f[4], f[5])
+            return out
+        i, o = self._pair("all_gather", tensor, self._required("all_gather", out), gather=self.world_size)
+        self._native.all_gather(i.address, o.address, i.count, i.dtype, stream_of(stream, (i, o)))
         return out
 
     def reduce_scatter(self, tensor, out, op=ReduceOp.sum, *, stream=None):
         """Rank r's `out` = op over ranks of block r of `tensor` (world_size blocks)."""
-        b = self._buffers("reduce_scatter", input=tensor, output=out)
-        i, o = b["input"], b["output"]
-        self._same_type("reduce_scatter", i, o)
-        self._counts("reduce_scatter", "input", i.count, o.count * self.world_size)
-        self._reducing("reduce_scatter", op, (i.address, o.address, o.count, i.dtype), (stream_of(stream, [i, o]),))
+        f = torch_pair(tensor, out, self.device) if stream is None and out is not None else None
+        if f is not None and f[2] == f[3] * self.world_size and type(op) is ReduceOp:
+            self._native.reduce_scatter(f[0], f[1], f[3], f[4], op, f[5])
+            return out
+        i, o = self._pair(
+            "reduce_scatter", tensor, self._required("reduce_scatter", out), scatter=self.world_size
+        )
+        self._reducing("reduce_scatter", op, (i.address, o.address, o.count, i.dtype), (stream_of(stream, (i, o)),))
         return out
 
     def all_to_all(self, tensor, out, *, stream=None):
         """Block p of rank r's `tensor` lands in block r of rank p's `out` (world_size blocks each)."""
-        b = self._buffers("all_to_all", input=tensor, output=out)
-        i, o = b["input"], b["output"]
-        self._same_type("all_to_all", i, o)
-        self._counts("all_to_all", "output", o.count, i.count)
+        i, o = self._pair("all_to_all", tensor, self._required("all_to_all", out))
         if i.count % self.world_size:
             raise InvalidUsage(
                 f"rank {self.rank}: all_to_all: {i.count} elements do not split into {self.world_size} equal blocks"
             )
-        self._native.all_to_all(i.address, o.address, i.count // self.world_size, i.dtype, stream_of(stream, [i, o]))
+        self._native.all_to_all(i.address, o.address, i.count // self.world_size, i.dtype, stream_of(stream, (i, o)))
         return out
 
     def broadcast(self, tensor, root, out=None, *, stream=None):
         """`out` (default: `tensor`, in place) = the root's `tensor` on every rank."""
-        b = self._buffers("broadcast", input=tensor, output=out)
-        i, o = b["input"], b["output"] or b["input"]
-        self._same_type("broadcast", i, o)
-        self._counts("broadcast", "output", o.count, i.count)
-        self._native.broadcast(i.address, o.address, i.count, i.dtype, root, stream_of(stream, [i, o]))
+        f = torch_pair(tensor, out, self.device) if stream is None else None
+        if f is not None and f[2] == f[3]:
+            self._native.broadcast(f[0], f[1], f[2], f[4], root, f[5])
+            return tensor if out is None else out
+        i, o = self._pair("broadcast", tensor, out)
+        self._native.broadcast(i.address, o.address, i.count, i.dtype, root, stream_of(stream, (i, o)))
         return tensor if out is None else out
 
     def reduce(self, tensor, root, out=None, op=ReduceOp.sum, *, stream=None):
         """The root's `out` (default: `tensor`, in place) = op over ranks of `tensor`; other ranks'
         `out` is not written."""
-        b = self._buffers("reduce", input=tensor, output=out)
-        i, o = b["input"], b["output"] or b["input"]
-        self._same_type("reduce", i, o)
-        self._counts("reduce", "output", o.count, i.count)
-        self._reducing("reduce", op, (i.address, o.address, i.count, i.dtype), (root, stream_of(stream, [i, o])))
+        i, o = self._pair("reduce", tensor, out)
+        self._reducing("reduce", op, (i.address, o.address, i.count, i.dtype), (root, stream_of(stream, (i, o))))
         return tensor if out is None else out
+
+    def _required(self, operation, out):
+        if out is None:
+            raise InvalidUsage(f"rank {self.rank}: {operation}: the output buffer is required")
+        return out
 
     # -- point to point -------------------------------------------------------------------------
 
     def send(self, tensor, peer, *, stream=None):
-        b = self._buffers("send", buffer=tensor)["buffer"]
-        self._native.send(b.address, b.count, b.dtype, peer, stream_of(stream, [b]))
+        b = self._buffer("send", "buffer", tensor)
+        self._native.send(b.address, b.count, b.dtype, peer, stream_of(stream, (b,)))
 
     def recv(self, tensor, peer, *, stream=None):
-        b = self._buffers("recv", buffer=tensor)["buffer"]
-        self._native.recv(b.address, b.count, b.dtype, peer, stream_of(stream, [b]))
+        b = self._buffer("recv", "buffer", tensor)
+        self._native.recv(b.address, b.count, b.dtype, peer, stream_of(stream, (b,)))
         return tensor
 
     @contextlib.contextmanager
@@ -222,7 +242,7 @@ class Comm:
                 raise InvalidUsage(f"rank {self.rank}: register_buffer: an address needs its size in bytes")
             address, size = tensor, nbytes
         else:
-            b = self._buffers("register_buffer", buffer=tensor)["buffer"]
+            b = self._buffer("register_buffer", "buffer", tensor)
             address, size = b.address, b.count * _ferry.size_of(b.dtype)
         return Registration(self, self._native.register_buffer(address, size))
 
@@ -253,6 +273,12 @@ class Comm:
         if isinstance(plan, str):
             return self._native.add_plan_json(plan)
         raise InvalidUsage(f"rank {self.rank}: add_plan: {type(plan).__name__} is not a plan")
+
+    def add_algorithm(self, algorithm):
+        """Collective: adds a ferry.NativeAlgorithm (a Python subclass whose launch() queues a kernel
+        of its own on call.stream); runs its setup(comm) on every rank. Returns its name."""
+        self._native.add_algorithm(algorithm)
+        return algorithm.name()
 
     def remove_algorithm(self, name):
         """Collective: removes algorithm `name` (a plan, a native or a built-in one)."""

@@ -11,6 +11,8 @@ void bindErrors(nanobind::module_& m);
 void bindVocabulary(nanobind::module_& m);
 // UniqueId and the TCP bootstrap.
 void bindBootstrap(nanobind::module_& m);
+// CollectiveArgs and NativeAlgorithm (subclassed in Python); before bindComm, which takes them.
+void bindAlgorithms(nanobind::module_& m);
 // Comm on device addresses, and AlgorithmInfo.
 void bindComm(nanobind::module_& m);
 // The channel layer: allocations, registered memory, connections, semaphores, channels, the proxy.

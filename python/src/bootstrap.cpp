@@ -42,15 +42,25 @@ void bindBootstrap(nb::module_& m) {
                        "Where rank 0 listens and the job's secret: made by rank 0 (create), handed to the "
                        "others out of band (pickle it, or pass hex() through a file or a store).")
       .def_static("create", &UniqueId::create, nb::call_guard<nb::gil_scoped_release>(),
-                  "A new id for a job whose rank 0 is this process.")
+                  "A new id; its port is reserved for this process's rank 0 until the id is pickled or "
+                  "release_root_port() is called.")
       .def("hex", &UniqueId::toHex)
       .def_static("from_hex", &UniqueId::fromHex, nb::arg("text"))
       .def_prop_ro("root_address", &UniqueId::rootAddress, "\"host:port\" of rank 0, for logs.")
       .def("__eq__", [](const UniqueId& a, const UniqueId& b) { return a.bytes == b.bytes; })
       .def("__hash__", [](const UniqueId& a) { return std::hash<std::string>()(a.toHex()); })
       .def("__repr__", [](const UniqueId& a) { return "UniqueId(root " + a.rootAddress() + ")"; })
+      .def("release_root_port", &UniqueId::releaseRootPort,
+           "For the process that made the id but will not be its rank 0: frees the port create() "
+           "reserved, so that rank 0 can listen there. Pickling the id does this.")
+      // Pickling is how an id reaches spawned ranks (multiprocessing, torch.multiprocessing), one of
+      // which is rank 0 and must bind the port this process reserved: so the reservation is given
+      // up here. When this process is rank 0 after all, init binds the port again.
       .def("__getstate__",
-           [](const UniqueId& a) { return nb::bytes(reinterpret_cast<const char*>(a.bytes.data()), a.bytes.size()); })
+           [](const UniqueId& a) {
+             a.releaseRootPort();
+             return nb::bytes(reinterpret_cast<const char*>(a.bytes.data()), a.bytes.size());
+           })
       .def("__setstate__", [](UniqueId& a, nb::bytes state) {
         new (&a) UniqueId();
         if (state.size() != UniqueId::kBytes)

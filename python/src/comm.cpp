@@ -7,6 +7,7 @@
 // deregistering, adding or removing algorithms, groupEnd's queueing does not wait); a collective
 // call only queues work, and keeps it (releasing costs more than the call's own host path saves).
 #include <cuda_runtime_api.h>
+#include <nanobind/stl/function.h>
 #include <nanobind/stl/optional.h>
 #include <nanobind/stl/shared_ptr.h>
 #include <nanobind/stl/string.h>
@@ -79,18 +80,23 @@ void bindComm(nb::module_& m) {
       .def(
           "__init__",
           [](Comm* self, std::shared_ptr<Bootstrap> bootstrap, std::optional<int> device, int minBlocks,
-             int maxBlocks) {
+             int maxBlocks, std::optional<CommOptions::ConnectFn> connect) {
             if (!bootstrap) throw Error(ErrorCode::InvalidUsage, "Comm: the bootstrap is None");
             CommOptions options;
             options.minBlocks = minBlocks;
             options.maxBlocks = maxBlocks;
+            // A Python callable; nanobind's wrapper takes the GIL for each call (the Comm calls
+            // it while it is made, below, without the GIL).
+            if (connect) options.connect = std::move(*connect);
             nb::gil_scoped_release unlocked;
             DeviceScope scope(device);
             new (self) Comm(std::move(bootstrap), options);
           },
           nb::arg("bootstrap"), nb::arg("device") = nb::none(), nb::arg("min_blocks") = 0,
-          nb::arg("max_blocks") = 0,
-          "Collective over the bootstrap's ranks, on `device` (default: the current CUDA device).")
+          nb::arg("max_blocks") = 0, nb::arg("connect") = nb::none(),
+          "Collective over the bootstrap's ranks, on `device` (default: the current CUDA device). "
+          "`connect(communicator, peer) -> Connection`, if given, makes the connection under the Comm's "
+          "port channel to each peer (CommOptions::connect).")
       .def_static("why_not", &Comm::whyNot, nb::arg("bootstrap"),
                   "Why no Comm can be made over these ranks; empty when one can.")
       .def_prop_ro("rank", &Comm::rank)
@@ -211,6 +217,14 @@ void bindComm(nb::module_& m) {
             return plan.algorithmName();
           },
           nb::arg("path"))
+      .def(
+          "add_algorithm",
+          [](Comm& c, std::shared_ptr<NativeAlgorithm> algorithm) {
+            if (!algorithm) throw Error(ErrorCode::InvalidUsage, "Comm.add_algorithm: the algorithm is None");
+            nb::gil_scoped_release unlocked;  // setup() takes it back for the Python side
+            c.addAlgorithm(std::move(algorithm));
+          },
+          nb::arg("algorithm"), "Collective: runs algorithm.setup(comm) on every rank and adds it.")
       .def(
           "remove_algorithm",
           [](Comm& c, std::string_view name) {

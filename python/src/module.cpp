@@ -9,6 +9,7 @@ NB_MODULE(_ferry, m) {
   ferry::python::bindErrors(m);
   ferry::python::bindVocabulary(m);
   ferry::python::bindBootstrap(m);
+  ferry::python::bindAlgorithms(m);
   ferry::python::bindComm(m);
   ferry::python::bindChannels(m);
   ferry::python::bindDlpack(m);

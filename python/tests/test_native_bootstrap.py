@@ -74,6 +74,23 @@ def test_ranks_meet_gather_send_and_split_across_processes():
         assert local_size == size
 
 
+def test_ranks_spawned_by_the_process_that_made_the_id():
+    # Spawned ranks get the id pickled: the parent's reservation of the root port is given up, so
+    # the spawned rank 0 can listen there (it would fail with "Address already in use" otherwise).
+    size = 2
+    uid = ferry.UniqueId.create()
+    ctx = multiprocessing.get_context("spawn")
+    results = ctx.Queue()
+    procs = [ctx.Process(target=_rank_main, args=(uid, r, size, results)) for r in range(size)]
+    for p in procs:
+        p.start()
+    got = sorted(results.get(timeout=120) for _ in range(size))
+    for p in procs:
+        p.join(timeout=30)
+        assert p.exitcode == 0
+    assert [g[1] for g in got] == [[bytes([r]) * 3 for r in range(size)]] * size, got
+
+
 def test_a_rank_that_never_comes_is_a_timeout_naming_it():
     uid = ferry.UniqueId.create()
     start = time.monotonic()

@@ -60,7 +60,9 @@ def _rank(uid, rank, results):
 
 def test_a_write_over_a_host_memory_connection_lands_byte_for_byte():
     uid = ferry.UniqueId.create()
-    ctx = multiprocessing.get_context("fork")
+    # Spawned, not forked: host_alloc registers memory with CUDA, which a child forked from a
+    # process that has used CUDA (the GPU tests before this one) cannot do.
+    ctx = multiprocessing.get_context("spawn")
     results = ctx.Queue()
     procs = [ctx.Process(target=_rank, args=(uid, r, results)) for r in range(2)]
     for p in procs:

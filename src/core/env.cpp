@@ -266,8 +266,10 @@ std::vector<std::pair<std::string, std::string>> envSetVariables() {
 }
 
 std::vector<std::string> envUnknownFerryVariables() {
-  // The tools' and tests' own variables, not the library's (tools/common/launcher.cpp, the tests).
-  constexpr std::string_view kNotOurs[] = {"FERRY_BENCH_", "FERRY_TEST_", "FERRY_FUZZ_", "FERRY_PLAN_COUNT="};
+  // The tools' and tests' own variables, not the library's (tools/common/launcher.cpp, the tests;
+  // FERRY_REQUIRE_NATIVE/GPU: the Python tests').
+  constexpr std::string_view kNotOurs[] = {"FERRY_BENCH_", "FERRY_TEST_", "FERRY_FUZZ_", "FERRY_PLAN_COUNT=",
+                                           "FERRY_REQUIRE_"};
   std::vector<std::string> out;
   for (char** p = environ; p != nullptr && *p != nullptr; ++p) {
     std::string_view entry(*p);

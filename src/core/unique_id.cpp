@@ -56,6 +56,8 @@ UniqueIdContents decodeUniqueId(const UniqueId& id) {
   return c;
 }
 
+void UniqueId::releaseRootPort() const { dropReservedRootListener(decodeUniqueId(*this).secret); }
+
 std::string UniqueId::rootAddress() const { return decodeUniqueId(*this).root.toString(); }
 
 std::string UniqueId::toHex() const {
