@@ -1,15 +1,17 @@
 # Where the build's third-party code comes from: GoogleTest (tests), CLI11 and nlohmann-json
-# (tools; header-only). Normally from Debian packages through find_package. Where there is no
+# (tools; header-only), OpenSSL's libcrypto (the bootstrap's HMAC). Normally from Debian packages through find_package. Where there is no
 # package manager (the lent GPU machine), from a folder laid out by scripts/prepare-device-deps.sh
 # and carried there:
 #   FERRY_THIRD_PARTY_DIR/googletest/             GoogleTest sources, built with the tests
-#   FERRY_THIRD_PARTY_DIR/include/{CLI,nlohmann}/ headers
+#   FERRY_THIRD_PARTY_DIR/include/{CLI,nlohmann,openssl}/ headers (libcrypto itself: the machine's
+#                                                  libcrypto.so.3, which every Linux has)
 #   FERRY_THIRD_PARTY_DIR/share/cmake/...         their CMake package files, when the packages had any
 #
 #   include(${PROJECT_SOURCE_DIR}/cmake/FerryDeps.cmake)
 #   ferry_find_gtest()      # GTest::gtest, GTest::gtest_main
 #   ferry_find_cli11()      # CLI11::CLI11
 #   ferry_find_json()       # nlohmann_json::nlohmann_json
+#   ferry_find_crypto()     # OpenSSL::Crypto
 include_guard(GLOBAL)
 
 set(FERRY_THIRD_PARTY_DIR "${PROJECT_SOURCE_DIR}/.deps" CACHE PATH
@@ -66,4 +68,26 @@ endfunction()
 
 function(ferry_find_json)
   ferry_find_header_only(nlohmann_json nlohmann_json::nlohmann_json nlohmann/json.hpp)
+endfunction()
+
+function(ferry_find_crypto)
+  if(TARGET OpenSSL::Crypto)
+    return()
+  endif()
+  find_package(OpenSSL 3.0 QUIET COMPONENTS Crypto)
+  if(TARGET OpenSSL::Crypto)
+    return()
+  endif()
+  # No development package: the carried headers and the runtime library (no libcrypto.so link).
+  find_path(dir openssl/evp.h PATHS "${FERRY_THIRD_PARTY_DIR}/include" NO_DEFAULT_PATH NO_CACHE)
+  find_library(FERRY_LIBCRYPTO NAMES crypto libcrypto.so.3)
+  if(NOT dir OR NOT FERRY_LIBCRYPTO)
+    message(FATAL_ERROR "OpenSSL's libcrypto (3.x) not found: install it (apt-get install libssl-dev), "
+      "or run scripts/prepare-device-deps.sh and carry ${FERRY_THIRD_PARTY_DIR} to a machine that has "
+      "libcrypto.so.3")
+  endif()
+  message(STATUS "libcrypto: ${FERRY_LIBCRYPTO} with the headers in ${dir}")
+  add_library(OpenSSL::Crypto UNKNOWN IMPORTED GLOBAL)
+  set_target_properties(OpenSSL::Crypto PROPERTIES IMPORTED_LOCATION "${FERRY_LIBCRYPTO}"
+    INTERFACE_INCLUDE_DIRECTORIES "${dir}")
 endfunction()

@@ -33,8 +33,9 @@ declare -A present_if=(
   [libgtest-dev]="path:$deps_dir/googletest/CMakeLists.txt"
   [nlohmann-json3-dev]="path:$deps_dir/include/nlohmann/json.hpp"
   [libcli11-dev]="path:$deps_dir/include/CLI/CLI.hpp"
+  [libssl-dev]="path:$deps_dir/include/openssl/evp.h"
 )
-build_packages=(cmake ninja-build g++ googletest libgtest-dev nlohmann-json3-dev libcli11-dev)
+build_packages=(cmake ninja-build g++ googletest libgtest-dev nlohmann-json3-dev libcli11-dev libssl-dev)
 test_packages=(clang)
 # Python modules the test suite and `pip install .` (nanobind, scikit-build-core: pyproject.toml) use,
 # as module:pip-package.

@@ -5,6 +5,8 @@
 # it there. Layout:
 #   .deps/googletest/               GoogleTest sources (Debian's googletest package, tests trimmed)
 #   .deps/include/{CLI,nlohmann}/   CLI11 and nlohmann-json headers
+#   .deps/include/openssl/          OpenSSL's headers (libssl-dev; the GPU machine has libcrypto.so.3
+#                                   but not its headers), the configuration header of this arch merged in
 #   .deps/share/cmake/{CLI11,nlohmann_json}/   their CMake package files, where the packages ship them
 # .deps stays out of git through .git/info/exclude. About 4 MB.
 #
@@ -13,11 +15,12 @@ set -euo pipefail
 cd "$(git -C "$(dirname "$0")" rev-parse --show-toplevel)"
 
 dest=.deps
-sources=(/usr/src/googletest /usr/include/CLI /usr/include/nlohmann)
+arch_openssl=/usr/include/$(gcc -dumpmachine)/openssl
+sources=(/usr/src/googletest /usr/include/CLI /usr/include/nlohmann /usr/include/openssl "$arch_openssl")
 for path in "${sources[@]}"; do
   if [[ ! -e $path ]]; then
     echo "prepare-device-deps.sh: $path is missing; run scripts/install-deps.sh (Debian packages" \
-      "googletest, libcli11-dev, nlohmann-json3-dev) first" >&2
+      "googletest, libcli11-dev, nlohmann-json3-dev, libssl-dev) first" >&2
     exit 1
   fi
 done
@@ -27,7 +30,8 @@ mkdir -p "$dest/include" "$dest/share/cmake"
 cp -a /usr/src/googletest "$dest/googletest"
 # GoogleTest's own tests, samples and docs are not built from here; they only add weight.
 rm -rf "$dest"/googletest/{googletest,googlemock}/{test,docs} "$dest/googletest/googletest/samples"
-cp -a /usr/include/CLI /usr/include/nlohmann "$dest/include/"
+cp -a /usr/include/CLI /usr/include/nlohmann /usr/include/openssl "$dest/include/"
+cp -a "$arch_openssl"/. "$dest/include/openssl/"  # configuration.h and friends: one include root
 for config in /usr/share/cmake/CLI11 /usr/lib/cmake/CLI11 /usr/share/cmake/nlohmann_json \
   /usr/lib/cmake/nlohmann_json; do
   # Their paths are relative to the config file (three folders up is the prefix), so they work

@@ -13,6 +13,7 @@
 #include <cerrno>
 #include <cstring>
 
+#include "core/handshake.hpp"
 #include "core/host_id.hpp"
 #include "core/logger.hpp"
 #include "ferry/errors.hpp"
@@ -35,24 +36,35 @@ struct BootstrapNetwork::Connection {
   int peer;
   SocketAddress remote;
   bool dead = false;  // guarded by mu_
-  // Read state: progress thread only.
+  handshake::Session session;  // progress thread only, once the connection is listed
+  // Read state: progress thread only. A frame is its header, its payload, then its tag.
+  enum class Reading { Header, Payload, Tag } reading = Reading::Header;
   std::array<std::byte, wire::kFrameHeaderBytes> header{};
   std::size_t headerGot = 0;
-  bool inPayload = false;
   wire::FrameHeader frame;
   Payload payload;
   std::size_t payloadGot = 0;
-  // Write queue: guarded by mu_. headSent counts bytes of the head frame (header + payload) written.
+  wire::Tag tag{};
+  std::size_t tagGot = 0;
+  // Write queue: guarded by mu_. headSent counts bytes of the head frame (header + payload + tag)
+  // written; headTag is the head frame's tag, made when its first byte goes out (progress thread).
   std::deque<OutFrame> queue;
   std::size_t headSent = 0;
+  wire::Tag headTag{};
+  bool headTagMade = false;
 };
 
+// A connection in its handshake (core/handshake.hpp): the hello arrives, the challenge goes out,
+// the proof arrives. Progress thread only.
 struct BootstrapNetwork::Pending {
   Socket socket;
   SocketAddress remote;
   std::array<std::byte, wire::kHelloBytes> hello{};
-  std::size_t got = 0;
+  std::vector<std::byte> challenge;  // sent; empty while the hello is being read
+  std::array<std::byte, wire::kProofBytes> proof{};
+  std::size_t got = 0;  // bytes of the message being read (the hello, then the proof)
   Clock::time_point deadline;
+  std::size_t received() const { return challenge.empty() ? got : wire::kHelloBytes + got; }
 };
 
 BootstrapNetwork::BootstrapNetwork(const Config& config, Socket listener)
@@ -104,12 +116,13 @@ void BootstrapNetwork::setPeerAddresses(std::vector<SocketAddress> addresses) {
   peerAddresses_ = std::move(addresses);
 }
 
-void BootstrapNetwork::adopt(int peer, Socket socket) {
+void BootstrapNetwork::adopt(int peer, Socket socket, handshake::Session session) {
   socket.setNonBlocking(true);
   auto c = std::make_unique<Connection>();
   c->remote = socket.peerAddress();
   c->socket = std::move(socket);
   c->peer = peer;
+  c->session = session;
   {
     std::lock_guard lock(mu_);
     if (sendConnection_[peer] == nullptr) sendConnection_[peer] = c.get();
@@ -126,9 +139,24 @@ int BootstrapNetwork::rejectedConnections() const {
 // ---- caller side ----
 
 void BootstrapNetwork::throwPeerFailed(int peer, const std::string& what) const {
+  std::string others;
+  for (int r = 0; r < config_.worldSize; ++r)
+    if (r != peer && !peerFailure_[r].empty())
+      others += (others.empty() ? "" : "; ") + rankName(r) + ": " + peerFailure_[r];
   throw Error(ErrorCode::RemoteError, rankName(config_.rank) + ": " + what + ": " + rankName(peer) +
                                           " is gone: " + peerFailure_[peer] +
-                                          " (see that rank's log for why it stopped)");
+                                          " (see that rank's log for why it stopped)" +
+                                          (others.empty() ? "" : "; also gone: " + others));
+}
+
+void BootstrapNetwork::throwPeerFailedAfterGrace(int peer, const std::string& what,
+                                                 std::unique_lock<std::mutex>& lock) {
+  // When one rank fails, the ranks that depend on it stop too, and this rank may notice one of
+  // them first. A moment's grace lets the other closes arrive, so that the error lists every rank
+  // gone by then, the one that failed first among them, instead of naming only the first noticed.
+  const auto graceEnd = Clock::now() + std::chrono::milliseconds(300);
+  while (Clock::now() < graceEnd) cv_.wait_until(lock, graceEnd);
+  throwPeerFailed(peer, what);
 }
 
 BootstrapNetwork::Connection* BootstrapNetwork::connectionFor(int peer, Clock::time_point deadline,
@@ -147,6 +175,11 @@ BootstrapNetwork::Connection* BootstrapNetwork::connectionFor(int peer, Clock::t
   if (!address.valid())
     throw Error(ErrorCode::InternalError,
                 rankName(config_.rank) + ": " + what + ": no address known for " + rankName(peer));
+  // Connecting and the handshake are bounded by the handshake timeout, not only by the call's
+  // deadline: a peer that cannot be reached (packets dropped) must not hold up this rank's sends to
+  // the others for the whole call, or they would blame this rank for its silence.
+  const Clock::time_point callDeadline = deadline;
+  deadline = std::min(deadline, deadlineAfter(config_.handshakeTimeout));
   Socket socket;
   for (int attempt = 0;; ++attempt) {
     try {
@@ -169,17 +202,27 @@ BootstrapNetwork::Connection* BootstrapNetwork::connectionFor(int peer, Clock::t
       std::this_thread::sleep_for(std::chrono::milliseconds(50));
     } catch (const TimeoutError&) {
       throw TimeoutError(rankName(config_.rank) + ": " + what + ": connecting to " + rankName(peer) + " at " +
-                         address.toString() + " timed out");
+                         address.toString() + " timed out" +
+                         (deadline < callDeadline ? " (bounded by FERRY_BOOTSTRAP_HANDSHAKE_TIMEOUT: is that "
+                                                    "address reachable from here?)"
+                                                  : ""));
     }
   }
-  wire::Hello hello{wire::HelloKind::Connect, config_.secret, config_.rank,
-                    config_.worldSize,        listenAddress_, config_.hostHash};
-  socket.sendAll(wire::encodeHello(hello), deadline);
+  wire::Hello hello;
+  hello.kind = wire::HelloKind::Connect;
+  hello.rank = config_.rank;
+  hello.worldSize = config_.worldSize;
+  hello.target = peer;
+  hello.listen = listenAddress_;
+  hello.hostHash = config_.hostHash;
+  handshake::Session session =
+      handshake::connectHandshake(socket, hello, config_.secret, deadline, rankName(config_.rank) + ": " + what);
   socket.setNonBlocking(true);
   auto c = std::make_unique<Connection>();
   c->remote = address;
   c->socket = std::move(socket);
   c->peer = peer;
+  c->session = session;
   Connection* chosen;
   {
     std::lock_guard lock(mu_);
@@ -224,7 +267,7 @@ std::optional<BootstrapNetwork::Message> BootstrapNetwork::receive(
         return m;
       }
     }
-    if (!peerFailure_[peer].empty()) throwPeerFailed(peer, what);
+    if (!peerFailure_[peer].empty()) throwPeerFailedAfterGrace(peer, what, lock);
     if (Clock::now() >= deadline) return std::nullopt;
     cv_.wait_until(lock, deadline);
   }
@@ -255,7 +298,7 @@ std::vector<int> BootstrapNetwork::receiveFromEach(wire::FrameKind kind, std::in
     }
     if (missing.empty()) return missing;
     for (int peer : missing)
-      if (!peerFailure_[peer].empty()) throwPeerFailed(peer, what);
+      if (!peerFailure_[peer].empty()) throwPeerFailedAfterGrace(peer, what, lock);
     if (Clock::now() >= deadline) return missing;
     cv_.wait_until(lock, deadline);
   }
@@ -318,8 +361,8 @@ void BootstrapNetwork::run() {
       bool done = false;
       if (fds[index++].revents) done = progressHandshake(*p);
       if (!done && now >= p->deadline) {
-        reject(*p,
-               "sent no complete hello within " + std::to_string(config_.handshakeTimeout.count()) + " s");
+        reject(*p, std::string("did not complete the handshake (") + (p->challenge.empty() ? "hello" : "proof") +
+                       ") within " + std::to_string(config_.handshakeTimeout.count()) + " s");
         done = true;
       }
       if (!done) stillPending.push_back(std::move(p));
@@ -370,7 +413,8 @@ void BootstrapNetwork::evictOnePending() {
   auto victim = pending_.begin();
   for (auto it = pending_.begin(); it != pending_.end(); ++it) {
     const int a = perSource[(*it)->remote.host()], b = perSource[(*victim)->remote.host()];
-    if (a != b ? a > b : (*it)->got != (*victim)->got ? (*it)->got < (*victim)->got : (*it)->deadline < (*victim)->deadline)
+    const std::size_t got = (*it)->received(), victimGot = (*victim)->received();
+    if (a != b ? a > b : got != victimGot ? got < victimGot : (*it)->deadline < (*victim)->deadline)
       victim = it;
   }
   reject(**victim, "dropped to make room: " + std::to_string(pending_.size()) + " connections were handshaking, " +
@@ -408,17 +452,19 @@ void BootstrapNetwork::reportRejections() {
 }
 
 bool BootstrapNetwork::progressHandshake(Pending& p) {
+  const bool readingProof = !p.challenge.empty();
+  std::span<std::byte> message = readingProof ? std::span<std::byte>(p.proof) : std::span<std::byte>(p.hello);
   for (;;) {
-    ssize_t n = ::recv(p.socket.fd(), p.hello.data() + p.got, p.hello.size() - p.got, 0);
+    ssize_t n = ::recv(p.socket.fd(), message.data() + p.got, message.size() - p.got, 0);
     if (n > 0) {
       p.got += static_cast<std::size_t>(n);
-      if (p.got == p.hello.size()) break;
+      if (p.got == message.size()) break;
       continue;
     }
     if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return false;
     if (n < 0 && errno == EINTR) continue;
-    reject(p,
-           n == 0 ? "closed before sending a complete hello" : std::string("recv: ") + std::strerror(errno));
+    reject(p, n == 0 ? std::string("closed before sending a complete ") + (readingProof ? "proof" : "hello")
+                     : std::string("recv: ") + std::strerror(errno));
     return true;
   }
   wire::Hello hello;
@@ -426,10 +472,6 @@ bool BootstrapNetwork::progressHandshake(Pending& p) {
     hello = wire::decodeHello(p.hello);
   } catch (const Error& e) {
     reject(p, e.detail());
-    return true;
-  }
-  if (!secretsEqual(hello.secret, config_.secret)) {
-    reject(p, "wrong secret (a stray client, or a rank of another job)");
     return true;
   }
   if (hello.worldSize != config_.worldSize) {
@@ -441,10 +483,34 @@ bool BootstrapNetwork::progressHandshake(Pending& p) {
     reject(p, "it claims this rank's own number " + std::to_string(hello.rank));
     return true;
   }
+  if (hello.target != config_.rank) {
+    reject(p, "it means to reach " + rankName(hello.target) + ", not this rank (a stale peer table?)");
+    return true;
+  }
+  if (!readingProof) {
+    // The challenge is a few dozen bytes on a fresh connection: it fits the socket's buffer, so a
+    // short write means a broken connection, not a full one.
+    wire::Nonce nonce;
+    p.challenge = handshake::challengeFor(config_.secret, p.hello, config_.rank, nonce);
+    ssize_t n = ::send(p.socket.fd(), p.challenge.data(), p.challenge.size(), MSG_NOSIGNAL | MSG_DONTWAIT);
+    if (n != static_cast<ssize_t>(p.challenge.size())) {
+      reject(p, "could not send it the challenge: " + std::string(n < 0 ? std::strerror(errno) : "short write"));
+      return true;
+    }
+    p.got = 0;
+    return false;  // the proof comes once the other side has checked the challenge
+  }
+  std::optional<handshake::Session> session =
+      handshake::acceptProof(config_.secret, p.hello, p.challenge, p.proof);
+  if (!session) {
+    reject(p, "wrong proof of the job's secret (a stray client, a rank of another job, or a replayed handshake)");
+    return true;
+  }
   auto c = std::make_unique<Connection>();
   c->remote = p.remote;
   c->socket = std::move(p.socket);
   c->peer = hello.rank;
+  c->session = *session;
   std::unique_lock lock(mu_);
   if (hello.kind == wire::HelloKind::Join) {
     std::string why = !acceptJoins_ ? "a join arrived after init (another job on this port, or a late rank?)"
@@ -480,24 +546,32 @@ void BootstrapNetwork::connectionFailed(Connection& c, const std::string& reason
 }
 
 void BootstrapNetwork::readFrom(Connection& c) {
+  using Reading = Connection::Reading;
   std::size_t budget = kMaxReadPerWakeup;
   while (budget > 0) {
-    std::byte* dst;
-    std::size_t want;
-    if (!c.inPayload) {
-      dst = c.header.data() + c.headerGot;
-      want = c.header.size() - c.headerGot;
-    } else {
-      if (c.payloadGot == c.payload.size() && c.payloadGot < c.frame.length)
-        c.payload.resize(static_cast<std::size_t>(std::min<std::uint64_t>(c.frame.length, 2 * c.payload.size())));
-      dst = c.payload.data() + c.payloadGot;
-      want = std::min(c.payload.size() - c.payloadGot, budget);
+    std::byte* dst = nullptr;
+    std::size_t want = 0;
+    switch (c.reading) {
+      case Reading::Header:
+        dst = c.header.data() + c.headerGot;
+        want = c.header.size() - c.headerGot;
+        break;
+      case Reading::Payload:
+        if (c.payloadGot == c.payload.size() && c.payloadGot < c.frame.length)
+          c.payload.resize(static_cast<std::size_t>(std::min<std::uint64_t>(c.frame.length, 2 * c.payload.size())));
+        dst = c.payload.data() + c.payloadGot;
+        want = std::min(c.payload.size() - c.payloadGot, budget);
+        break;
+      case Reading::Tag:
+        dst = reinterpret_cast<std::byte*>(c.tag.data()) + c.tagGot;
+        want = c.tag.size() - c.tagGot;
+        break;
     }
     ssize_t n = want == 0 ? 0 : ::recv(c.socket.fd(), dst, want, 0);
     if (want != 0 && n <= 0) {
       if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return;
       if (n < 0 && errno == EINTR) continue;
-      bool midFrame = c.headerGot > 0 || c.inPayload;
+      bool midFrame = c.headerGot > 0 || c.reading != Reading::Header;
       connectionFailed(
           c,
           n == 0 ? std::string(midFrame ? "its connection closed in the middle of a message"
@@ -507,30 +581,48 @@ void BootstrapNetwork::readFrom(Connection& c) {
       return;
     }
     budget -= std::min<std::size_t>(budget, static_cast<std::size_t>(n));
-    if (!c.inPayload) {
-      c.headerGot += static_cast<std::size_t>(n);
-      if (c.headerGot < c.header.size()) continue;
-      try {
-        c.frame = wire::decodeFrameHeader(c.header, config_.maxMessage);
-      } catch (const Error& e) {
+    switch (c.reading) {
+      case Reading::Header:
+        c.headerGot += static_cast<std::size_t>(n);
+        if (c.headerGot < c.header.size()) continue;
+        try {
+          c.frame = wire::decodeFrameHeader(c.header, config_.maxMessage);
+        } catch (const Error& e) {
+          FERRY_LOG(Warn, Bootstrap) << rankName(config_.rank) << ": dropping the connection from "
+                                     << rankName(c.peer) << ": " << e.detail();
+          connectionFailed(c, "it sent a malformed message: " + e.detail(), true);
+          return;
+        }
+        c.payload.assign(static_cast<std::size_t>(std::min<std::uint64_t>(c.frame.length, kFirstPayloadBytes)),
+                         std::byte{0});
+        c.payloadGot = 0;
+        c.reading = Reading::Payload;
+        break;
+      case Reading::Payload:
+        c.payloadGot += static_cast<std::size_t>(n);
+        break;
+      case Reading::Tag:
+        c.tagGot += static_cast<std::size_t>(n);
+        break;
+    }
+    if (c.reading == Reading::Payload && c.payloadGot == c.frame.length) {
+      c.tagGot = 0;
+      c.reading = Reading::Tag;
+    }
+    if (c.reading == Reading::Tag && c.tagGot == c.tag.size()) {
+      if (!c.session.receiveTagValid(c.header, c.payload, c.tag)) {
         FERRY_LOG(Warn, Bootstrap) << rankName(config_.rank) << ": dropping the connection from "
-                                   << rankName(c.peer) << ": " << e.detail();
-        connectionFailed(c, "it sent a malformed message: " + e.detail(), true);
+                                   << rankName(c.peer) << " at " << c.remote.toString()
+                                   << ": a message failed authentication (altered or injected on the way)";
+        connectionFailed(c, "a message on its connection failed authentication (altered or injected on the way)",
+                         true);
         return;
       }
-      c.payload.assign(static_cast<std::size_t>(std::min<std::uint64_t>(c.frame.length, kFirstPayloadBytes)),
-                       std::byte{0});
-      c.payloadGot = 0;
-      c.inPayload = true;
-    } else {
-      c.payloadGot += static_cast<std::size_t>(n);
-    }
-    if (c.inPayload && c.payloadGot == c.frame.length) {
       std::lock_guard lock(mu_);
       mailbox_[{c.peer, c.frame.kind, c.frame.tag}].push_back(std::move(c.payload));
       c.payload = {};
       c.headerGot = 0;
-      c.inPayload = false;
+      c.reading = Reading::Header;
       cv_.notify_all();
     }
   }
@@ -549,18 +641,26 @@ void BootstrapNetwork::writeTo(Connection& c) {
       head = c.queue.front();
       sent = c.headSent;
     }
-    const std::size_t total = head.header.size() + head.payload->size();
-    iovec iov[2];
+    // The session numbers frames in the order they go out: the head's tag is made once, before
+    // its first byte leaves (only this thread writes, and the queue is written in order).
+    if (!c.headTagMade) {
+      c.headTag = c.session.sendTag(head.header, *head.payload);
+      c.headTagMade = true;
+    }
+    const std::size_t headerBytes = head.header.size(), payloadBytes = head.payload->size();
+    const std::size_t total = headerBytes + payloadBytes + c.headTag.size();
+    iovec iov[3];
     int count = 0;
-    if (sent < head.header.size()) iov[count++] = {head.header.data() + sent, head.header.size() - sent};
-    std::size_t payloadSent = sent > head.header.size() ? sent - head.header.size() : 0;
-    if (payloadSent < head.payload->size())
-      iov[count++] = {const_cast<std::byte*>(head.payload->data()) + payloadSent,
-                      head.payload->size() - payloadSent};
+    if (sent < headerBytes) iov[count++] = {head.header.data() + sent, headerBytes - sent};
+    const std::size_t payloadSent = std::clamp(sent, headerBytes, headerBytes + payloadBytes) - headerBytes;
+    if (payloadSent < payloadBytes)
+      iov[count++] = {const_cast<std::byte*>(head.payload->data()) + payloadSent, payloadBytes - payloadSent};
+    const std::size_t tagSent = std::max(sent, headerBytes + payloadBytes) - headerBytes - payloadBytes;
+    iov[count++] = {c.headTag.data() + tagSent, c.headTag.size() - tagSent};
     msghdr msg{};
     msg.msg_iov = iov;
     msg.msg_iovlen = static_cast<std::size_t>(count);
-    ssize_t n = count == 0 ? 0 : ::sendmsg(c.socket.fd(), &msg, MSG_NOSIGNAL | MSG_DONTWAIT);
+    ssize_t n = ::sendmsg(c.socket.fd(), &msg, MSG_NOSIGNAL | MSG_DONTWAIT);
     if (n < 0) {
       if (errno == EAGAIN || errno == EWOULDBLOCK) return;
       if (errno == EINTR) continue;
@@ -572,6 +672,7 @@ void BootstrapNetwork::writeTo(Connection& c) {
     if (c.headSent == total) {
       c.queue.pop_front();
       c.headSent = 0;
+      c.headTagMade = false;
     }
   }
 }

@@ -1,8 +1,9 @@
 #pragma once
 // The bootstrap's transport: one progress thread per bootstrap owns the listening socket and every
-// connection. It authenticates new connections (a fixed-size Hello carrying the job's secret),
-// writes queued frames and files incoming frames into a mailbox keyed by (peer, kind, tag), where
-// callers wait for them with a deadline.
+// connection. It authenticates new connections (the challenge-response of core/handshake.hpp),
+// writes queued frames (each with its tag under the connection's session) and files incoming
+// frames, once their tags check, into a mailbox keyed by (peer, kind, tag), where callers wait for
+// them with a deadline.
 //
 // Ordering: frames from one peer arrive in the order that peer queued them, because a peer sends
 // everything to us over one connection, fixed at its first send (see connectionFor).
@@ -22,6 +23,7 @@
 #include <vector>
 
 #include "core/bootstrap_wire.hpp"
+#include "core/handshake.hpp"
 #include "core/socket.hpp"
 
 namespace ferry {
@@ -55,8 +57,9 @@ class BootstrapNetwork {
 
   // Where each rank listens; needed before sending to a rank that has no connection with us.
   void setPeerAddresses(std::vector<SocketAddress> addresses);
-  // Hands over an authenticated connection made by the caller (a joining rank's link to the root).
-  void adopt(int peer, Socket socket);
+  // Hands over an authenticated connection made by the caller (a joining rank's link to the root)
+  // with the session its handshake made.
+  void adopt(int peer, Socket socket, handshake::Session session);
 
   // Queues one frame to peer, connecting first if needed. `what` names the operation for errors.
   void send(int peer, wire::FrameKind kind, std::int64_t tag, std::shared_ptr<const Payload> payload,
@@ -100,7 +103,10 @@ class BootstrapNetwork {
   void writeTo(Connection& c);
   void connectionFailed(Connection& c, const std::string& reason, bool failPeer);
   Connection* connectionFor(int peer, Clock::time_point deadline, const std::string& what);
+  // With mu_ held: RemoteError naming `peer`, and every other rank known to be gone.
   [[noreturn]] void throwPeerFailed(int peer, const std::string& what) const;
+  [[noreturn]] void throwPeerFailedAfterGrace(int peer, const std::string& what,
+                                              std::unique_lock<std::mutex>& lock);
   void wake();
 
   const Config config_;

@@ -35,11 +35,12 @@ void checkWorldSize(int worldSize, const char* what) {
 std::vector<std::byte> encodeHello(const Hello& h) {
   Writer w;
   putPrelude(w, static_cast<std::uint16_t>(h.kind));
-  w.put(h.secret);
   w.put(h.rank);
   w.put(h.worldSize);
+  w.put(h.target);
   h.listen.serialize(w);
   w.put(h.hostHash);
+  w.put(h.nonce);
   return std::move(w).bytes();
 }
 
@@ -54,17 +55,46 @@ Hello decodeHello(std::span<const std::byte> bytes) {
       kind != static_cast<std::uint16_t>(HelloKind::Connect))
     throw Error(ErrorCode::ProtocolError, "hello has unknown kind " + std::to_string(kind));
   h.kind = static_cast<HelloKind>(kind);
-  h.secret = r.get<Secret>();
   h.rank = r.get<std::int32_t>();
   h.worldSize = r.get<std::int32_t>();
+  h.target = r.get<std::int32_t>();
   checkWorldSize(h.worldSize, "hello");
-  if (h.rank < 0 || h.rank >= h.worldSize)
-    throw Error(ErrorCode::ProtocolError, "hello: rank " + std::to_string(h.rank) +
-                                              " out of range for world size " + std::to_string(h.worldSize));
+  for (auto [name, value] : {std::pair{"rank", h.rank}, std::pair{"target rank", h.target}})
+    if (value < 0 || value >= h.worldSize)
+      throw Error(ErrorCode::ProtocolError, std::string("hello: ") + name + " " + std::to_string(value) +
+                                                " out of range for world size " + std::to_string(h.worldSize));
   h.listen = SocketAddress::deserialize(r);
   h.hostHash = r.get<std::uint64_t>();
+  h.nonce = r.get<Nonce>();
   r.expectEnd();
   return h;
+}
+
+std::vector<std::byte> encodeChallenge(const Challenge& c) {
+  Writer w;
+  putPrelude(w, 0);
+  w.put(c.rank);
+  w.put(c.nonce);
+  w.put(c.tag);
+  return std::move(w).bytes();
+}
+
+Challenge decodeChallenge(std::span<const std::byte> bytes, int worldSize) {
+  if (bytes.size() != kChallengeBytes)
+    throw Error(ErrorCode::ProtocolError, "challenge has " + std::to_string(bytes.size()) +
+                                              " bytes, expected " + std::to_string(kChallengeBytes));
+  checkWorldSize(worldSize, "challenge");
+  Reader r(bytes, "challenge");
+  if (getPrelude(r, "challenge") != 0) throw Error(ErrorCode::ProtocolError, "challenge has the wrong kind");
+  Challenge c;
+  c.rank = r.get<std::int32_t>();
+  if (c.rank < 0 || c.rank >= worldSize)
+    throw Error(ErrorCode::ProtocolError, "challenge: rank " + std::to_string(c.rank) +
+                                              " out of range for world size " + std::to_string(worldSize));
+  c.nonce = r.get<Nonce>();
+  c.tag = r.get<Tag>();
+  r.expectEnd();
+  return c;
 }
 
 std::array<std::byte, kFrameHeaderBytes> encodeFrameHeader(const FrameHeader& h) {

@@ -3,9 +3,14 @@
 // well-formed value or throws Error(ProtocolError); it never reads out of bounds and never
 // allocates more than its input (or a stated bound) justifies. tests/fuzz feeds it random input.
 //
-// A connection starts with one fixed-size Hello (so a stranger cannot make us wait for or allocate
-// a length of its choosing before it has proven the secret), then carries frames: a fixed-size
-// FrameHeader and `length` payload bytes.
+// A connection starts with an authenticated handshake of fixed-size messages (so a stranger cannot
+// make us wait for or allocate a length of its choosing before it has proven the job's secret):
+//   connecting side -> accepting side: Hello     (who it is, whom it means to reach, a fresh nonce)
+//   accepting side -> connecting side: Challenge (its rank, a fresh nonce, an HMAC over both)
+//   connecting side -> accepting side: Proof     (an HMAC over the hello and the challenge)
+// The secret itself never travels (core/handshake.hpp says what each HMAC covers). Then the
+// connection carries frames: a fixed-size FrameHeader, `length` payload bytes and a FrameTag, an
+// HMAC of the frame under the connection's own session key and sequence number.
 #include <array>
 #include <cstddef>
 #include <cstdint>
@@ -18,8 +23,10 @@
 namespace ferry::wire {
 
 inline constexpr std::uint32_t kMagic = 0x59525246;  // "FRRY"
-inline constexpr std::uint16_t kVersion = 1;
+inline constexpr std::uint16_t kVersion = 2;
 using Secret = std::array<std::uint8_t, 16>;
+using Nonce = std::array<std::uint8_t, 16>;
+using Tag = std::array<std::uint8_t, 32>;  // an HMAC-SHA256
 
 enum class HelloKind : std::uint16_t {
   Join = 1,     // a rank joining through the root during init
@@ -28,18 +35,33 @@ enum class HelloKind : std::uint16_t {
 
 struct Hello {
   HelloKind kind = HelloKind::Connect;
-  Secret secret{};
   std::int32_t rank = -1;
   std::int32_t worldSize = 0;
-  SocketAddress listen;  // where this rank accepts connections
+  std::int32_t target = -1;  // the rank it means to reach
+  SocketAddress listen;      // where this rank accepts connections
   std::uint64_t hostHash = 0;
+  Nonce nonce{};
 };
-inline constexpr std::size_t kHelloBytes = 4 + 2 + 2 + 16 + 4 + 4 + SocketAddress::kWireBytes + 8;
+inline constexpr std::size_t kHelloBytes = 4 + 2 + 2 + 4 + 4 + 4 + SocketAddress::kWireBytes + 8 + 16;
 
 std::vector<std::byte> encodeHello(const Hello& h);
-// Checks magic, version and kind, and that rank and worldSize are in range (1..kMaxWorldSize).
+// Checks magic, version and kind, and that rank, target and worldSize are in range
+// (1..kMaxWorldSize).
 Hello decodeHello(std::span<const std::byte> bytes);
 inline constexpr std::int32_t kMaxWorldSize = 1 << 20;
+
+struct Challenge {
+  std::int32_t rank = -1;  // the accepting side's
+  Nonce nonce{};
+  Tag tag{};
+};
+inline constexpr std::size_t kChallengeBytes = 4 + 2 + 2 + 4 + 16 + 32;
+std::vector<std::byte> encodeChallenge(const Challenge& c);
+// Checks magic and version, and that rank is in 0..worldSize-1.
+Challenge decodeChallenge(std::span<const std::byte> bytes, int worldSize);
+
+inline constexpr std::size_t kProofBytes = sizeof(Tag);
+inline constexpr std::size_t kFrameTagBytes = sizeof(Tag);
 
 enum class FrameKind : std::uint16_t {
   User = 1,       // Bootstrap::send/recv; tag is the user's tag

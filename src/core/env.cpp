@@ -43,7 +43,8 @@ const Var kVars[] = {
     {"FERRY_BOOTSTRAP_TIMEOUT", &Env::bootstrapTimeout, "120",
      "Bound on every bootstrap operation (join, send/recv, allGather, barrier), in seconds."},
     {"FERRY_BOOTSTRAP_HANDSHAKE_TIMEOUT", &Env::handshakeTimeout, "10",
-     "Time a new connection has to present a complete, valid hello before it is dropped, in seconds."},
+     "Time a new connection has to complete its authenticated handshake before it is dropped, and the bound "
+     "on connecting to a peer, in seconds."},
     {"FERRY_BOOTSTRAP_MAX_MESSAGE", &Env::bootstrapMaxMessage, "1G",
      "Largest bootstrap message accepted from a peer; a larger one fails the receiving call."},
     {"FERRY_BOOTSTRAP_SECRET", &Env::bootstrapSecret, "",

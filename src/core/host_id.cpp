@@ -8,6 +8,7 @@
 #include <fstream>
 #include <string>
 
+#include "core/handshake.hpp"
 #include "ferry/env.hpp"
 #include "ferry/errors.hpp"
 
@@ -44,14 +45,7 @@ wire::Secret randomSecret() {
   return s;
 }
 
-wire::Secret derivedSecret(std::string_view text) {
-  std::uint64_t a = fnv1a(text);
-  std::uint64_t b = fnv1a(text, a ^ 0x9e3779b97f4a7c15ull);
-  wire::Secret s{};
-  std::memcpy(s.data(), &a, 8);
-  std::memcpy(s.data() + 8, &b, 8);
-  return s;
-}
+wire::Secret derivedSecret(std::string_view text) { return handshake::secretFromText(text); }
 
 bool secretsEqual(const wire::Secret& a, const wire::Secret& b) {
   unsigned diff = 0;

@@ -1,10 +1,12 @@
 #include <algorithm>
 #include <atomic>
 #include <cstring>
+#include <exception>
 #include <sstream>
 
 #include "core/bootstrap_env.hpp"
 #include "core/bootstrap_network.hpp"
+#include "core/handshake.hpp"
 #include "core/host_id.hpp"
 #include "core/interfaces.hpp"
 #include "core/logger.hpp"
@@ -171,9 +173,16 @@ struct TcpBootstrap::Impl {
   void joinAsMember(const SocketAddress& root, Clock::time_point deadline) {
     startNetwork(Socket::listen(chooseLocalAddress(root), /*reuseAddr=*/false), /*acceptJoins=*/false);
     Socket link = connectToRoot(root, deadline);
-    wire::Hello hello{wire::HelloKind::Join, secret, rank, worldSize, net->listenAddress(), hostHash};
-    link.sendAll(wire::encodeHello(hello), deadline);
-    net->adopt(0, std::move(link));
+    wire::Hello hello;
+    hello.kind = wire::HelloKind::Join;
+    hello.rank = rank;
+    hello.worldSize = worldSize;
+    hello.target = 0;
+    hello.listen = net->listenAddress();
+    hello.hostHash = hostHash;
+    handshake::Session session = handshake::connectHandshake(
+        link, hello, secret, std::min(deadline, deadlineAfter(handshakeTimeout)), rankName(rank) + ": bootstrap init");
+    net->adopt(0, std::move(link), session);
     // The root aborts at its own deadline, naming the ranks that never came; wait a little past ours
     // so that its notice, not a bare timeout, is what this rank reports.
     auto grace = std::min(Seconds(5.0), timeout / 2);
@@ -244,7 +253,21 @@ struct TcpBootstrap::Impl {
     const std::string what = name + " #" + std::to_string(seq);
     const auto deadline = after(timeout);
     auto mine = std::make_shared<const Payload>(all + rank * bytesPerRank, all + (rank + 1) * bytesPerRank);
-    for (int i = 1; i < worldSize; ++i) net->send((rank + i) % worldSize, kind, seq, mine, deadline, what);
+    // Every peer gets this rank's part even when sending to one fails (a peer gone, or unreachable
+    // within the handshake bound): the others must not wait for it and then blame this rank. The
+    // first failure is this call's error, once the rest is sent.
+    std::exception_ptr sendFailure;
+    for (int i = 1; i < worldSize; ++i) {
+      try {
+        net->send((rank + i) % worldSize, kind, seq, mine, deadline, what);
+      } catch (const Error&) {
+        if (!sendFailure) sendFailure = std::current_exception();
+      }
+    }
+    if (sendFailure) {
+      (void)net->flush(deadline);
+      std::rethrow_exception(sendFailure);
+    }
     auto missing = net->receiveFromEach(kind, seq, others(), deadline, what, [&](int peer, Payload&& data) {
       if (data.size() != bytesPerRank)
         throw Error(ErrorCode::InvalidUsage, rankName(rank) + ": " + what + ": " + rankName(peer) +

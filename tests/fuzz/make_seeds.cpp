@@ -14,13 +14,16 @@ static void write(const std::string& path, std::span<const std::byte> bytes) {
 int main(int argc, char** argv) {
   if (argc != 2) return 2;
   std::string dir = argv[1];
-  wire::Secret secret{};
-  secret.fill(7);
-  // The first byte also picks the world size the table and abort decoders expect (1 + byte % 64).
+  wire::Nonce nonce{};
+  nonce.fill(7);
+  // The first byte also picks the world size the table, abort and challenge decoders expect (1 + byte % 64).
   write(dir + "/hello_v4",
-        wire::encodeHello({wire::HelloKind::Join, secret, 1, 4, SocketAddress::parse("127.0.0.1:9"), 5}));
+        wire::encodeHello({wire::HelloKind::Join, 1, 4, 0, SocketAddress::parse("127.0.0.1:9"), 5, nonce}));
   write(dir + "/hello_v6",
-        wire::encodeHello({wire::HelloKind::Connect, secret, 0, 2, SocketAddress::parse("[::1]:9"), 6}));
+        wire::encodeHello({wire::HelloKind::Connect, 0, 2, 1, SocketAddress::parse("[::1]:9"), 6, nonce}));
+  wire::Challenge challenge{1, nonce, {}};
+  challenge.tag.fill(3);
+  write(dir + "/challenge", wire::encodeChallenge(challenge));
   auto header = wire::encodeFrameHeader({wire::FrameKind::AllGather, 3, 100});
   write(dir + "/frame_header", header);
   write(dir + "/table",

@@ -1,4 +1,4 @@
-// A stranger on the bootstrap port must not hurt the job: wrong secrets, garbage, a length header
+// A stranger on the bootstrap port must not hurt the job: a wrong secret, garbage, a length header
 // of 2^62 bytes, a stalled handshake, a join after init and a flood of connections are each
 // rejected with a log line, the root's memory does not grow, and the real ranks finish correctly.
 #include <gtest/gtest.h>
@@ -11,11 +11,13 @@
 #include <thread>
 
 #include "core/bootstrap_wire.hpp"
+#include "core/handshake.hpp"
 #include "core/host_id.hpp"
 #include "core/logger.hpp"
 #include "core/socket.hpp"
 #include "core/unique_id.hpp"
 #include "ferry/bootstrap.hpp"
+#include "ferry/errors.hpp"
 #include "mp_harness.hpp"
 
 namespace ferry::test {
@@ -52,12 +54,29 @@ int rejectionsIn(std::string_view line) {
   return 0;
 }
 
+// A hello from "rank 1" to the root (as a real joining rank would send it).
+wire::Hello helloAsRank1(wire::HelloKind kind, const SocketAddress& root) {
+  wire::Hello h;
+  h.kind = kind;
+  h.rank = 1;
+  h.worldSize = kRanks;
+  h.target = 0;
+  h.listen = root;
+  return h;
+}
+
 void rogue(const UniqueId& id, const std::string& readyFile, const std::string& doneFile) {
   SocketAddress root = decodeUniqueId(id).root;
+  const wire::Secret secret = decodeUniqueId(id).secret;
   std::mt19937 rng(7);
-  // 1. A well-formed hello with a wrong secret.
-  wire::Hello hello{wire::HelloKind::Join, randomSecret(), 1, kRanks, root, 0};
-  sendRaw(root, wire::encodeHello(hello), true);
+  // 1. A well-formed handshake with a wrong secret: the root's challenge does not check out here,
+  //    and the proof never comes.
+  {
+    Socket s = Socket::connect(root, Clock::now() + 5s);
+    EXPECT_THROW(handshake::connectHandshake(s, helloAsRank1(wire::HelloKind::Join, root), randomSecret(),
+                                             Clock::now() + 5s, "rogue"),
+                 Error);
+  }
   // 2. Garbage.
   std::vector<std::byte> garbage(4096);
   for (auto& b : garbage) b = static_cast<std::byte>(rng());
@@ -75,17 +94,20 @@ void rogue(const UniqueId& id, const std::string& readyFile, const std::string& 
   for (int i = 0; i < kFlood; ++i) flood.push_back(Socket::connect(root, Clock::now() + 5s));
   // 6. After init: a join with the right secret for a rank that is taken.
   while (!std::ifstream(readyFile)) std::this_thread::sleep_for(20ms);
-  hello.secret = decodeUniqueId(id).secret;
-  sendRaw(root, wire::encodeHello(hello), true);
-  // 7. With the secret (a captured one, say), as rank 1: a header announcing 1 GiB, then silence.
-  //    The root must not allocate the gigabyte for bytes that never come (RSS checked below).
-  wire::Hello asRank1{wire::HelloKind::Connect, decodeUniqueId(id).secret, 1, kRanks, root, 0};
+  {
+    Socket s = Socket::connect(root, Clock::now() + 5s);
+    handshake::connectHandshake(s, helloAsRank1(wire::HelloKind::Join, root), secret, Clock::now() + 5s, "rogue");
+    std::this_thread::sleep_for(200ms);
+  }
+  // 7. With the secret (a rank gone rogue, say), as rank 1: a header announcing 1 GiB, then
+  //    silence. The root must not allocate the gigabyte for bytes that never come (RSS below).
   Socket announcing = Socket::connect(root, Clock::now() + 5s);
-  announcing.sendAll(wire::encodeHello(asRank1), Clock::now() + 5s);
+  handshake::connectHandshake(announcing, helloAsRank1(wire::HelloKind::Connect, root), secret, Clock::now() + 5s,
+                              "rogue");
   announcing.sendAll(wire::encodeFrameHeader({wire::FrameKind::User, 0, 1ull << 30}), Clock::now() + 5s);
   std::this_thread::sleep_for(3s);  // keep the stalled and flooding sockets open past the bound
-  // Closing `announcing` mid-message would make the root take rank 1 for gone (the secret is a
-  // bearer token still): held until the ranks are done.
+  // Closing `announcing` mid-message would make the root take rank 1 for gone (it proved the
+  // secret): held until the ranks are done.
   while (!std::ifstream(doneFile)) std::this_thread::sleep_for(20ms);
 }
 

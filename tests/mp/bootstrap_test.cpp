@@ -8,7 +8,9 @@
 #include <algorithm>
 #include <atomic>
 #include <cstdlib>
+#include <csignal>
 #include <cstring>
+#include <fstream>
 #include <numeric>
 #include <random>
 #include <thread>
@@ -294,6 +296,67 @@ TEST(BootstrapFailure, RankThatExitsIsNamedAtOnce) {
     expectError([&] { boot->allGather(nullptr, 0); }, ErrorCode::RemoteError, {"rank 2"}, Seconds(10.0));
     // Stay connected a while: a survivor that exits now could be noticed by a slower survivor
     // before rank 2 is, and be named instead.
+    std::this_thread::sleep_for(1s);
+  });
+}
+
+// A rank that hangs (stopped here) still accepts TCP connections in its kernel, but never answers
+// a handshake. A rank that connects to it first must not hold up its part for the other ranks:
+// they must name the hung rank only, not the ranks that were connecting to it.
+TEST(BootstrapFailure, AHungRankIsNamedAloneAndDoesNotHoldUpTheOthers) {
+  UniqueId id = UniqueId::create();
+  const std::string pidFile = "/tmp/ferry_hung_rank_" + std::to_string(getpid());
+  std::remove(pidFile.c_str());
+  TcpBootstrap::Options o;
+  o.timeout = Seconds(6.0);
+  o.handshakeTimeout = Seconds(1.0);
+  runRanksOk(4, [&](int rank) {
+    auto boot = TcpBootstrap::create(id, rank, 4, o);
+    if (rank == 3) {  // hangs after init, before any pair but (3, 0) is connected
+      std::ofstream(pidFile) << getpid();
+      ::raise(SIGSTOP);
+      return;
+    }
+    while (!std::ifstream(pidFile)) std::this_thread::sleep_for(10ms);
+    std::this_thread::sleep_for(200ms);  // the file is written just before the stop
+    int value = rank;
+    std::vector<int> all(4, -1);
+    all[rank] = value;
+    if (rank == 0) {  // its link to rank 3 exists: it waits for everyone until the bound
+      expectError([&] { boot->allGather(all.data(), sizeof(int)); }, ErrorCode::Timeout,
+                  {"nothing arrived from ranks 3 ("}, Seconds(6.0 + 3.0));
+      EXPECT_EQ(all[1], 1);
+      EXPECT_EQ(all[2], 2);
+      pid_t hung = 0;
+      std::ifstream(pidFile) >> hung;
+      ::kill(hung, SIGCONT);
+    } else {  // ranks 1 and 2 connect to rank 3: bounded by the handshake timeout, then sent on
+      expectError([&] { boot->allGather(all.data(), sizeof(int)); }, ErrorCode::Timeout,
+                  {"rank 3", "FERRY_BOOTSTRAP_HANDSHAKE_TIMEOUT"}, Seconds(1.0 + 3.0));
+    }
+  });
+  std::remove(pidFile.c_str());
+}
+
+// When a rank fails and a second one stops after it, a rank waiting on the second still names the
+// first: every rank gone by the time it reports.
+TEST(BootstrapFailure, ASecondFailureDoesNotHideTheFirst) {
+  UniqueId id = UniqueId::create();
+  TcpBootstrap::Options o;
+  o.timeout = Seconds(20.0);
+  runRanksOk(4, [&](int rank) {
+    auto boot = TcpBootstrap::create(id, rank, 4, o);
+    boot->barrier();  // every pair is connected now
+    if (rank == 1) _exit(0);  // fails first: its connections close, nothing is flushed
+    if (rank == 2) {          // stops a moment later, because of it
+      std::this_thread::sleep_for(200ms);
+      _exit(0);
+    }
+    if (rank == 0) {
+      char byte = 0;
+      expectError([&] { boot->recv(&byte, 1, 2, 5); }, ErrorCode::RemoteError,
+                  {"rank 2 is gone", "also gone: rank 1"}, Seconds(10.0));
+    }
     std::this_thread::sleep_for(1s);
   });
 }

@@ -23,7 +23,15 @@ void expectProtocolError(F&& f, const std::string& words) {
 }
 
 Hello sampleHello() {
-  return {HelloKind::Join, randomSecret(), 3, 8, SocketAddress::resolve("::1", 4242), 0x1234567890abcdefull};
+  Hello h;
+  h.kind = HelloKind::Join;
+  h.rank = 3;
+  h.worldSize = 8;
+  h.target = 0;
+  h.listen = SocketAddress::resolve("::1", 4242);
+  h.hostHash = 0x1234567890abcdefull;
+  h.nonce = randomSecret();
+  return h;
 }
 
 TEST(BootstrapWire, HelloRoundTrip) {
@@ -32,9 +40,10 @@ TEST(BootstrapWire, HelloRoundTrip) {
   ASSERT_EQ(bytes.size(), kHelloBytes);
   Hello back = decodeHello(bytes);
   EXPECT_EQ(back.kind, h.kind);
-  EXPECT_EQ(back.secret, h.secret);
+  EXPECT_EQ(back.nonce, h.nonce);
   EXPECT_EQ(back.rank, 3);
   EXPECT_EQ(back.worldSize, 8);
+  EXPECT_EQ(back.target, 0);
   EXPECT_EQ(back.listen.toString(), "[::1]:4242");
   EXPECT_EQ(back.hostHash, h.hostHash);
 }
@@ -55,8 +64,29 @@ TEST(BootstrapWire, HelloRejectsMalformedInput) {
   h.rank = 8;  // == world size
   expectProtocolError([&] { decodeHello(encodeHello(h)); }, "rank 8 out of range");
   h.rank = 0;
+  h.target = 9;
+  expectProtocolError([&] { decodeHello(encodeHello(h)); }, "target rank 9 out of range");
+  h.target = 0;
   h.worldSize = -1;
   expectProtocolError([&] { decodeHello(encodeHello(h)); }, "world size -1");
+}
+
+TEST(BootstrapWire, ChallengeRoundTripAndChecks) {
+  Challenge c;
+  c.rank = 2;
+  c.nonce = randomSecret();
+  c.tag.fill(0xAB);
+  auto bytes = encodeChallenge(c);
+  ASSERT_EQ(bytes.size(), kChallengeBytes);
+  Challenge back = decodeChallenge(bytes, 4);
+  EXPECT_EQ(back.rank, 2);
+  EXPECT_EQ(back.nonce, c.nonce);
+  EXPECT_EQ(back.tag, c.tag);
+  expectProtocolError([&] { decodeChallenge(bytes, 2); }, "rank 2 out of range");
+  expectProtocolError([&] { decodeChallenge(std::span(bytes).first(bytes.size() - 1), 4); }, "expected");
+  auto bad = bytes;
+  bad[0] ^= std::byte{1};
+  expectProtocolError([&] { decodeChallenge(bad, 4); }, "bad magic");
 }
 
 TEST(BootstrapWire, FrameHeaderRejectsHugeLengthWithoutAllocating) {
