@@ -13,6 +13,7 @@
 #include <cerrno>
 #include <cstring>
 
+#include "core/bootstrap_connection.hpp"
 #include "core/handshake.hpp"
 #include "core/host_id.hpp"
 #include "core/logger.hpp"
@@ -22,50 +23,11 @@
 namespace ferry {
 
 namespace {
-constexpr std::size_t kMaxPending = 64;                // unauthenticated connections at once
 constexpr std::size_t kMaxReadPerWakeup = 8ull << 20;  // so one busy peer cannot starve the others
 // A payload's buffer starts this small and doubles as its bytes arrive: a header that announces a
 // large message costs memory only once the message is really sent.
 constexpr std::size_t kFirstPayloadBytes = 64 << 10;
-
-std::string rankName(int rank) { return "rank " + std::to_string(rank); }
 }  // namespace
-
-struct BootstrapNetwork::Connection {
-  Socket socket;
-  int peer;
-  SocketAddress remote;
-  bool dead = false;  // guarded by mu_
-  handshake::Session session;  // progress thread only, once the connection is listed
-  // Read state: progress thread only. A frame is its header, its payload, then its tag.
-  enum class Reading { Header, Payload, Tag } reading = Reading::Header;
-  std::array<std::byte, wire::kFrameHeaderBytes> header{};
-  std::size_t headerGot = 0;
-  wire::FrameHeader frame;
-  Payload payload;
-  std::size_t payloadGot = 0;
-  wire::Tag tag{};
-  std::size_t tagGot = 0;
-  // Write queue: guarded by mu_. headSent counts bytes of the head frame (header + payload + tag)
-  // written; headTag is the head frame's tag, made when its first byte goes out (progress thread).
-  std::deque<OutFrame> queue;
-  std::size_t headSent = 0;
-  wire::Tag headTag{};
-  bool headTagMade = false;
-};
-
-// A connection in its handshake (core/handshake.hpp): the hello arrives, the challenge goes out,
-// the proof arrives. Progress thread only.
-struct BootstrapNetwork::Pending {
-  Socket socket;
-  SocketAddress remote;
-  std::array<std::byte, wire::kHelloBytes> hello{};
-  std::vector<std::byte> challenge;  // sent; empty while the hello is being read
-  std::array<std::byte, wire::kProofBytes> proof{};
-  std::size_t got = 0;  // bytes of the message being read (the hello, then the proof)
-  Clock::time_point deadline;
-  std::size_t received() const { return challenge.empty() ? got : wire::kHelloBytes + got; }
-};
 
 BootstrapNetwork::BootstrapNetwork(const Config& config, Socket listener)
     : config_(config),
@@ -376,160 +338,6 @@ void BootstrapNetwork::run() {
       if ((revents & POLLOUT) && c->socket.valid()) writeTo(*c);
     }
   }
-}
-
-void BootstrapNetwork::acceptNew() {
-  for (;;) {
-    sockaddr_storage ss{};
-    socklen_t len = sizeof(ss);
-    int fd = ::accept4(listener_.fd(), reinterpret_cast<sockaddr*>(&ss), &len, SOCK_NONBLOCK | SOCK_CLOEXEC);
-    if (fd < 0) {
-      if (errno == EINTR || errno == ECONNABORTED) continue;
-      if (errno != EAGAIN && errno != EWOULDBLOCK)
-        FERRY_LOG(Warn, Bootstrap) << rankName(config_.rank) << ": accept failed: " << std::strerror(errno);
-      return;
-    }
-    auto p = std::make_unique<Pending>();
-    p->socket = Socket(fd);
-    p->remote = SocketAddress(reinterpret_cast<sockaddr*>(&ss), len);
-    p->deadline = deadlineAfter(config_.handshakeTimeout);
-    int one = 1;
-    ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
-    // A rank sends its hello right after connecting, so it is usually here already: such a
-    // connection is done before it could be crowded out by connections that say nothing.
-    if (progressHandshake(*p)) continue;
-    if (pending_.size() >= kMaxPending) evictOnePending();
-    pending_.push_back(std::move(p));
-  }
-}
-
-// Full: the connections that hold the place are dropped, not the newcomer, so that idle
-// connections cannot keep real ranks out. The victim comes from the source address with the most
-// connections still handshaking (a flood's), and among those it is the one that has sent the least,
-// for the longest.
-void BootstrapNetwork::evictOnePending() {
-  std::map<std::string, int> perSource;
-  for (const auto& q : pending_) ++perSource[q->remote.host()];
-  auto victim = pending_.begin();
-  for (auto it = pending_.begin(); it != pending_.end(); ++it) {
-    const int a = perSource[(*it)->remote.host()], b = perSource[(*victim)->remote.host()];
-    const std::size_t got = (*it)->received(), victimGot = (*victim)->received();
-    if (a != b ? a > b : got != victimGot ? got < victimGot : (*it)->deadline < (*victim)->deadline)
-      victim = it;
-  }
-  reject(**victim, "dropped to make room: " + std::to_string(pending_.size()) + " connections were handshaking, " +
-                       std::to_string(perSource[(*victim)->remote.host()]) + " of them from this address");
-  pending_.erase(victim);
-}
-
-// One line per rejected connection, at most one a second: a flood of connections must not become
-// a flood of log lines. Those not shown are counted in the next line, or in a line of their own
-// (reportRejections) once a second has passed.
-void BootstrapNetwork::reject(Pending& p, const std::string& reason) {
-  p.socket.close();
-  {
-    std::lock_guard lock(mu_);
-    ++rejected_;
-  }
-  const auto now = Clock::now();
-  if (now - lastRejectionLine_ < std::chrono::seconds(1)) {
-    ++unreportedRejections_;
-    return;
-  }
-  lastRejectionLine_ = now;
-  const std::uint64_t others = std::exchange(unreportedRejections_, 0);
-  FERRY_LOG(Warn, Bootstrap) << rankName(config_.rank) << ": rejected a connection from " << p.remote.toString()
-                             << ": " << reason
-                             << (others ? " (and " + std::to_string(others) + " more rejected before it, not shown)" : "");
-}
-
-void BootstrapNetwork::reportRejections() {
-  if (unreportedRejections_ == 0 || Clock::now() - lastRejectionLine_ < std::chrono::seconds(1)) return;
-  lastRejectionLine_ = Clock::now();
-  FERRY_LOG(Warn, Bootstrap) << rankName(config_.rank) << ": rejected "
-                             << std::exchange(unreportedRejections_, 0)
-                             << " more connection(s) since the last such line (one line a second at most)";
-}
-
-bool BootstrapNetwork::progressHandshake(Pending& p) {
-  const bool readingProof = !p.challenge.empty();
-  std::span<std::byte> message = readingProof ? std::span<std::byte>(p.proof) : std::span<std::byte>(p.hello);
-  for (;;) {
-    ssize_t n = ::recv(p.socket.fd(), message.data() + p.got, message.size() - p.got, 0);
-    if (n > 0) {
-      p.got += static_cast<std::size_t>(n);
-      if (p.got == message.size()) break;
-      continue;
-    }
-    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return false;
-    if (n < 0 && errno == EINTR) continue;
-    reject(p, n == 0 ? std::string("closed before sending a complete ") + (readingProof ? "proof" : "hello")
-                     : std::string("recv: ") + std::strerror(errno));
-    return true;
-  }
-  wire::Hello hello;
-  try {
-    hello = wire::decodeHello(p.hello);
-  } catch (const Error& e) {
-    reject(p, e.detail());
-    return true;
-  }
-  if (hello.worldSize != config_.worldSize) {
-    reject(p, "it claims world size " + std::to_string(hello.worldSize) + ", this group has " +
-                  std::to_string(config_.worldSize));
-    return true;
-  }
-  if (hello.rank == config_.rank) {
-    reject(p, "it claims this rank's own number " + std::to_string(hello.rank));
-    return true;
-  }
-  if (hello.target != config_.rank) {
-    reject(p, "it means to reach " + rankName(hello.target) + ", not this rank (a stale peer table?)");
-    return true;
-  }
-  if (!readingProof) {
-    // The challenge is a few dozen bytes on a fresh connection: it fits the socket's buffer, so a
-    // short write means a broken connection, not a full one.
-    wire::Nonce nonce;
-    p.challenge = handshake::challengeFor(config_.secret, p.hello, config_.rank, nonce);
-    ssize_t n = ::send(p.socket.fd(), p.challenge.data(), p.challenge.size(), MSG_NOSIGNAL | MSG_DONTWAIT);
-    if (n != static_cast<ssize_t>(p.challenge.size())) {
-      reject(p, "could not send it the challenge: " + std::string(n < 0 ? std::strerror(errno) : "short write"));
-      return true;
-    }
-    p.got = 0;
-    return false;  // the proof comes once the other side has checked the challenge
-  }
-  std::optional<handshake::Session> session =
-      handshake::acceptProof(config_.secret, p.hello, p.challenge, p.proof);
-  if (!session) {
-    reject(p, "wrong proof of the job's secret (a stray client, a rank of another job, or a replayed handshake)");
-    return true;
-  }
-  auto c = std::make_unique<Connection>();
-  c->remote = p.remote;
-  c->socket = std::move(p.socket);
-  c->peer = hello.rank;
-  c->session = *session;
-  std::unique_lock lock(mu_);
-  if (hello.kind == wire::HelloKind::Join) {
-    std::string why = !acceptJoins_ ? "a join arrived after init (another job on this port, or a late rank?)"
-                      : joins_.count(hello.rank) ? "a second join for " + rankName(hello.rank) +
-                                                       " (two processes started with the same rank?)"
-                                                 : "";
-    if (!why.empty()) {
-      lock.unlock();
-      p.socket = std::move(c->socket);
-      reject(p, why);
-      return true;
-    }
-    joins_[hello.rank] = hello;
-  }
-  FERRY_LOG(Debug, Bootstrap) << rankName(config_.rank) << ": accepted " << rankName(hello.rank) << " from "
-                              << p.remote.toString();
-  connections_.push_back(std::move(c));
-  cv_.notify_all();
-  return true;
 }
 
 void BootstrapNetwork::connectionFailed(Connection& c, const std::string& reason, bool failPeer) {
