@@ -15,18 +15,19 @@ import os
 
 from ferry import _ferry
 
-# Each Comm or bootstrap made through one store takes the next key; every rank makes them in the
-# same order (they are collective), so the n-th of rank 0 meets the n-th of the others.
-_made = {}
+# Each bootstrap made through a store takes the next key; every rank makes them in the same order
+# (they are collective), so the n-th of rank 0 meets the n-th of the others. One count per process,
+# not per store object: torch may hand out a new wrapper object for the same store.
+_made = 0
 
 
 def bootstrap_from_store(store, rank, world_size, *, timeout=None, prefix="ferry/bootstrap"):
     """Collective: a TcpBootstrap of `world_size` ranks whose UniqueId (made by rank 0) travels
     through `store` (a torch.distributed Store: set/get). Waits at most `timeout` seconds for the
     other ranks (default: FERRY_BOOTSTRAP_TIMEOUT)."""
-    n = _made.get(id(store), 0)
-    _made[id(store)] = n + 1
-    key = f"{prefix}/{n}"
+    global _made
+    key = f"{prefix}/{_made}"
+    _made += 1
     if rank == 0:
         uid = _ferry.UniqueId.create()
         store.set(key, uid.hex())

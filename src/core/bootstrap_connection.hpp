@@ -9,10 +9,9 @@
 #include <vector>
 
 #include "core/bootstrap_network.hpp"
+#include "core/text.hpp"
 
 namespace ferry {
-
-inline std::string rankName(int rank) { return "rank " + std::to_string(rank); }
 
 struct BootstrapNetwork::Connection {
   Socket socket;

@@ -9,6 +9,7 @@
 #include <cstring>
 #include <memory>
 
+#include "core/text.hpp"
 #include "ferry/errors.hpp"
 
 namespace ferry::handshake {
@@ -30,8 +31,6 @@ template <class T>
 std::span<const std::byte> bytesOf(const T& value) {
   return std::as_bytes(std::span<const T, 1>(&value, 1));
 }
-
-std::string rankName(int rank) { return "rank " + std::to_string(rank); }
 
 // Labels: the wire version is part of each, so MACs of one version are worth nothing in another.
 constexpr const char* kChallengeLabel = "ferry/2/challenge";

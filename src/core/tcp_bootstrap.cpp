@@ -14,6 +14,7 @@
 #include "core/unique_id.hpp"
 #include "ferry/bootstrap.hpp"
 #include "ferry/env.hpp"
+#include "core/text.hpp"
 #include "ferry/errors.hpp"
 #include "core/deadline.hpp"
 
@@ -22,8 +23,6 @@ namespace ferry {
 using Seconds = std::chrono::duration<double>;
 
 namespace {
-
-std::string rankName(int rank) { return "rank " + std::to_string(rank); }
 
 std::string rankList(const std::vector<int>& ranks) {
   std::ostringstream out;

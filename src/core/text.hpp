@@ -23,6 +23,9 @@ inline std::string hexString(std::uint64_t v) {
 }
 inline std::string hexString(const void* p) { return hexString(reinterpret_cast<std::uintptr_t>(p)); }
 
+// "rank 3": how every message names a rank.
+inline std::string rankName(int rank) { return "rank " + std::to_string(rank); }
+
 // n rounded up to a multiple of `to`. @pre to > 0 and no overflow.
 constexpr std::uint64_t roundUp(std::uint64_t n, std::uint64_t to) { return (n + to - 1) / to * to; }
 
