@@ -104,13 +104,14 @@ step_sanitizer() {
 }
 
 # The Python package from the build tree (<build>/python: the extension beside the sources): its
-# tests that need the extension, and ferry.Comm on torch tensors on the GPUs (test_gpu_comm.py);
+# tests that need the extension, ferry.Comm on torch tensors on the GPUs (test_gpu_comm.py) and the
+# torch.distributed backend (test_torch_backend.py);
 # a missing extension, torch or GPU is a failure here, not a skip.
 step_python() {
   local rc=0 example port=29600
   FERRY_REQUIRE_NATIVE=1 FERRY_REQUIRE_GPU=1 PYTHONPATH="$PWD/$build/python" \
     guarded python3 -m pytest -q -s -p no:cacheprovider python/tests/test_native_*.py \
-    python/tests/test_gpu_comm.py 2>&1 | tail -n 40
+    python/tests/test_gpu_comm.py python/tests/test_torch_backend.py 2>&1 | tail -n 40
   ((PIPESTATUS[0] == 0)) || rc=1
   # The examples of docs/python.md, as a user runs them (2 ranks; with one GPU they share it).
   for example in builtin_algorithms dsl_plan custom_allreduce; do

@@ -1,0 +1,61 @@
+"""ferry as a torch.distributed backend. Importing this module registers the backend "ferry":
+
+    import torch.distributed as dist
+    import ferry.torch  # noqa: F401  (registers "ferry")
+    dist.init_process_group("cpu:gloo,cuda:ferry")   # under torchrun
+    dist.all_reduce(tensor)                          # on the ferry backend for CUDA tensors
+
+The ranks of a group meet through the group's store: rank 0 makes a ferry.UniqueId (a fresh
+random secret) and sets it there; every rank then joins ferry's bootstrap with it and makes the
+group's ferry.Comm on the current CUDA device. The backend itself is C++ (ferry._torch, built
+against the installed torch by `pip install .`); docs/pytorch.md says what it supports.
+"""
+
+import torch
+import torch.distributed as dist
+
+from ferry import _ferry
+
+try:
+    from ferry import _torch
+except ImportError as e:  # built without torch, or against another torch
+    _torch = None
+    _import_error = e
+else:
+    _import_error = None
+
+BACKEND = "ferry"
+
+
+def _unique_id_hex(store, rank):
+    """Rank 0's fresh UniqueId, through the group's store (a PrefixStore of the group's name)."""
+    key = "ferry/unique_id"
+    if rank == 0:
+        uid = _ferry.UniqueId.create()
+        store.set(key, uid.hex())
+        return uid.hex()
+    return store.get(key).decode()
+
+
+def _create_backend(options, _backend_options=None):
+    """torch.distributed's backend factory (extended API): one ferry backend per process group."""
+    if _torch is None:
+        raise RuntimeError(
+            "ferry's torch backend (ferry._torch) is not built: reinstall ferry (`pip install .`) in an "
+            "environment where torch is importable"
+        ) from _import_error
+    if not torch.cuda.is_available():
+        raise RuntimeError("ferry's torch backend needs a CUDA device; use gloo for CPU tensors ('cpu:gloo,cuda:ferry')")
+    rank, size = options.group_rank, options.group_size
+    timeout = options.timeout.total_seconds() if hasattr(options.timeout, "total_seconds") else float(options.timeout)
+    uid = _unique_id_hex(options.store, rank)
+    return _torch.FerryBackend(uid, rank, size, torch.cuda.current_device(), timeout)
+
+
+def _register():
+    if BACKEND in dist.Backend.backend_list:
+        return
+    dist.Backend.register_backend(BACKEND, _create_backend, extended_api=True, devices=["cuda"])
+
+
+_register()

@@ -1,0 +1,66 @@
+"""The torch.distributed backend "ferry" (ferry.torch). Without a GPU: it registers, and a group
+that asks for it on a machine without CUDA is refused with a message saying so. With GPUs: 2 ranks
+(sharing the GPU when there is one) run every op of torch_backend_ranks.py, checked element by
+element. Skips without torch or without the backend built, unless FERRY_REQUIRE_GPU=1."""
+
+import multiprocessing
+import os
+import tempfile
+
+import pytest
+
+import ferry
+
+torch = pytest.importorskip("torch") if os.environ.get("FERRY_REQUIRE_GPU") != "1" else __import__("torch")
+
+
+def _backend_built():
+    if not ferry.native_available():
+        return False
+    try:
+        from ferry import _torch  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+if not _backend_built():
+    if os.environ.get("FERRY_REQUIRE_GPU") == "1":
+        raise RuntimeError("FERRY_REQUIRE_GPU=1 but ferry._torch (the torch backend) is not built")
+    pytest.skip("ferry._torch is not built (no torch at build time)", allow_module_level=True)
+
+import torch.distributed as dist  # noqa: E402
+
+import ferry.torch  # noqa: E402,F401
+
+
+def test_the_backend_is_registered_for_cuda():
+    assert "ferry" in dist.Backend.backend_list
+    assert dist.Backend.backend_capability["ferry"] == ["cuda"]
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the machine without CUDA")
+def test_without_cuda_a_group_on_ferry_is_refused_saying_why(tmp_path):
+    with pytest.raises(RuntimeError, match="needs a CUDA device"):
+        dist.init_process_group("cpu:gloo,cuda:ferry", init_method=f"file://{tmp_path}/init", rank=0, world_size=1)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="no GPU")
+def test_every_op_on_two_ranks():
+    import torch_backend_ranks
+
+    os.environ.setdefault("FERRY_SOCKET_IFNAME", "lo")
+    os.environ.setdefault("FERRY_DEVICE_TIMEOUT", "20")
+    n = 2
+    with tempfile.TemporaryDirectory() as d:
+        ctx = multiprocessing.get_context("spawn")
+        results = ctx.Queue()
+        init = os.path.join(d, "init")
+        procs = [ctx.Process(target=torch_backend_ranks.run_rank, args=(init, r, n, results)) for r in range(n)]
+        for p in procs:
+            p.start()
+        got = dict(results.get(timeout=600) for _ in range(n))
+        for p in procs:
+            p.join(timeout=60)
+    errors = [e for r in sorted(got) for e in got[r]]
+    assert not errors, "\n".join(errors[:30])
