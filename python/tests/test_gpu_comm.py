@@ -7,7 +7,6 @@ time. Ranks are spawned processes
 Skips without torch or a GPU, unless FERRY_REQUIRE_GPU=1 (as the GPU check sets).
 """
 
-import multiprocessing
 import os
 
 import pytest
@@ -34,23 +33,18 @@ if _why is not None:
     pytest.skip(_why, allow_module_level=True)
 
 import gpu_comm_ranks  # noqa: E402
+from rank_processes import run_ranks  # noqa: E402
 
 
 def _run(n, plan_checks):
     os.environ.setdefault("FERRY_SOCKET_IFNAME", "lo")
     os.environ.setdefault("FERRY_DEVICE_TIMEOUT", "20")  # a collective that hangs fails in 20 s
     uid = ferry.UniqueId.create()
-    ctx = multiprocessing.get_context("spawn")
-    results = ctx.Queue()
-    procs = [ctx.Process(target=gpu_comm_ranks.run_rank, args=(uid, r, n, plan_checks, results)) for r in range(n)]
-    for p in procs:
-        p.start()
-    got = dict(results.get(timeout=600) for _ in range(n))
-    for p in procs:
-        p.join(timeout=60)
+    got, codes = run_ranks(gpu_comm_ranks.run_rank, n, lambda r: (uid, r, n, plan_checks), method="spawn", timeout=600)
+    got = dict(got)
     errors = [e for r in sorted(got) for e in got[r]]
     assert not errors, "\n".join(errors[:40])
-    assert all(p.exitcode == 0 for p in procs)
+    assert codes == [0] * n
 
 
 @pytest.mark.parametrize("n", [2, 4])

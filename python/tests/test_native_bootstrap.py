@@ -6,7 +6,6 @@ tests skip, unless FERRY_REQUIRE_NATIVE=1 (as scripts/test.sh sets when it built
 then its absence is a failure.
 """
 
-import multiprocessing
 import os
 import pickle
 import threading
@@ -15,6 +14,7 @@ import time
 import pytest
 
 import ferry
+from rank_processes import run_ranks
 
 if not ferry.native_available():
     if os.environ.get("FERRY_REQUIRE_NATIVE") == "1":
@@ -59,16 +59,9 @@ def _rank_main(uid, rank, size, results):
 def test_ranks_meet_gather_send_and_split_across_processes():
     size = 3
     uid = ferry.UniqueId.create()
-    ctx = multiprocessing.get_context("fork")
-    results = ctx.Queue()
-    procs = [ctx.Process(target=_rank_main, args=(uid, r, size, results)) for r in range(size)]
-    for p in procs:
-        p.start()
-    got = sorted(results.get(timeout=60) for _ in range(size))
-    for p in procs:
-        p.join(timeout=30)
-        assert p.exitcode == 0
-    for rank, gathered, sub_rank, sub_size, local_size in got:
+    got, codes = run_ranks(_rank_main, size, lambda r: (uid, r, size))
+    assert codes == [0] * size
+    for rank, gathered, sub_rank, sub_size, local_size in sorted(got):
         assert gathered == [bytes([r]) * 3 for r in range(size)], gathered
         assert (sub_rank, sub_size) == (rank // 2, 2 if rank % 2 == 0 else 1)
         assert local_size == size
@@ -79,15 +72,9 @@ def test_ranks_spawned_by_the_process_that_made_the_id():
     # the spawned rank 0 can listen there (it would fail with "Address already in use" otherwise).
     size = 2
     uid = ferry.UniqueId.create()
-    ctx = multiprocessing.get_context("spawn")
-    results = ctx.Queue()
-    procs = [ctx.Process(target=_rank_main, args=(uid, r, size, results)) for r in range(size)]
-    for p in procs:
-        p.start()
-    got = sorted(results.get(timeout=120) for _ in range(size))
-    for p in procs:
-        p.join(timeout=30)
-        assert p.exitcode == 0
+    got, codes = run_ranks(_rank_main, size, lambda r: (uid, r, size), method="spawn", timeout=120)
+    assert codes == [0] * size
+    got = sorted(got)
     assert [g[1] for g in got] == [[bytes([r]) * 3 for r in range(size)]] * size, got
 
 

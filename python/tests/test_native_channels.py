@@ -4,13 +4,13 @@ rank 1 checks every byte. Also: descriptors round-trip through serialize(), and 
 out as bytes of the C++ struct's size."""
 
 import ctypes
-import multiprocessing
 import os
 import random
 
 import pytest
 
 import ferry
+from rank_processes import run_ranks
 
 if not ferry.native_available():
     if os.environ.get("FERRY_REQUIRE_NATIVE") == "1":
@@ -62,14 +62,8 @@ def test_a_write_over_a_host_memory_connection_lands_byte_for_byte():
     uid = ferry.UniqueId.create()
     # Spawned, not forked: host_alloc registers memory with CUDA, which a child forked from a
     # process that has used CUDA (the GPU tests before this one) cannot do.
-    ctx = multiprocessing.get_context("spawn")
-    results = ctx.Queue()
-    procs = [ctx.Process(target=_rank, args=(uid, r, results)) for r in range(2)]
-    for p in procs:
-        p.start()
-    got = dict(results.get(timeout=60) for _ in range(2))
-    for p in procs:
-        p.join(timeout=30)
+    got, _ = run_ranks(_rank, 2, lambda r: (uid, r), method="spawn")
+    got = dict(got)
     assert got == {0: "ok", 1: "ok"}
 
 

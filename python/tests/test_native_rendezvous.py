@@ -8,6 +8,7 @@ import time
 import pytest
 
 import ferry
+from rank_processes import run_ranks
 
 if not ferry.native_available():
     if os.environ.get("FERRY_REQUIRE_NATIVE") == "1":
@@ -52,16 +53,10 @@ def _rank_main(table, rank, size, results):
 
 def test_ranks_meet_through_a_store_twice_with_fresh_ids():
     size = 3
-    ctx = multiprocessing.get_context("fork")
-    with ctx.Manager() as manager:
+    with multiprocessing.get_context("fork").Manager() as manager:
         table = manager.dict()
-        results = ctx.Queue()
-        procs = [ctx.Process(target=_rank_main, args=(table, r, size, results)) for r in range(size)]
-        for p in procs:
-            p.start()
-        got = dict(results.get(timeout=60) for _ in range(size))
-        for p in procs:
-            p.join(timeout=30)
+        got, _ = run_ranks(_rank_main, size, lambda r: (table, r, size))
+        got = dict(got)
         assert got == {r: "ok" for r in range(size)}
         ids = sorted(k for k in table.keys())
         assert ids == ["ferry/bootstrap/0", "ferry/bootstrap/1"]

@@ -3,7 +3,6 @@ that asks for it on a machine without CUDA is refused with a message saying so. 
 (sharing the GPU when there is one) run every op of torch_backend_ranks.py, checked element by
 element. Skips without torch or without the backend built, unless FERRY_REQUIRE_GPU=1."""
 
-import multiprocessing
 import os
 import tempfile
 
@@ -48,19 +47,14 @@ def test_without_cuda_a_group_on_ferry_is_refused_saying_why(tmp_path):
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="no GPU")
 def test_every_op_on_two_ranks():
     import torch_backend_ranks
+    from rank_processes import run_ranks
 
     os.environ.setdefault("FERRY_SOCKET_IFNAME", "lo")
     os.environ.setdefault("FERRY_DEVICE_TIMEOUT", "20")
     n = 2
     with tempfile.TemporaryDirectory() as d:
-        ctx = multiprocessing.get_context("spawn")
-        results = ctx.Queue()
         init = os.path.join(d, "init")
-        procs = [ctx.Process(target=torch_backend_ranks.run_rank, args=(init, r, n, results)) for r in range(n)]
-        for p in procs:
-            p.start()
-        got = dict(results.get(timeout=600) for _ in range(n))
-        for p in procs:
-            p.join(timeout=60)
+        got, _ = run_ranks(torch_backend_ranks.run_rank, n, lambda r: (init, r, n), method="spawn", timeout=600)
+        got = dict(got)
     errors = [e for r in sorted(got) for e in got[r]]
     assert not errors, "\n".join(errors[:30])
