@@ -108,11 +108,15 @@ step_sanitizer() {
 # torch.distributed backend (test_torch_backend.py);
 # a missing extension, torch or GPU is a failure here, not a skip.
 step_python() {
-  local rc=0 example port=29600
-  FERRY_REQUIRE_NATIVE=1 FERRY_REQUIRE_GPU=1 PYTHONPATH="$PWD/$build/python" \
-    guarded python3 -m pytest -q -s -p no:cacheprovider python/tests/test_native_*.py \
-    python/tests/test_gpu_comm.py python/tests/test_torch_backend.py 2>&1 | tail -n 40
-  ((PIPESTATUS[0] == 0)) || rc=1
+  local rc=0 example port=29600 tests
+  # One pytest per group, each bounded, so that a hang costs that group and names it.
+  for tests in "python/tests/test_native_*.py" python/tests/test_gpu_comm.py python/tests/test_torch_backend.py; do
+    echo "== pytest $tests"
+    # shellcheck disable=SC2086  # the glob is meant to expand
+    FERRY_REQUIRE_NATIVE=1 FERRY_REQUIRE_GPU=1 PYTHONUNBUFFERED=1 PYTHONPATH="$PWD/$build/python" \
+      guarded timeout 300 python3 -m pytest -q -s -p no:cacheprovider --durations=5 $tests 2>&1 | tail -n 60
+    ((PIPESTATUS[0] == 0)) || rc=1
+  done
   # The examples of docs/python.md, as a user runs them (2 ranks; with one GPU they share it).
   for example in builtin_algorithms dsl_plan custom_allreduce; do
     echo "== torchrun python/examples/$example.py"

@@ -40,7 +40,7 @@ def _run(n, plan_checks):
     os.environ.setdefault("FERRY_SOCKET_IFNAME", "lo")
     os.environ.setdefault("FERRY_DEVICE_TIMEOUT", "20")  # a collective that hangs fails in 20 s
     uid = ferry.UniqueId.create()
-    got, codes = run_ranks(gpu_comm_ranks.run_rank, n, lambda r: (uid, r, n, plan_checks), method="spawn", timeout=600)
+    got, codes = run_ranks(gpu_comm_ranks.run_rank, n, lambda r: (uid, r, n, plan_checks), method="spawn", timeout=240)
     got = dict(got)
     errors = [e for r in sorted(got) for e in got[r]]
     assert not errors, "\n".join(errors[:40])

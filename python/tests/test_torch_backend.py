@@ -54,7 +54,7 @@ def test_every_op_on_two_ranks():
     n = 2
     with tempfile.TemporaryDirectory() as d:
         init = os.path.join(d, "init")
-        got, _ = run_ranks(torch_backend_ranks.run_rank, n, lambda r: (init, r, n), method="spawn", timeout=600)
+        got, _ = run_ranks(torch_backend_ranks.run_rank, n, lambda r: (init, r, n), method="spawn", timeout=240)
         got = dict(got)
     errors = [e for r in sorted(got) for e in got[r]]
     assert not errors, "\n".join(errors[:30])

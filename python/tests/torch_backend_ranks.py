@@ -3,7 +3,15 @@ it): torch.distributed on the ferry backend, every op checked element by element
 reference built from seeded inputs, outputs poisoned first."""
 
 import os
+import sys
 import traceback
+
+_rank = None
+
+
+def _step(what):
+    """A progress line on stderr (pytest -s shows it): where a rank was when a run hangs."""
+    print(f"[torch backend rank {_rank}] {what}", file=sys.stderr, flush=True)
 
 
 def _seeded(torch, rank, shape, dtype, seed, dev):
@@ -42,6 +50,7 @@ def _checks(torch, dist, rank, n, dev, errors):
         for count in counts:
             seed += 1
             tag = f"{dtype} x {count}"
+            _step(tag)
             ins = _all(torch, n, (count,), dtype, seed, dev)
             ops = [(dist.ReduceOp.SUM, lambda s: s.sum(0)), (dist.ReduceOp.MAX, lambda s: s.max(0).values),
                    (dist.ReduceOp.MIN, lambda s: s.min(0).values)]
@@ -74,6 +83,7 @@ def _checks(torch, dist, rank, n, dev, errors):
             dist.all_to_all_single(out, big[rank])
             want = torch.cat([big[p][rank * count:(rank + 1) * count] for p in range(n)])
             _close(torch, out, want, f"all_to_all_single {tag}", errors, rank)
+    _step("all_to_all_single uneven")
     # Uneven all_to_all_single: rank r sends (r + p + 1) rows to rank p.
     rows = lambda r, p: r + p + 1  # noqa: E731
     send = [_seeded(torch, r, (sum(rows(r, p) for p in range(n)), 3), torch.float32, 900, dev) for r in range(n)]
@@ -87,6 +97,7 @@ def _checks(torch, dist, rank, n, dev, errors):
     want = sum(_seeded(torch, r, (257,), torch.float32, 950, dev) for r in range(n)) * 0.5
     dist.all_reduce(x, op=dist._make_nccl_premul_sum(0.5))
     _close(torch, x, want, "all_reduce PREMUL_SUM 0.5", errors, rank)
+    _step("batch_isend_irecv, async all_reduce")
     # send/recv in a ring with batch_isend_irecv, and an async all_reduce after a long kernel.
     buf = _seeded(torch, rank, (4096,), torch.float32, 960, dev)
     got = torch.full_like(buf, float("nan"))
@@ -104,12 +115,21 @@ def _checks(torch, dist, rank, n, dev, errors):
     del a
     work.wait()
     _close(torch, x, torch.full_like(x, float(n * (n + 1))), "async all_reduce after a long kernel", errors, rank)
+    _step("barrier")
     dist.barrier()
 
 
 def run_rank(init_file, rank, n, results):
+    global _rank
+    _rank = rank
     errors = []
     try:
+        import datetime
+        import faulthandler
+
+        _step("started")
+        faulthandler.dump_traceback_later(200, exit=True)  # a hang prints every thread's stack
+
         import torch
         import torch.distributed as dist
 
@@ -117,11 +137,19 @@ def run_rank(init_file, rank, n, results):
 
         torch.cuda.set_device(rank % torch.cuda.device_count())
         dev = torch.device("cuda", torch.cuda.current_device())
-        dist.init_process_group("cpu:gloo,cuda:ferry", init_method=f"file://{init_file}", rank=rank, world_size=n)
+        _step("init_process_group")
+        dist.init_process_group("cpu:gloo,cuda:ferry", init_method=f"file://{init_file}", rank=rank, world_size=n,
+                                timeout=datetime.timedelta(seconds=60))
         assert dist.get_backend() == "cpu:gloo,cuda:ferry", dist.get_backend()
         _checks(torch, dist, rank, n, dev, errors)
+        _step("destroy_process_group")
         dist.destroy_process_group()
+        _step("done")
     except BaseException:  # reported to the parent, which fails the test
         errors.append(f"rank {rank}: {traceback.format_exc()}")
     results.put((rank, errors))
+    # os._exit skips the interpreter's teardown (torch's and ferry's atexit work after the group is
+    # gone), so the queue's feeder thread must have written the result before it.
+    results.close()
+    results.join_thread()
     os._exit(0)
