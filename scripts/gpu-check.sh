@@ -11,6 +11,7 @@
 #   GPU_TESTS_EXCLUDE='^gpu_memory_leak$' scripts/gpu-check.sh                    # skip slow tests (regex)
 #   GPU_TESTS_JOBS=4 scripts/gpu-check.sh                                          # tests side by side
 #   GPU_CHECK_BENCH_ARGS="allreduce -b 1K -e 64M" scripts/gpu-check.sh           # what the bench step runs
+#   GPU_CHECK_TORCH_BENCH_ARGS="-b 1K -e 64M" scripts/gpu-check.sh                # what torch_bench runs
 #   GPU_CHECK_STEPS="configure build guard_selftest gpu_tests" \
 #     GPU_CHECK_TARGETS="ferry_guard gpu_p2p" GPU_TESTS_ONLY='^gpu_p2p$' scripts/gpu-check.sh
 #       # a focused run: some steps, some build targets (besides what the guard steps need), some tests
@@ -26,10 +27,10 @@ cd "$(dirname "$0")/.." || exit 2
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1
 unset FERRY_ENABLE_NVLS
 
-STEPS=(configure build guard_selftest ferry_info gpu_tests python python_bench sanitizer nccl_torch perf bench)
+STEPS=(configure build guard_selftest ferry_info gpu_tests python python_bench torch_bench sanitizer nccl_torch perf bench)
 if [[ -n ${GPU_CHECK_STEPS:-} ]]; then read -ra STEPS <<<"$GPU_CHECK_STEPS"; fi
 REQUIRED=(configure build guard_selftest)  # nothing touches a GPU unless the guard is proven to work
-SHOW=(ferry_info gpu_tests python python_bench sanitizer nccl_torch)    # steps whose whole log is printed, not only on failure
+SHOW=(ferry_info gpu_tests python python_bench torch_bench sanitizer nccl_torch)    # steps whose whole log is printed, not only on failure
 
 build="build-gpu"
 out=${OUT:-$build/out}
@@ -104,13 +105,14 @@ step_sanitizer() {
 }
 
 # The Python package from the build tree (<build>/python: the extension beside the sources): its
-# tests that need the extension, ferry.Comm on torch tensors on the GPUs (test_gpu_comm.py) and the
-# torch.distributed backend (test_torch_backend.py);
+# tests that need the extension, ferry.Comm on torch tensors on the GPUs (test_gpu_comm.py), the
+# torch.distributed backend (test_torch_backend.py) and training on it (test_torch_training.py);
 # a missing extension, torch or GPU is a failure here, not a skip.
 step_python() {
   local rc=0 example port=29600 tests
   # One pytest per group, each bounded, so that a hang costs that group and names it.
-  for tests in "python/tests/test_native_*.py" python/tests/test_gpu_comm.py python/tests/test_torch_backend.py; do
+  for tests in "python/tests/test_native_*.py" python/tests/test_gpu_comm.py python/tests/test_torch_backend.py \
+    python/tests/test_torch_training.py; do
     echo "== pytest $tests"
     # shellcheck disable=SC2086  # the glob is meant to expand
     FERRY_REQUIRE_NATIVE=1 FERRY_REQUIRE_GPU=1 PYTHONUNBUFFERED=1 PYTHONPATH="$PWD/$build/python" \
@@ -136,6 +138,16 @@ step_python_bench() {
     tee "$out/python_bench_table.txt"
   ((PIPESTATUS[0] == 0)) || return 1
   guarded timeout 120 "$PWD/$build/tools/ferry-bench/ferry-bench" allreduce -d float32 "${sizes[@]}"
+}
+
+# dist.all_reduce on the ferry backend beside the NCCL backend (eager, graph, host time), 1 KiB to
+# 1 GiB; with fewer than 2 GPUs it says there is nothing to compare and passes.
+step_torch_bench() {
+  local args
+  read -ra args <<<"${GPU_CHECK_TORCH_BENCH_ARGS:--b 1K -e 1G -f 4}"
+  PYTHONPATH="$PWD/$build/python" PYTHONUNBUFFERED=1 guarded timeout 300 python3 -m ferry.torch.bench "${args[@]}" |
+    tee "$out/torch_bench_table.txt"
+  return "${PIPESTATUS[0]}"
 }
 
 # torch.distributed (NCCL backend) with libferry_nccl.so preloaded against the real NCCL, on every

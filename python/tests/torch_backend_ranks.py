@@ -34,6 +34,7 @@ def _close(torch, got, want, what, errors, rank):
         ok = torch.equal(got, want)
     if not ok:
         errors.append(f"rank {rank}: {what}: got {got.flatten()[:4].tolist()}, want {want.flatten()[:4].tolist()}")
+        _step(f"WRONG: {errors[-1]}")  # at once: a run killed later still shows it
 
 
 def _poisoned(torch, like):
@@ -115,8 +116,154 @@ def _checks(torch, dist, rank, n, dev, errors):
     del a
     work.wait()
     _close(torch, x, torch.full_like(x, float(n * (n + 1))), "async all_reduce after a long kernel", errors, rank)
+    _rooted(torch, dist, rank, n, dev, errors)
+    _streams_and_graphs(torch, dist, rank, n, dev, errors)
+    _groups(torch, dist, rank, n, dev, errors)
     _step("barrier")
     dist.barrier()
+
+
+def _rooted(torch, dist, rank, n, dev, errors):
+    """reduce, gather, scatter to and from the last rank; the coalesced forms."""
+    _step("reduce, gather, scatter, coalesced")
+    root = n - 1
+    for dtype in (torch.float32, torch.bfloat16, torch.int64):
+        ins = _all(torch, n, (1000,), dtype, 970, dev)
+        x = ins[rank].clone()
+        dist.reduce(x, dst=root, op=dist.ReduceOp.SUM)
+        if rank == root:
+            _close(torch, x, torch.stack(ins).sum(0), f"reduce {dtype}", errors, rank)
+        outs = [_poisoned(torch, ins[rank]) for _ in range(n)] if rank == root else None
+        dist.gather(ins[rank], gather_list=outs, dst=root)
+        if rank == root:
+            _close(torch, torch.cat(outs), torch.cat(ins), f"gather {dtype}", errors, rank)
+        parts = _all(torch, n, (333,), dtype, 980, dev)
+        out = _poisoned(torch, parts[rank])
+        dist.scatter(out, scatter_list=[p.clone() for p in parts] if rank == root else None, src=root)
+        _close(torch, out, parts[rank], f"scatter {dtype}", errors, rank)
+    # reduce_scatter and all_to_all in their list forms
+    ins = [_all(torch, n, (100,), torch.float32, 990 + p, dev) for p in range(n)]  # ins[p][r]: rank r's block p
+    out = _poisoned(torch, ins[0][rank])
+    dist.reduce_scatter(out, [ins[p][rank] for p in range(n)])
+    _close(torch, out, torch.stack(ins[rank]).sum(0), "reduce_scatter (list)", errors, rank)
+    outs = [_poisoned(torch, ins[0][rank]) for _ in range(n)]
+    dist.all_to_all(outs, [ins[p][rank] for p in range(n)])
+    _close(torch, torch.cat(outs), torch.cat([ins[rank][p] for p in range(n)]), "all_to_all (list)", errors, rank)
+    # Several ops in one coalescing block (what FSDP2 issues), and all_reduce_coalesced.
+    ins = _all(torch, n, (4, 256), torch.float32, 995, dev)
+    gathered = [_poisoned(torch, torch.empty(n * 256, device=dev)) for _ in range(4)]
+    scattered = [_poisoned(torch, torch.empty(256 // n, device=dev)) for _ in range(4)]
+    from torch.distributed.distributed_c10d import _coalescing_manager
+
+    with _coalescing_manager(device=dev, async_ops=True) as cm:
+        for i in range(4):
+            dist.all_gather_into_tensor(gathered[i], ins[rank][i])
+    cm.wait()
+    for i in range(4):
+        _close(torch, gathered[i], torch.cat([ins[r][i] for r in range(n)]), f"coalesced all_gather {i}", errors, rank)
+    with _coalescing_manager(device=dev, async_ops=True) as cm:
+        for i in range(4):
+            dist.reduce_scatter_tensor(scattered[i], ins[rank][i])
+    cm.wait()
+    for i in range(4):
+        want = torch.stack([ins[r][i] for r in range(n)]).sum(0).view(n, -1)[rank]
+        _close(torch, scattered[i], want, f"coalesced reduce_scatter {i}", errors, rank)
+    xs = [ins[rank][i].clone() for i in range(4)]
+    dist.all_reduce_coalesced(xs)
+    for i in range(4):
+        _close(torch, xs[i], torch.stack([ins[r][i] for r in range(n)]).sum(0), f"all_reduce_coalesced {i}", errors,
+               rank)
+
+
+def _streams_and_graphs(torch, dist, rank, n, dev, errors):
+    """The stream contract: an async op's input freed right after the launch keeps its memory until
+    the op is done; a sync op orders after the current stream's work; capture and replay."""
+    _step("freed inputs, sync order, graph capture")
+    for trial in range(3):
+        x = torch.full((1 << 22,), float(rank + trial), device=dev)
+        out = torch.empty(n * (1 << 22), device=dev)
+        torch.cuda._sleep(20_000_000)  # the backend's stream waits for this before reading x
+        work = dist.all_gather_into_tensor(out, x, async_op=True)
+        del x  # its memory must not be handed out while the op may still read it
+        junk = torch.full((1 << 22,), -7.0, device=dev)  # same size: the allocator's first choice
+        work.wait()
+        want = torch.cat([torch.full((1 << 22,), float(r + trial), device=dev) for r in range(n)])
+        _close(torch, out, want, f"async all_gather, input freed after the launch ({trial})", errors, rank)
+        del junk
+    x = torch.zeros(1 << 16, device=dev)
+    torch.cuda._sleep(20_000_000)
+    x.fill_(float(rank + 1))  # written on the current stream just before a synchronous op
+    dist.all_reduce(x)
+    _close(torch, x, torch.full_like(x, float(n * (n + 1) // 2)), "sync all_reduce after a long kernel", errors, rank)
+    # Two streams, one group: the op on the second stream runs after the first's (whose stream is
+    # held by a long kernel), as NCCL orders a communicator's calls; FSDP issues ops like this.
+    a, b = torch.cuda.Stream(), torch.cuda.Stream()
+    xa = torch.full((1 << 18,), float(rank + 1), device=dev)
+    xb = torch.full((1 << 10,), float(rank + 2), device=dev)
+    a.wait_stream(torch.cuda.current_stream())
+    b.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(a):
+        torch.cuda._sleep(20_000_000)
+        dist.all_reduce(xa)
+    with torch.cuda.stream(b):
+        dist.all_reduce(xb)
+    torch.cuda.synchronize()
+    _close(torch, xa, torch.full_like(xa, float(n * (n + 1) // 2)), "all_reduce on stream a", errors, rank)
+    _close(torch, xb, torch.full_like(xb, float(n * (n + 3) // 2)), "all_reduce on stream b, after a", errors, rank)
+    # CUDA graph: a synchronous all_reduce and an async all_gather, captured once, replayed on new data.
+    static = torch.zeros(4096, device=dev)
+    gathered = torch.empty(n * 4096, device=dev)
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):  # warm up outside the capture (first calls may set up)
+        dist.all_reduce(static)
+        dist.all_gather_into_tensor(gathered, static)
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        dist.all_reduce(static)
+        work = dist.all_gather_into_tensor(gathered, static, async_op=True)
+        work.wait()
+    for replay in range(3):
+        vals = [_seeded(torch, r, (4096,), torch.float32, 1100 + replay, dev) for r in range(n)]
+        gathered.fill_(float("nan"))
+        static.copy_(vals[rank])
+        graph.replay()
+        total = torch.stack(vals).sum(0)
+        _close(torch, static, total, f"graph replay {replay}: all_reduce", errors, rank)
+        _close(torch, gathered, torch.cat([total] * n), f"graph replay {replay}: all_gather", errors, rank)
+    torch.cuda.synchronize()
+
+
+def _groups(torch, dist, rank, n, dev, errors):
+    """new_group (through the group's store), split_group (through the parent's bootstrap), and a
+    group aborted: its later ops are errors naming it, never hangs."""
+    _step("new_group, split_group, abort")
+    g = dist.new_group(list(range(n)))
+    x = torch.full((1000,), float(rank + 1), device=dev)
+    dist.all_reduce(x, group=g)
+    _close(torch, x, torch.full_like(x, float(n * (n + 1) // 2)), "all_reduce on new_group", errors, rank)
+    if hasattr(dist, "split_group"):
+        # Listed in reverse (torch 2.11 sorts the list, later versions keep its order): each rank
+        # contributes its parent rank, gathered in the order of the split group's ranks.
+        sub = dist.split_group(split_ranks=[list(reversed(range(n)))])
+        x = torch.full((10,), float(rank), device=dev)
+        out = _poisoned(torch, torch.empty(n * 10, device=dev))
+        dist.all_gather_into_tensor(out, x, group=sub)
+        want = torch.cat([torch.full((10,), float(dist.get_global_rank(sub, r)), device=dev) for r in range(n)])
+        _close(torch, out, want, "all_gather on split_group", errors, rank)
+        dist.destroy_process_group(sub)
+    from torch.distributed.distributed_c10d import _abort_process_group
+
+    _abort_process_group(g)  # on every rank; torch forgets the group, its object still works
+    try:
+        g.allreduce([torch.ones(4, device=dev)]).wait()
+        errors.append(f"rank {rank}: all_reduce on an aborted group did not raise")
+        _step(f"WRONG: {errors[-1]}")
+    except Exception as e:  # noqa: BLE001 - which type torch wraps it in varies
+        if "aborted" not in str(e):
+            errors.append(f"rank {rank}: all_reduce on an aborted group: {e!r} does not say aborted")
+            _step(f"WRONG: {errors[-1]}")
 
 
 def run_rank(init_file, rank, n, results):
@@ -138,8 +285,9 @@ def run_rank(init_file, rank, n, results):
         torch.cuda.set_device(rank % torch.cuda.device_count())
         dev = torch.device("cuda", torch.cuda.current_device())
         _step("init_process_group")
+        # Bound to its device (device_id), as split_group needs in torch 2.11.
         dist.init_process_group("cpu:gloo,cuda:ferry", init_method=f"file://{init_file}", rank=rank, world_size=n,
-                                timeout=datetime.timedelta(seconds=60))
+                                timeout=datetime.timedelta(seconds=60), device_id=dev)
         assert dist.get_backend() == "cpu:gloo,cuda:ferry", dist.get_backend()
         _checks(torch, dist, rank, n, dev, errors)
         _step("destroy_process_group")
@@ -147,6 +295,7 @@ def run_rank(init_file, rank, n, results):
         _step("done")
     except BaseException:  # reported to the parent, which fails the test
         errors.append(f"rank {rank}: {traceback.format_exc()}")
+        _step(f"FAILED: {errors[-1]}")
     results.put((rank, errors))
     # os._exit skips the interpreter's teardown (torch's and ferry's atexit work after the group is
     # gone), so the queue's feeder thread must have written the result before it.

@@ -153,6 +153,7 @@ struct Comm::Impl {
   void run(CollectiveCall call) {
     if (!prepare(call)) return;
     DeviceGuard scope(device);
+    work->orderAfterLast(call.stream);
     dispatch(call);
   }
 
@@ -162,6 +163,7 @@ struct Comm::Impl {
     if (!prepare(call)) return;
     validatePreMul(call, op, device);
     DeviceGuard scope(device);
+    work->orderAfterLast(call.stream);  // the scaling pass writes the Comm's premul scratch
     const int maxBlocks = resources ? resources->context().maxBlocks : kMaxBlocks;
     if (call.worldSize == 1 || call.collective == Collective::AllReduce) {
       // Same size in and out (one rank has nothing to sum): scale into recv, sum in place there.
@@ -267,6 +269,7 @@ struct Comm::Impl {
     // A Comm of one rank has no send/recv kernel: all it can hold is copies to itself.
     const P2PBatch batch = planP2PGroup(calls, p2p ? p2pResidentBlocks : 1, p2pMaxBlocks);
     DeviceGuard scope(device);
+    work->orderAfterLast(calls.front().stream);
     if (p2p) {
       launchP2P(batch, p2p->context(), calls.front().stream);
     } else {

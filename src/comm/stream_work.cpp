@@ -8,17 +8,45 @@
 
 namespace ferry {
 
+namespace {
+
+// The id of the capture `stream` takes part in; 0 when it is not capturing (or cannot tell).
+unsigned long long captureOf(cudaStream_t stream) {
+  cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
+  unsigned long long id = 0;
+  if (cudaStreamGetCaptureInfo(stream, &status, &id) != cudaSuccess) {
+    (void)cudaGetLastError();
+    return 0;
+  }
+  return status == cudaStreamCaptureStatusActive ? id : 0;
+}
+
+}  // namespace
+
 StreamWork::~StreamWork() {
   for (const auto& [stream, event] : events_) (void)cudaEventDestroy(event);
+  if (captured_ != nullptr) (void)cudaEventDestroy(captured_);
+}
+
+void StreamWork::orderAfterLast(cudaStream_t stream) {
+  if (last_ == nullptr || last_ == stream || lastEvent_ == nullptr) return;
+  if (captureOf(stream) != lastCapture_) return;
+  FERRY_CUDA_CHECK(cudaStreamWaitEvent(stream, lastEvent_, 0));
 }
 
 void StreamWork::note(cudaStream_t stream) {
-  cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
-  if (cudaStreamIsCapturing(stream, &capture) != cudaSuccess) {
-    (void)cudaGetLastError();
+  if (const unsigned long long capture = captureOf(stream); capture != 0) {
+    // Nothing of a capture runs yet: drain has nothing to wait for; only the order is recorded.
+    if (captured_ == nullptr) FERRY_CUDA_CHECK(cudaEventCreateWithFlags(&captured_, cudaEventDisableTiming));
+    FERRY_CUDA_CHECK(cudaEventRecord(captured_, stream));
+    last_ = stream;
+    lastEvent_ = captured_;
+    lastCapture_ = capture;
     return;
   }
-  if (capture != cudaStreamCaptureStatusNone) return;
+  last_ = stream;
+  lastEvent_ = nullptr;  // set below once this stream's event is recorded
+  lastCapture_ = 0;
   cudaEvent_t event = nullptr;
   for (const auto& [s, e] : events_)
     if (s == stream) event = e;
@@ -34,6 +62,7 @@ void StreamWork::note(cudaStream_t stream) {
     events_.emplace_back(stream, event);
   }
   FERRY_CUDA_CHECK(cudaEventRecord(event, stream));
+  lastEvent_ = event;
 }
 
 void StreamWork::drain(const std::string& what, std::chrono::duration<double> timeout) {

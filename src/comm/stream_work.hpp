@@ -11,7 +11,8 @@
 // stream's work queued before it, so the newest covers the Comm's earlier calls there too. drain
 // waits only on the Comm's own events, so a stream the program destroyed since is never touched.
 // Calls captured into a graph record nothing (nothing of a capture runs yet; replays are the
-// program's to finish). Past kMaxStreams streams, drain falls back to the whole device.
+// program's to finish). Past kMaxStreams streams, drain falls back to the whole device. The same
+// events order a call made on another stream than the previous one after it (orderAfterLast).
 #include <cuda_runtime_api.h>
 
 #include <chrono>
@@ -30,6 +31,14 @@ class StreamWork {
   StreamWork(const StreamWork&) = delete;
   StreamWork& operator=(const StreamWork&) = delete;
 
+  // Before queuing a call on `stream`: when the Comm's previous call went to another stream, that
+  // stream's event orders this call after it. The Comm's calls share its scratch, flags and call
+  // numbers, so they must run in the order they were made, as NCCL's calls on a communicator do
+  // (FSDP issues all-gathers and reduce-scatters from two streams). Within one CUDA graph capture
+  // the order is captured too; across the edge of a capture (eager work, then a capture) nothing is
+  // added: the graph runs later, and what ran before it is the program's to finish.
+  // @pre the Comm's device is current.
+  void orderAfterLast(cudaStream_t stream);
   // @pre the Comm's device is current.
   void note(cudaStream_t stream);
   // Waits until the work noted so far is done, up to `timeout`; then a TimeoutError naming this
@@ -41,6 +50,12 @@ class StreamWork {
   int device_;
   std::vector<std::pair<cudaStream_t, cudaEvent_t>> events_;
   bool overflow_ = false;  // called on more than kMaxStreams streams
+  // The previous call: its stream, an event recorded after it, and the capture it was made in
+  // (0: none). The event is one of events_, or captured_ for a call made during a capture.
+  cudaStream_t last_ = nullptr;
+  cudaEvent_t lastEvent_ = nullptr;
+  unsigned long long lastCapture_ = 0;
+  cudaEvent_t captured_ = nullptr;
 };
 
 }  // namespace ferry

@@ -46,15 +46,44 @@ def _create_backend(options, _backend_options=None):
         ) from _import_error
     if not torch.cuda.is_available():
         raise RuntimeError("ferry's torch backend needs a CUDA device; use gloo for CPU tensors ('cpu:gloo,cuda:ferry')")
+    if torch.cuda.is_current_stream_capturing():
+        raise RuntimeError(
+            "ferry's torch backend: a process group cannot be made while a CUDA graph is being captured "
+            "(it allocates and meets the other ranks): make it before the capture"
+        )
     rank, size = options.group_rank, options.group_size
     timeout = options.timeout.total_seconds() if hasattr(options.timeout, "total_seconds") else float(options.timeout)
     uid = _unique_id_hex(options.store, rank)
     return _torch.FerryBackend(uid, rank, size, torch.cuda.current_device(), timeout)
 
 
+def _adapt_to_torch():
+    """What torch's Python layer asks of a backend beyond c10d::Backend, for the ferry backend.
+
+    - new_group, when the default group is bound to a device and its backend can split: ranks left
+      out of the new group call perform_nocolor_split (ProcessGroupNCCL keeps its ncclCommSplit
+      calls in step with it). ferry makes such a group through its store, not a split, so there is
+      nothing to keep in step: a no-op. split_group is what splits ferry's bootstrap (every rank).
+    - split_group (torch 2.11) deep-copies the parent backend's `options` (a property that torch's
+      own backends define, and c10d::Backend's binding does not there), which pybind11 cannot copy:
+      they come as a subclass that can.
+    """
+    if _torch is None:
+        return
+    from torch._C._distributed_c10d import Backend as _Backend
+
+    class FerryOptions(_Backend.Options):
+        def __deepcopy__(self, memo):
+            return FerryOptions(BACKEND, self._timeout)
+
+    _torch.FerryBackend.options = property(lambda self: FerryOptions(BACKEND, self._timeout))
+    _torch.FerryBackend.perform_nocolor_split = lambda self, device: None
+
+
 def _register():
     if BACKEND in dist.Backend.backend_list:
         return
+    _adapt_to_torch()
     dist.Backend.register_backend(BACKEND, _create_backend, extended_api=True, devices=["cuda"])
 
 

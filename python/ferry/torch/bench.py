@@ -1,0 +1,177 @@
+"""dist.all_reduce on the ferry backend beside the NCCL backend, in one run on the local GPUs.
+
+    python -m ferry.torch.bench                 # one rank per GPU (needs 2 GPUs at least)
+    python -m ferry.torch.bench -b 1K -e 1G -f 4 --iters 100
+
+The ranks join one default group "cpu:gloo,cuda:ferry" and a second group on "nccl"; for each size
+and each backend it prints the GPU time per call of a synchronous dist.all_reduce (float32, in
+place) issued eagerly from Python, the same replayed from a CUDA graph, and the host time for the
+eager call to return (what the backend adds on the CPU). Ratios are NCCL's time over ferry's
+(above 1: ferry is faster). Every size is checked on both backends before it is timed.
+"""
+
+import argparse
+import multiprocessing
+import os
+import sys
+import tempfile
+import time
+
+from ferry.bench import parse_size
+
+
+def _iters_for(nbytes, iters):
+    return max(5, min(iters, (1 << 32) // max(nbytes, 1)))
+
+
+def _timed(call, iters, torch):
+    """GPU time per call of `iters` back-to-back calls, and the host time per call to issue them."""
+    for _ in range(3):
+        call()
+    torch.cuda.synchronize()
+    start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    host = time.perf_counter()
+    start.record()
+    for _ in range(iters):
+        call()
+    stop.record()
+    host = time.perf_counter() - host
+    stop.synchronize()
+    return start.elapsed_time(stop) * 1e3 / iters, host * 1e6 / iters
+
+
+def _graphed(call, iters, torch):
+    """GPU time per call of `iters` calls captured in one CUDA graph and replayed."""
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):
+        call()  # a first call of the shape outside the capture
+    torch.cuda.current_stream().wait_stream(stream)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph, stream=stream):
+        for _ in range(iters):
+            call()
+    graph.replay()
+    torch.cuda.synchronize()
+    start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    graph.replay()
+    stop.record()
+    stop.synchronize()
+    return start.elapsed_time(stop) * 1e3 / iters
+
+
+def _rank(init_file, rank, n, sizes, iters, results):
+    try:
+        import datetime
+
+        import torch
+        import torch.distributed as dist
+
+        import ferry.torch  # noqa: F401  (registers "ferry")
+
+        torch.cuda.set_device(rank)
+        dev = torch.device("cuda", rank)
+        dist.init_process_group("cpu:gloo,cuda:ferry", init_method=f"file://{init_file}", rank=rank, world_size=n,
+                                timeout=datetime.timedelta(seconds=300), device_id=dev)
+        groups = {"ferry": dist.group.WORLD, "nccl": dist.new_group(backend="nccl")}
+        rows = []
+        for nbytes in sizes:
+            x = torch.empty(max(1, nbytes // 4), device=dev)
+            it = _iters_for(nbytes, iters)
+            row = {"bytes": nbytes}
+            for name, group in groups.items():
+                x.fill_(float(rank + 1))
+                dist.all_reduce(x, group=group)
+                torch.cuda.synchronize()
+                row[name + "_ok"] = bool(torch.all(x == float(n * (n + 1) // 2)))
+                x.zero_()  # sums of zeros stay finite however many calls run
+
+                def call(group=group):
+                    dist.all_reduce(x, group=group)
+
+                dist.barrier()
+                row[name + "_eager"], row[name + "_host"] = _timed(call, it, torch)
+                dist.barrier()
+                row[name + "_graph"] = _graphed(call, it, torch)
+            rows.append(row)
+            del x
+        dist.destroy_process_group()
+        results.put((rank, rows, None))
+    except BaseException:  # noqa: BLE001 - reported by the parent
+        import traceback
+
+        results.put((rank, None, traceback.format_exc()))
+    results.close()
+    results.join_thread()
+    os._exit(0)
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(prog="python -m ferry.torch.bench", description=__doc__.split("\n\n")[0])
+    parser.add_argument("-b", "--begin", type=parse_size, default=parse_size("1K"))
+    parser.add_argument("-e", "--end", type=parse_size, default=parse_size("1G"))
+    parser.add_argument("-f", "--factor", type=int, default=4)
+    parser.add_argument("--iters", type=int, default=100)
+    args = parser.parse_args(argv)
+    try:
+        import torch
+    except ImportError:
+        print("python -m ferry.torch.bench: needs torch", file=sys.stderr)
+        return 2
+    n = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    if n < 2:
+        print(f"python -m ferry.torch.bench: {n} GPU(s) here; the NCCL backend needs one GPU per rank and "
+              "the comparison needs 2 at least: nothing to measure")
+        return 0
+    # architecture.md rule 1: no NVLink multicast, from NCCL either.
+    os.environ.setdefault("NCCL_NVLS_ENABLE", "0")
+    os.environ.setdefault("TORCH_SYMM_MEM_DISABLE_MULTICAST", "1")
+    sizes, s = [], args.begin
+    while s <= args.end:
+        sizes.append(s)
+        s *= max(2, args.factor)
+    ctx = multiprocessing.get_context("spawn")
+    results = ctx.Queue()
+    with tempfile.TemporaryDirectory() as d:
+        procs = [ctx.Process(target=_rank, args=(os.path.join(d, "init"), r, n, sizes, args.iters, results))
+                 for r in range(n)]
+        for p in procs:
+            p.start()
+        got = {}
+        for _ in range(n):
+            rank, rows, error = results.get(timeout=1800)
+            if error:
+                print(f"rank {rank} failed:\n{error}", file=sys.stderr)
+                for p in procs:
+                    p.kill()
+                return 1
+            got[rank] = rows
+        for p in procs:
+            p.join()
+    print(f"# dist.all_reduce, float32, in place, synchronous: {n} ranks, one per GPU "
+          f"({torch.cuda.get_device_name(0)}); microseconds per call, the slowest rank's")
+    print(f"# eager: issued from Python back to back (GPU time per call); graph: replayed from a CUDA graph; "
+          f"host: until the eager call returns; ratio: nccl / ferry")
+    cols = ["bytes", "ferry eager", "nccl eager", "ratio", "ferry graph", "nccl graph", "ratio", "ferry host",
+            "nccl host", "check"]
+    print(" ".join(f"{c:>12}" for c in cols))
+    bad = False
+    for i, nbytes in enumerate(sizes):
+        rows = [got[r][i] for r in range(n)]
+
+        def worst(key, rows=rows):
+            return max(r[key] for r in rows)
+
+        ok = all(r["ferry_ok"] and r["nccl_ok"] for r in rows)
+        bad |= not ok
+        fe, ne, fg, ng = worst("ferry_eager"), worst("nccl_eager"), worst("ferry_graph"), worst("nccl_graph")
+        cells = [f"{nbytes:>12}", f"{fe:>12.2f}", f"{ne:>12.2f}", f"{ne / fe:>12.2f}", f"{fg:>12.2f}",
+                 f"{ng:>12.2f}", f"{ng / fg:>12.2f}", f"{worst('ferry_host'):>12.2f}", f"{worst('nccl_host'):>12.2f}",
+                 f"{'ok' if ok else 'WRONG':>12}"]
+        print(" ".join(cells))
+    return 1 if bad else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,24 @@
+// The module ferry._torch: the ferry backend's class for python/ferry/torch, which registers it.
+#include <pybind11/chrono.h>
+#include <torch/python.h>
+
+#include <chrono>
+
+#include "backend.hpp"
+
+PYBIND11_MODULE(_torch, m) {
+  m.doc() = "ferry's torch.distributed backend (import ferry.torch, not this)";
+  namespace py = pybind11;
+  using ferry::torch_backend::FerryBackend;
+  py::module_::import("torch.distributed");  // registers c10d::Backend with pybind11 first
+  py::class_<FerryBackend, c10d::Backend, c10::intrusive_ptr<FerryBackend>>(m, "FerryBackend")
+      .def(py::init([](const std::string& idHex, int rank, int size, int device, double timeoutSeconds) {
+             const auto timeout = std::chrono::duration_cast<std::chrono::milliseconds>(
+                 std::chrono::duration<double>(timeoutSeconds));
+             return c10::make_intrusive<FerryBackend>(idHex, rank, size, device, timeout);
+           }),
+           py::arg("unique_id_hex"), py::arg("rank"), py::arg("size"), py::arg("device"), py::arg("timeout_seconds"),
+           py::call_guard<py::gil_scoped_release>())
+      // The group's timeout (a datetime.timedelta), for the options python/ferry/torch builds.
+      .def_property_readonly("_timeout", [](FerryBackend& b) { return b.timeout(); });
+}
