@@ -11,6 +11,7 @@
 #include <mutex>
 #include <vector>
 
+#include "api_internal.hpp"
 #include "checks.hpp"
 #include "ferry/errors.hpp"
 #include "ferry/memory.hpp"
@@ -34,8 +35,8 @@ thread_local GroupState group;
 ReduceOp nativeOp(ncclRedOp_t op) { return static_cast<ReduceOp>(op); }
 DataType nativeType(ncclDataType_t t) { return static_cast<DataType>(t); }
 
-// The real NCCL when `c` is forwarded to it, else nullptr. Inside a group of ours, a forwarded call
-// joins a group of the real NCCL that closes with ours.
+}  // namespace
+
 const RealNccl* forwarded(const ncclComm& c) {
   const RealNccl* real = c.forwardedTo;
   if (real != nullptr && group.depth > 0 && group.realGroup == nullptr) {
@@ -45,12 +46,13 @@ const RealNccl* forwarded(const ncclComm& c) {
   return real;
 }
 
-// What a forwarded call returns: its result, with the real NCCL's message for an error.
 ncclResult_t realResult(const ncclComm& c, ncclResult_t r) {
   if (r != ncclSuccess && r != ncclInProgress)
     throw ApiError{r, "the real NCCL (" + c.forwardedTo->path + "): " + c.forwardedTo->getLastError(c.real)};
   return r;
 }
+
+namespace {
 
 // One of this comm's PreMulSum ops, copied (a call reads its host scalar after the lock is gone).
 PreMulSumOp preMulOp(ncclComm& c, ncclRedOp_t op, ncclDataType_t datatype) {
@@ -103,9 +105,13 @@ ncclResult_t onBuffers(const ncclComm& c, cudaStream_t stream, std::size_t count
   }
 }
 
+}  // namespace
+
 void checkReady(ncclResult_t r) {
   if (r != ncclSuccess && r != ncclInProgress) throw ApiError{r, lastError()};
 }
+
+namespace {
 
 std::mutex memMu;
 std::map<void*, std::shared_ptr<void>>& memAllocations() {
@@ -113,8 +119,8 @@ std::map<void*, std::shared_ptr<void>>& memAllocations() {
   return m;
 }
 
-// A copy of the caller's config for a forwarded init: the fields its size covers, the rest at
-// NCCL_CONFIG_INITIALIZER's values, so that it is a whole ncclConfig_t of this header.
+}  // namespace
+
 void keepConfig(ncclComm& c, const ncclConfig_t* config) {
   if (config == nullptr) return;
   ncclConfig_t copy = NCCL_CONFIG_INITIALIZER;
@@ -162,7 +168,6 @@ ncclResult_t initRank(ncclComm_t* out, int nranks, const ncclUniqueId& commId, i
   });
 }
 
-}  // namespace
 }  // namespace ferry::nccl
 
 using namespace ferry;
@@ -652,6 +657,19 @@ NCCL_API ncclResult_t ncclRecv(void* recvbuff, size_t count, ncclDataType_t data
 NCCL_API ncclResult_t ncclGroupStart(void) {
   ++group.depth;
   return ncclSuccess;
+}
+
+// NCCL plans the group, estimates its time and drops it. ferry queues a group's collectives when
+// they are called (only sends and receives wait for the group's end), so it cannot drop a group:
+// it refuses, and the group stays open for ncclGroupEnd to run it. (docs/nccl.md)
+NCCL_API ncclResult_t ncclGroupSimulateEnd(ncclSimInfo_t* simInfo) {
+  return guarded("ncclGroupSimulateEnd", [&]() -> ncclResult_t {
+    checkNotNull(simInfo, "simInfo");
+    if (group.depth == 0)
+      throw ApiError{ncclInvalidUsage, "ncclGroupSimulateEnd without a matching ncclGroupStart"};
+    throw ApiError{ncclInvalidUsage, "ferry cannot simulate a group (its collectives are queued as they are "
+                                     "called); the group is still open: end it with ncclGroupEnd"};
+  });
 }
 
 NCCL_API ncclResult_t ncclGroupEnd(void) {

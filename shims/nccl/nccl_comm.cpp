@@ -64,7 +64,7 @@ void forward(ncclComm& c, const std::string& why) {
 
 }  // namespace
 
-ncclComm& usable(ncclComm_t comm) {
+ncclComm& usable(ncclComm_t comm, bool revokedToo) {
   checkNotNull(comm, "comm");
   if (comm->magic != ncclComm::kAlive)
     throw ApiError{ncclInvalidArgument, "comm is not a live communicator (destroyed, or never initialized?)"};
@@ -76,7 +76,11 @@ ncclComm& usable(ncclComm_t comm) {
       throw ApiError{comm->initResult == ncclSuccess ? ncclInternalError : comm->initResult,
                      "the communicator's initialization failed: " + comm->initError};
     case ncclComm::State::Aborted: throw ApiError{ncclInvalidUsage, "the communicator was aborted"};
-    default: return *comm;
+    default:
+      if (comm->revoked && !revokedToo)
+        throw ApiError{ncclInvalidUsage,
+                       "the communicator was revoked (ncclCommRevoke): destroy it, or shrink it (ncclCommShrink)"};
+      return *comm;
   }
 }
 

@@ -50,6 +50,8 @@ struct ncclComm {
   enum class State { Running, Ready, Failed, Aborted };
   std::atomic<State> state{State::Running};
   std::atomic<bool> deferred{false};  // its init waits for the outermost ncclGroupEnd
+  std::atomic<bool> revoked{false};   // ncclCommRevoke: only destroy and shrink remain
+  int shrinks = 0;                     // ncclCommShrink calls so far (their messages' bootstrap tags)
   ncclResult_t initResult = ncclSuccess;
   std::string initError;
   std::thread initThread;
@@ -63,8 +65,9 @@ struct ncclComm {
 namespace ferry::nccl {
 
 // The comm behind a handle, after its init has ended: ApiError for NULL, a destroyed or foreign
-// pointer, a failed init (with its message) or an aborted comm.
-ncclComm& usable(ncclComm_t comm);
+// pointer, a failed init (with its message), an aborted comm, or (unless `revokedToo`, as for
+// ncclCommShrink) a revoked one.
+ncclComm& usable(ncclComm_t comm, bool revokedToo = false);
 // Runs (or, non-blocking, starts) the init of `c` through `create`, which makes the bootstrap on
 // the current device; then a ferry::Comm, or the real NCCL's communicator when ferry cannot run
 // the ranks (Comm::whyNot) or FERRY_NCCL_FORWARD_ALL=1. Returns what the caller returns:

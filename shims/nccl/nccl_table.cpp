@@ -47,6 +47,10 @@ std::unique_ptr<NcclTable> openNccl(const std::string& path, int flags, std::str
   resolve(handle, t->recv, "ncclRecv", missing);
   resolve(handle, t->groupStart, "ncclGroupStart", missing);
   resolve(handle, t->groupEnd, "ncclGroupEnd", missing);
+  resolve(handle, t->commWindowRegister, "ncclCommWindowRegister", optional);
+  resolve(handle, t->commWindowDeregister, "ncclCommWindowDeregister", optional);
+  resolve(handle, t->commShrink, "ncclCommShrink", optional);
+  resolve(handle, t->commRevoke, "ncclCommRevoke", optional);
   if (!missing.empty()) {
     why = path + " lacks " + missing;
     dlclose(handle);

@@ -38,14 +38,19 @@ struct NcclTable {
   ncclResult_t (*recv)(void*, size_t, ncclDataType_t, int, ncclComm_t, cudaStream_t) = nullptr;
   ncclResult_t (*groupStart)() = nullptr;
   ncclResult_t (*groupEnd)() = nullptr;
+  // Optional (newer NCCLs): nullptr where the library lacks them.
+  ncclResult_t (*commWindowRegister)(ncclComm_t, void*, size_t, ncclWindow_t*, int) = nullptr;
+  ncclResult_t (*commWindowDeregister)(ncclComm_t, ncclWindow_t) = nullptr;
+  ncclResult_t (*commShrink)(ncclComm_t, int*, int, ncclComm_t*, ncclConfig_t*, int) = nullptr;
+  ncclResult_t (*commRevoke)(ncclComm_t, int) = nullptr;
 
   std::string path;
   void* handle = nullptr;  // stays open: NCCL's own threads may run its code until the process ends
   int version = 0;         // ncclGetVersion's code, e.g. 22809
 };
 
-// Opens `path` with dlopen(flags) and resolves every symbol above (commInitRankConfig may be
-// missing). nullptr, with `why` naming the file and what it lacks, when it cannot.
+// Opens `path` with dlopen(flags) and resolves every symbol above (commInitRankConfig and the
+// optional ones may be missing). nullptr, with `why` naming the file and what it lacks, when it cannot.
 std::unique_ptr<NcclTable> openNccl(const std::string& path, int flags, std::string& why);
 
 }  // namespace ferry::nccl

@@ -49,6 +49,46 @@ int main(void) {
               "blocking 7");
   expectError(ncclMemFree((void*)&id), ncclInvalidArgument, "not returned by ncclMemAlloc", "ncclMemFree of a stack address");
 
+  /* NCCL 2.27/2.28 calls: arguments are checked the same way. */
+  expect(version == NCCL_VERSION(2, 28, 9), "the API version is 2.28.9");
+  expectError(ncclGather(NULL, NULL, 1, ncclFloat, 0, NULL, NULL), ncclInvalidArgument, "ncclGather: comm is NULL",
+              "ncclGather on a NULL comm");
+  expectError(ncclScatter(NULL, NULL, 1, ncclFloat, 0, NULL, NULL), ncclInvalidArgument, "ncclScatter: comm is NULL",
+              "ncclScatter on a NULL comm");
+  ncclWindow_t win = NULL;
+  expectError(ncclCommWindowRegister(NULL, &id, 4096, &win, NCCL_WIN_DEFAULT), ncclInvalidArgument,
+              "ncclCommWindowRegister: comm is NULL", "ncclCommWindowRegister on a NULL comm");
+  expectError(ncclCommWindowDeregister(NULL, win), ncclInvalidArgument, "ncclCommWindowDeregister: comm is NULL",
+              "ncclCommWindowDeregister on a NULL comm");
+  ncclComm_t shrunk = NULL;
+  int excluded[1] = {1};
+  expectError(ncclCommShrink(NULL, excluded, 1, &shrunk, NULL, NCCL_SHRINK_DEFAULT), ncclInvalidArgument,
+              "ncclCommShrink: comm is NULL", "ncclCommShrink on a NULL comm");
+  expectError(ncclCommRevoke(NULL, NCCL_REVOKE_DEFAULT), ncclInvalidArgument, "ncclCommRevoke: comm is NULL",
+              "ncclCommRevoke on a NULL comm");
+  expectError(ncclCommInitRankScalable(&comm, 2, 0, 0, &id, NULL), ncclInvalidArgument, "nId 0 must be >= 1",
+              "ncclCommInitRankScalable with no ids");
+  expectError(ncclCommInitRankScalable(&comm, 2, 0, 1, NULL, NULL), ncclInvalidArgument, "commIds is NULL",
+              "ncclCommInitRankScalable with NULL ids");
+  expectError(ncclCommInitRankScalable(&comm, 2, 5, 1, &id, NULL), ncclInvalidArgument, "rank 5 is out of range",
+              "ncclCommInitRankScalable rank 5 of 2");
+  ncclSimInfo_t sim = NCCL_SIM_INFO_INITIALIZER;
+  expectError(ncclGroupSimulateEnd(&sim), ncclInvalidUsage, "without a matching ncclGroupStart",
+              "unmatched ncclGroupSimulateEnd");
+  expect(ncclGroupStart() == ncclSuccess, "ncclGroupStart");
+  expectError(ncclGroupSimulateEnd(&sim), ncclInvalidUsage, "the group is still open", "ncclGroupSimulateEnd refuses");
+  expect(ncclGroupEnd() == ncclSuccess, "the group ncclGroupSimulateEnd left open ends");
+  ncclResetDebugInit();
+  /* A config of a later NCCL (2.29 appends two ints): read up to what this header knows. */
+  struct {
+    ncclConfig_t base;
+    int graphUsageMode, numRmaCtx;
+  } later = {NCCL_CONFIG_INITIALIZER, 0, 0};
+  later.base.size = sizeof(later);
+  later.base.blocking = 7;
+  expectError(ncclCommInitRankConfig(&comm, 2, id, 0, &later.base), ncclInvalidArgument, "config->blocking 7",
+              "a 2.29-sized config is read (blocking 7 refused)");
+
   if (failures == 0) printf("nccl.h C API check: all passed (API version %d)\n", version);
   return failures == 0 ? 0 : 1;
 }

@@ -140,15 +140,20 @@ def main() -> int:
         return 0
     import torch
 
+    # What PyTorch imports against what the library exports: checked first, on any machine (a
+    # missing function stops the preload before anything runs).
+    lib = args.lib.resolve()
+    imported = imported_nccl_symbols()
+    missing = sorted(imported - exported_symbols(lib))
+    if missing:
+        print(f"libferry_nccl.so lacks {len(missing)} of the {len(imported)} NCCL functions PyTorch "
+              f"{torch.__version__} imports: " + ", ".join(missing))
+        return 1
+    print(f"libferry_nccl.so exports all {len(imported)} NCCL functions PyTorch {torch.__version__} imports")
     nproc = args.nproc or torch.cuda.device_count()
     if nproc < 2 or torch.cuda.device_count() < nproc:
         print(f"skipped: needs {max(nproc, 2)} GPUs (NCCL refuses ranks that share one), found {torch.cuda.device_count()}")
         return 77
-    lib = args.lib.resolve()
-    missing = sorted(imported_nccl_symbols() - exported_symbols(lib))
-    if missing:
-        print("libferry_nccl.so lacks functions PyTorch imports: " + ", ".join(missing))
-        return 1
     with tempfile.TemporaryDirectory() as tmp:
         ref, cand = Path(tmp, "nccl"), Path(tmp, "ferry")
         ref.mkdir()
