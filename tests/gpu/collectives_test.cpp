@@ -806,6 +806,50 @@ TEST_P(GpuCollectives, TwoCommsConcurrentlyOnTwoStreams) {
   });
 }
 
+// One Comm called on two streams in turn: its calls run in the order they were made, whatever the
+// streams (as NCCL orders a communicator's calls; FSDP issues all-gathers and reduce-scatters from
+// two streams). A host function holds the first stream back before each of its calls, so without
+// the order the second stream's call would run first on some ranks and not on others.
+TEST_P(GpuCollectives, OneCommOnTwoStreamsRunsItsCallsInOrder) {
+  const int n = GetParam();
+  UniqueId id = UniqueId::create();
+  runRanksOk(n, [&](int rank) {
+    Rank a(id, rank, n);
+    cudaStream_t s2;
+    cudaStreamCreateWithFlags(&s2, cudaStreamNonBlocking);
+    const CallShape sa{Collective::AllReduce, DataType::Float32, ReduceOp::Sum, 1 << 18, rank, n, 0, 21};
+    const CallShape sb{Collective::AllGather, DataType::Int32, ReduceOp::Sum, 50000, rank, n, 0, 22};
+    CallBuffers ba(a.device, sa, false), bb(a.device, sb, false);
+    for (auto [s, b] : {std::pair{&sa, &ba}, std::pair{&sb, &bb}}) {
+      std::vector<char> send(s->sendCount() * sizeOf(s->type));
+      tools::fillSend(s->type, send.data(), s->sendCount(), rank, s->seed);
+      cudaMemcpy(b->send, send.data(), send.size(), cudaMemcpyHostToDevice);
+    }
+    cudaDeviceSynchronize();
+    a.boot->barrier();
+    int delayMs = 2 + 3 * (rank % 2);  // rank-dependent: the ranks' streams would drift apart without the order
+    for (int i = 0; i < 10; ++i) {
+      ASSERT_EQ(cudaLaunchHostFunc(
+                    a.stream,
+                    [](void* ms) { std::this_thread::sleep_for(std::chrono::milliseconds(*static_cast<int*>(ms))); },
+                    &delayMs),
+                cudaSuccess);
+      issue(*a.comm, sa, ba.send, ba.recv, a.stream);
+      issue(*a.comm, sb, bb.send, bb.recv, s2);
+    }
+    ASSERT_EQ(cudaStreamSynchronize(a.stream), cudaSuccess);
+    ASSERT_EQ(cudaStreamSynchronize(s2), cudaSuccess);
+    for (auto [s, b] : {std::pair{&sa, &ba}, std::pair{&sb, &bb}}) {
+      const std::size_t es = sizeOf(s->type);
+      std::vector<char> got(s->recvCount() * es), want(s->recvCount() * es);
+      cudaMemcpy(got.data(), b->recv, got.size(), cudaMemcpyDeviceToHost);
+      tools::expectedRecv(*s, want.data());
+      EXPECT_EQ(tools::countWrong(s->type, got.data(), want.data(), s->recvCount()), 0u) << toString(s->collective);
+    }
+    cudaStreamDestroy(s2);
+  });
+}
+
 // A rank that never joins a call: the others' kernels give up after FERRY_DEVICE_TIMEOUT and their
 // stream reports an error, instead of hanging.
 TEST_P(GpuCollectives, MissingRankTimesOut) {
