@@ -40,16 +40,19 @@ def _host_us(call, iters, torch):
     return sorted(samples)[len(samples) // 2]
 
 
-def _graph_us(comm, x, iters, torch):
+def graph_us(call, iters, torch):
+    """GPU time per call of `iters` calls of call() captured in one CUDA graph and replayed (the
+    first call of a shape runs outside the capture: selection, pointer checks). ferry.torch.bench
+    uses it too."""
     stream = torch.cuda.Stream()
     stream.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(stream):
-        comm.all_reduce(x)  # the first call of a shape outside the capture (selection, pointer check)
+        call()
     torch.cuda.current_stream().wait_stream(stream)
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph, stream=stream):
         for _ in range(iters):
-            comm.all_reduce(x)
+            call()
     graph.replay()
     torch.cuda.synchronize()
     start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
@@ -82,13 +85,13 @@ def _rank(uid, rank, n, sizes, iters, results):
 
         tensor_us = _host_us(through_python, iters, torch)
         raw_us = _host_us(through_extension, iters, torch)
-        graph_us = _graph_us(comm, x, iters, torch)
+        graphed_us = graph_us(lambda: comm.all_reduce(x), iters, torch)
         # Check: after k calls of all_reduce in place, every element is (sum of rank+1) * n^(k-1).
         x.fill_(float(rank + 1))
         comm.all_reduce(x)
         torch.cuda.synchronize()
         ok = bool(torch.all(x == float(n * (n + 1) // 2)))
-        rows.append((nbytes, tensor_us, raw_us, graph_us, ok))
+        rows.append((nbytes, tensor_us, raw_us, graphed_us, ok))
     results.put((rank, rows))
 
 
@@ -134,10 +137,10 @@ def main(argv=None):
         rows = [got[r][i] for r in range(n)]
         tensor_us = max(r[1] for r in rows)
         raw_us = max(r[2] for r in rows)
-        graph_us = max(r[3] for r in rows)
+        graphed_us = max(r[3] for r in rows)
         ok = all(r[4] for r in rows)
         bad |= not ok
-        print(f"{nbytes:>12} {tensor_us:>12.2f} {raw_us:>10.2f} {tensor_us - raw_us:>12.2f} {graph_us:>10.2f}  "
+        print(f"{nbytes:>12} {tensor_us:>12.2f} {raw_us:>10.2f} {tensor_us - raw_us:>12.2f} {graphed_us:>10.2f}  "
               f"{'ok' if ok else 'WRONG'}")
     return 1 if bad else 0
 

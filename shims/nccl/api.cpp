@@ -133,6 +133,22 @@ void keepConfig(ncclComm& c, const ncclConfig_t* config) {
   c.config = copy;
 }
 
+ncclComm* childComm(const ncclComm& parent, int rank, int nranks, const ncclConfig_t* config) {
+  auto* n = new ncclComm;
+  n->rank = rank;
+  n->nranks = nranks;
+  n->device = parent.device;
+  n->blocking = config == nullptr || config->blocking != 0;
+  n->options = commOptions(config, parent.options);
+  if (config != nullptr) {
+    keepConfig(*n, config);
+  } else {
+    n->config = parent.config;  // as its options, a child without a config keeps the parent's
+    n->netName = parent.netName;
+  }
+  return n;
+}
+
 ncclResult_t initRank(ncclComm_t* out, int nranks, const ncclUniqueId& commId, int rank,
                       const ncclConfig_t* config, const char* api) {
   return guarded(api, [&] {
@@ -265,18 +281,7 @@ NCCL_API ncclResult_t ncclCommSplit(ncclComm_t comm, int color, int key, ncclCom
     auto sub = c.bootstrap->split(color, key);  // collective over comm's ranks
     *newcomm = nullptr;
     if (!sub) return ncclSuccess;
-    auto* n = new ncclComm;
-    n->rank = sub->rank();
-    n->nranks = sub->size();
-    n->device = c.device;
-    n->blocking = config == nullptr || config->blocking != 0;
-    n->options = commOptions(config, c.options);
-    if (config != nullptr) {
-      keepConfig(*n, config);
-    } else {
-      n->config = c.config;  // as its options, a split without a config keeps the parent's
-      n->netName = c.netName;
-    }
+    ncclComm* n = childComm(c, sub->rank(), sub->size(), config);
     *newcomm = n;
     const ncclResult_t r = startInit(n, [sub] { return sub; });
     checkReady(r);

@@ -17,6 +17,9 @@ void checkReady(ncclResult_t r);
 // A copy of the caller's config for a forwarded init: the fields its size covers, the rest at
 // NCCL_CONFIG_INITIALIZER's values, so that it is a whole ncclConfig_t of this header.
 void keepConfig(ncclComm& c, const ncclConfig_t* config);
+// A new comm of `rank` in `nranks` on parent's GPU (ncclCommSplit, ncclCommShrink), its init not
+// started: the config's options, or without a config the parent's options and config.
+ncclComm* childComm(const ncclComm& parent, int rank, int nranks, const ncclConfig_t* config);
 // ncclCommInitRank(Config)'s body, `api` naming the caller: deferred to the outermost ncclGroupEnd
 // inside a group, else started (non-blocking configs return ncclInProgress).
 ncclResult_t initRank(ncclComm_t* out, int nranks, const ncclUniqueId& commId, int rank, const ncclConfig_t* config,

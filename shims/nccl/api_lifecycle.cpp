@@ -90,18 +90,7 @@ NCCL_API ncclResult_t ncclCommShrink(ncclComm_t comm, int* excludeRanksList, int
     } else {
       c.bootstrap->recv(id.bytes.data(), UniqueId::kBytes, survivors[0], tag);
     }
-    auto* n = new ncclComm;
-    n->rank = newRank;
-    n->nranks = newSize;
-    n->device = c.device;
-    n->blocking = config == nullptr || config->blocking != 0;
-    n->options = commOptions(config, c.options);
-    if (config != nullptr) {
-      keepConfig(*n, config);
-    } else {
-      n->config = c.config;  // as a split, a shrink without a config keeps the parent's
-      n->netName = c.netName;
-    }
+    ncclComm* n = childComm(c, newRank, newSize, config);
     *newcomm = n;
     const ncclResult_t r = startInit(n, [id, newRank, newSize] { return TcpBootstrap::create(id, newRank, newSize); });
     checkReady(r);

@@ -771,6 +771,22 @@ TEST_P(GpuCollectives, PreMulSumEveryTypePlacementAndFactor) {
 }
 
 // Two Comms over the same GPUs, each on its own stream, calls interleaved without synchronization.
+// The seeded input of shape s on this rank, into b's send buffer.
+void fillSendOf(const CallShape& s, CallBuffers& b, int rank) {
+  std::vector<char> send(s.sendCount() * sizeOf(s.type));
+  tools::fillSend(s.type, send.data(), s.sendCount(), rank, s.seed);
+  cudaMemcpy(b.send, send.data(), send.size(), cudaMemcpyHostToDevice);
+}
+
+// Every element of b's recv buffer against the reference of shape s.
+void expectRecvOf(const CallShape& s, const CallBuffers& b) {
+  const std::size_t es = sizeOf(s.type);
+  std::vector<char> got(s.recvCount() * es), want(s.recvCount() * es);
+  cudaMemcpy(got.data(), b.recv, got.size(), cudaMemcpyDeviceToHost);
+  tools::expectedRecv(s, want.data());
+  EXPECT_EQ(tools::countWrong(s.type, got.data(), want.data(), s.recvCount()), 0u) << toString(s.collective);
+}
+
 TEST_P(GpuCollectives, TwoCommsConcurrentlyOnTwoStreams) {
   const int n = GetParam();
   UniqueId id = UniqueId::create();
@@ -782,11 +798,7 @@ TEST_P(GpuCollectives, TwoCommsConcurrentlyOnTwoStreams) {
     const CallShape sa{Collective::AllReduce, DataType::Float32, ReduceOp::Sum, 1 << 20, rank, n, 0, 11};
     const CallShape sb{Collective::AllGather, DataType::Int32, ReduceOp::Sum, 100000, rank, n, 0, 12};
     CallBuffers ba(a.device, sa, false), bb(a.device, sb, false);
-    for (auto [s, b] : {std::pair{&sa, &ba}, std::pair{&sb, &bb}}) {
-      std::vector<char> send(s->sendCount() * sizeOf(s->type));
-      tools::fillSend(s->type, send.data(), s->sendCount(), rank, s->seed);
-      cudaMemcpy(b->send, send.data(), send.size(), cudaMemcpyHostToDevice);
-    }
+    for (auto [s, b] : {std::pair{&sa, &ba}, std::pair{&sb, &bb}}) fillSendOf(*s, *b, rank);
     cudaDeviceSynchronize();
     a.boot->barrier();
     for (int i = 0; i < 20; ++i) {
@@ -795,13 +807,7 @@ TEST_P(GpuCollectives, TwoCommsConcurrentlyOnTwoStreams) {
     }
     ASSERT_EQ(cudaStreamSynchronize(a.stream), cudaSuccess);
     ASSERT_EQ(cudaStreamSynchronize(s2), cudaSuccess);
-    for (auto [s, b] : {std::pair{&sa, &ba}, std::pair{&sb, &bb}}) {
-      const std::size_t es = sizeOf(s->type);
-      std::vector<char> got(s->recvCount() * es), want(s->recvCount() * es);
-      cudaMemcpy(got.data(), b->recv, got.size(), cudaMemcpyDeviceToHost);
-      tools::expectedRecv(*s, want.data());
-      EXPECT_EQ(tools::countWrong(s->type, got.data(), want.data(), s->recvCount()), 0u) << toString(s->collective);
-    }
+    for (auto [s, b] : {std::pair{&sa, &ba}, std::pair{&sb, &bb}}) expectRecvOf(*s, *b);
     cudaStreamDestroy(s2);
   });
 }
@@ -820,11 +826,7 @@ TEST_P(GpuCollectives, OneCommOnTwoStreamsRunsItsCallsInOrder) {
     const CallShape sa{Collective::AllReduce, DataType::Float32, ReduceOp::Sum, 1 << 18, rank, n, 0, 21};
     const CallShape sb{Collective::AllGather, DataType::Int32, ReduceOp::Sum, 50000, rank, n, 0, 22};
     CallBuffers ba(a.device, sa, false), bb(a.device, sb, false);
-    for (auto [s, b] : {std::pair{&sa, &ba}, std::pair{&sb, &bb}}) {
-      std::vector<char> send(s->sendCount() * sizeOf(s->type));
-      tools::fillSend(s->type, send.data(), s->sendCount(), rank, s->seed);
-      cudaMemcpy(b->send, send.data(), send.size(), cudaMemcpyHostToDevice);
-    }
+    for (auto [s, b] : {std::pair{&sa, &ba}, std::pair{&sb, &bb}}) fillSendOf(*s, *b, rank);
     cudaDeviceSynchronize();
     a.boot->barrier();
     int delayMs = 2 + 3 * (rank % 2);  // rank-dependent: the ranks' streams would drift apart without the order
@@ -839,13 +841,7 @@ TEST_P(GpuCollectives, OneCommOnTwoStreamsRunsItsCallsInOrder) {
     }
     ASSERT_EQ(cudaStreamSynchronize(a.stream), cudaSuccess);
     ASSERT_EQ(cudaStreamSynchronize(s2), cudaSuccess);
-    for (auto [s, b] : {std::pair{&sa, &ba}, std::pair{&sb, &bb}}) {
-      const std::size_t es = sizeOf(s->type);
-      std::vector<char> got(s->recvCount() * es), want(s->recvCount() * es);
-      cudaMemcpy(got.data(), b->recv, got.size(), cudaMemcpyDeviceToHost);
-      tools::expectedRecv(*s, want.data());
-      EXPECT_EQ(tools::countWrong(s->type, got.data(), want.data(), s->recvCount()), 0u) << toString(s->collective);
-    }
+    for (auto [s, b] : {std::pair{&sa, &ba}, std::pair{&sb, &bb}}) expectRecvOf(*s, *b);
     cudaStreamDestroy(s2);
   });
 }

@@ -17,7 +17,7 @@ import sys
 import tempfile
 import time
 
-from ferry.bench import parse_size
+from ferry.bench import graph_us, parse_size
 
 
 def _iters_for(nbytes, iters):
@@ -38,27 +38,6 @@ def _timed(call, iters, torch):
     host = time.perf_counter() - host
     stop.synchronize()
     return start.elapsed_time(stop) * 1e3 / iters, host * 1e6 / iters
-
-
-def _graphed(call, iters, torch):
-    """GPU time per call of `iters` calls captured in one CUDA graph and replayed."""
-    stream = torch.cuda.Stream()
-    stream.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(stream):
-        call()  # a first call of the shape outside the capture
-    torch.cuda.current_stream().wait_stream(stream)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph, stream=stream):
-        for _ in range(iters):
-            call()
-    graph.replay()
-    torch.cuda.synchronize()
-    start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    start.record()
-    graph.replay()
-    stop.record()
-    stop.synchronize()
-    return start.elapsed_time(stop) * 1e3 / iters
 
 
 def _rank(init_file, rank, n, sizes, iters, results):
@@ -93,7 +72,7 @@ def _rank(init_file, rank, n, sizes, iters, results):
                 dist.barrier()
                 row[name + "_eager"], row[name + "_host"] = _timed(call, it, torch)
                 dist.barrier()
-                row[name + "_graph"] = _graphed(call, it, torch)
+                row[name + "_graph"] = graph_us(call, it, torch)
             rows.append(row)
             del x
         dist.destroy_process_group()
