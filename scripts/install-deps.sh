@@ -8,19 +8,48 @@
 #   scripts/install-deps.sh               # everything: build, tests, fuzzing
 #   scripts/install-deps.sh --build-only  # only what building the default preset needs
 #   scripts/install-deps.sh --check       # only report; exit 1 if something is missing
+#   scripts/install-deps.sh --torch-into build/venv/bin/python
+#                                         # only PyTorch (for ferry's torch backend) into that Python
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 check_only=0
 build_only=0
-for arg in "$@"; do
+torch_python=
+while [[ $# -gt 0 ]]; do
+  arg=$1
+  shift
   case "$arg" in
     --check) check_only=1 ;;
     --build-only) build_only=1 ;;
+    --torch-into)
+      torch_python=${1:?--torch-into needs a Python interpreter}
+      shift
+      ;;
     -h | --help) sed -n '2,10p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "install-deps.sh: unknown option '$arg' (see --help)" >&2; exit 2 ;;
   esac
 done
+
+# PyTorch for the torch backend's build and CPU tests: the version of the lent GPU machine (2.11,
+# CUDA 13.0, as this toolkit), without the 3 GB of CUDA libraries pip would add: the toolkit's
+# libraries serve, and the three it lacks come as their small wheels. Only into the Python named
+# (scripts/test.sh's venv), once.
+if [[ -n $torch_python ]]; then
+  if "$torch_python" -c "import torch" >/dev/null 2>&1; then
+    echo "install-deps.sh: torch present in $torch_python"
+    exit 0
+  fi
+  echo "install-deps.sh: installing torch 2.11.0 into $torch_python"
+  "$torch_python" -m pip install --quiet --disable-pip-version-check --no-input --no-deps \
+    torch==2.11.0 typing_extensions sympy mpmath networkx jinja2 MarkupSafe fsspec filelock \
+    nvidia-cufile nvidia-cusparselt-cu13 nvidia-nvshmem-cu13==3.4.5
+  "$torch_python" -c "import torch" || {
+    echo "install-deps.sh: torch does not import in $torch_python after the install" >&2
+    exit 1
+  }
+  exit 0
+fi
 
 deps_dir=${FERRY_THIRD_PARTY_DIR:-.deps}
 # Debian package -> what counts as having it without dpkg: a command on PATH, or a path (in .deps).

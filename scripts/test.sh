@@ -3,8 +3,9 @@
 #   1. installs missing dependencies (scripts/install-deps.sh),
 #   2. runs the Python tests (python/tests: the DSL, the plan loader and verifier, the shipped plans),
 #   3. builds the `default` preset (every CUDA source for sm_90) and runs every test but the gpu ones,
-#      then installs the Python package from it (pip install . into build/venv) and runs the tests
-#      that need its C++ extension,
+#      then installs the Python package from it (pip install . into build/venv, with PyTorch 2.11
+#      installed there first, so the torch backend is built too) and runs the tests that need its
+#      C++ extensions,
 #   4. builds the `asan` preset and runs the host tests (unit, mp) under ASan + UBSan,
 #   5. builds the `fuzz` preset (clang, libFuzzer) and runs the fuzz targets for a bounded time.
 # The last line is "N passed, N failed" over all test runs (a build that fails counts as one failure);
@@ -133,13 +134,21 @@ python_package() {
     step_failed "python -m venv $venv"
     return 1
   fi
+  # PyTorch in the venv, so that the package builds and tests its torch backend (ferry._torch). A
+  # failed download is reported, not counted: the rest of the package is tested without it.
+  if [[ $deps -eq 1 ]] && ! scripts/install-deps.sh --torch-into "$venv/bin/python"; then
+    echo "test.sh: WARNING: torch could not be installed into $venv: the torch backend is not built or tested"
+  fi
   if ! "$venv/bin/python" -m pip install -q --no-build-isolation --no-deps . -C build-dir=build/default \
     -C cmake.build-type=RelWithDebInfo -C cmake.define.FERRY_BUILD_TESTS=ON -C cmake.define.FERRY_BUILD_TOOLS=ON; then
     step_failed "pip install ."
     return 1
   fi
   echo "== installed in $((SECONDS - t0)) s"
-  FERRY_REQUIRE_NATIVE=1 run_python_tests "installed package" "$venv/bin/python" "" python/tests/test_native_*.py
+  local torch_tests=()
+  if "$venv/bin/python" -c "import torch" >/dev/null 2>&1; then torch_tests=(python/tests/test_torch_backend.py); fi
+  FERRY_REQUIRE_NATIVE=1 FERRY_REQUIRE_TORCH_BACKEND=${#torch_tests[@]} run_python_tests "installed package" \
+    "$venv/bin/python" "" python/tests/test_native_*.py "${torch_tests[@]}"
 }
 
 if [[ $deps -eq 1 ]]; then

@@ -1,7 +1,8 @@
 """The torch.distributed backend "ferry" (ferry.torch). Without a GPU: it registers, and a group
 that asks for it on a machine without CUDA is refused with a message saying so. With GPUs: 2 ranks
 (sharing the GPU when there is one) run every op of torch_backend_ranks.py, checked element by
-element. Skips without torch or without the backend built, unless FERRY_REQUIRE_GPU=1."""
+element. Skips without torch or without the backend built, unless FERRY_REQUIRE_GPU=1 or
+FERRY_REQUIRE_TORCH_BACKEND=1 (scripts/test.sh sets it where it installed torch)."""
 
 import os
 import tempfile
@@ -24,8 +25,9 @@ def _backend_built():
 
 
 if not _backend_built():
-    if os.environ.get("FERRY_REQUIRE_GPU") == "1":
-        raise RuntimeError("FERRY_REQUIRE_GPU=1 but ferry._torch (the torch backend) is not built")
+    if os.environ.get("FERRY_REQUIRE_GPU") == "1" or os.environ.get("FERRY_REQUIRE_TORCH_BACKEND") == "1":
+        raise RuntimeError("FERRY_REQUIRE_GPU or FERRY_REQUIRE_TORCH_BACKEND is 1, but ferry._torch (the torch "
+                           "backend) is not built")
     pytest.skip("ferry._torch is not built (no torch at build time)", allow_module_level=True)
 
 import torch.distributed as dist  # noqa: E402

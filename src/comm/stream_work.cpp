@@ -1,5 +1,7 @@
 #include "comm/stream_work.hpp"
 
+#include <optional>
+
 #include "core/logger.hpp"
 #include "ferry/errors.hpp"
 #include "platform/cuda_check.hpp"
@@ -10,15 +12,18 @@ namespace ferry {
 
 namespace {
 
-// The id of the capture `stream` takes part in; 0 when it is not capturing (or cannot tell).
-unsigned long long captureOf(cudaStream_t stream) {
+// The id of the capture `stream` takes part in, 0 when it is not capturing; nullopt when CUDA cannot
+// tell (an error, cleared) or the capture was invalidated: then nothing is recorded or waited on.
+std::optional<unsigned long long> captureOf(cudaStream_t stream) {
   cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
   unsigned long long id = 0;
   if (cudaStreamGetCaptureInfo(stream, &status, &id) != cudaSuccess) {
     (void)cudaGetLastError();
-    return 0;
+    return std::nullopt;
   }
-  return status == cudaStreamCaptureStatusActive ? id : 0;
+  if (status == cudaStreamCaptureStatusNone) return 0;
+  if (status == cudaStreamCaptureStatusActive) return id;
+  return std::nullopt;
 }
 
 }  // namespace
@@ -30,18 +35,23 @@ StreamWork::~StreamWork() {
 
 void StreamWork::orderAfterLast(cudaStream_t stream) {
   if (last_ == nullptr || last_ == stream || lastEvent_ == nullptr) return;
-  if (captureOf(stream) != lastCapture_) return;
+  if (captureOf(stream) != std::optional(lastCapture_)) return;
   FERRY_CUDA_CHECK(cudaStreamWaitEvent(stream, lastEvent_, 0));
 }
 
 void StreamWork::note(cudaStream_t stream) {
-  if (const unsigned long long capture = captureOf(stream); capture != 0) {
+  const std::optional<unsigned long long> capture = captureOf(stream);
+  if (!capture) {
+    last_ = nullptr;  // the next call cannot be ordered after this one
+    return;
+  }
+  if (*capture != 0) {
     // Nothing of a capture runs yet: drain has nothing to wait for; only the order is recorded.
     if (captured_ == nullptr) FERRY_CUDA_CHECK(cudaEventCreateWithFlags(&captured_, cudaEventDisableTiming));
     FERRY_CUDA_CHECK(cudaEventRecord(captured_, stream));
     last_ = stream;
     lastEvent_ = captured_;
-    lastCapture_ = capture;
+    lastCapture_ = *capture;
     return;
   }
   last_ = stream;
