@@ -13,6 +13,7 @@
 
 #include "api_internal.hpp"
 #include "checks.hpp"
+#include "estimate.hpp"
 #include "ferry/errors.hpp"
 #include "ferry/memory.hpp"
 #include "nccl_comm.hpp"
@@ -23,14 +24,33 @@
 namespace ferry::nccl {
 namespace {
 
+// A native call made inside a group: it runs at the outermost ncclGroupEnd, in the order of the
+// calls (as NCCL launches a group's work there), or is dropped by ncclGroupSimulateEnd after its
+// cost is added up.
+struct DeferredCall {
+  ncclComm* comm;
+  const char* api;
+  CallCost cost;
+  bool p2p;
+  // Queues the call; `openP2P` lists the comms whose ferry group (of sends and receives) is open.
+  std::function<ncclResult_t(std::vector<ncclComm*>& openP2P)> run;
+};
+
 // What a thread's ncclGroupStart / ncclGroupEnd have collected.
 struct GroupState {
   int depth = 0;
-  std::vector<ncclComm*> p2pComms;           // comms with a ferry group open
+  std::vector<DeferredCall> calls;           // native calls, in order
   std::vector<std::function<void()>> inits;  // ncclCommInitRank calls deferred to ncclGroupEnd
   const RealNccl* realGroup = nullptr;       // the real NCCL's group, if a forwarded call opened one
 };
 thread_local GroupState group;
+
+// A native collective: run now, or inside a group deferred to its end (DeferredCall).
+ncclResult_t nativeCall(ncclComm& c, const char* api, CallCost cost, std::function<ncclResult_t()> run) {
+  if (group.depth == 0) return run();
+  group.calls.push_back({&c, api, cost, false, [run = std::move(run)](std::vector<ncclComm*>&) { return run(); }});
+  return ncclSuccess;
+}
 
 ReduceOp nativeOp(ncclRedOp_t op) { return static_cast<ReduceOp>(op); }
 DataType nativeType(ncclDataType_t t) { return static_cast<DataType>(t); }
@@ -480,10 +500,13 @@ NCCL_API ncclResult_t ncclBroadcast(const void* sendbuff, void* recvbuff, size_t
     checkDataType(datatype);
     checkRankIn(root, c.nranks, "root");
     checkCount(count, datatype);
-    return onBuffers(c, stream, count, sendbuff, c.rank == root, recvbuff, true, [&] {
-      c.comm->broadcast(c.rank == root ? sendbuff : nullptr, recvbuff, count, nativeType(datatype), root,
-                        stream);
-      return ncclSuccess;
+    const CallCost cost{Collective::Broadcast, count * elementBytes(datatype), nativeType(datatype)};
+    return nativeCall(c, "ncclBroadcast", cost, [=, &c] {
+      return onBuffers(c, stream, count, sendbuff, c.rank == root, recvbuff, true, [&] {
+        c.comm->broadcast(c.rank == root ? sendbuff : nullptr, recvbuff, count, nativeType(datatype), root,
+                          stream);
+        return ncclSuccess;
+      });
     });
   });
 }
@@ -521,10 +544,13 @@ NCCL_API ncclResult_t ncclReduce(const void* sendbuff, void* recvbuff, size_t co
     checkOp(c, op);
     checkRankIn(root, c.nranks, "root");
     checkCount(count, datatype);
-    return onBuffers(c, stream, count, sendbuff, true, recvbuff, c.rank == root, [&] {
-      return reducing(c, op, datatype, [&](const auto& o) {
-        c.comm->reduce(sendbuff, c.rank == root ? recvbuff : nullptr, count, nativeType(datatype), o, root,
-                       stream);
+    const CallCost cost{Collective::Reduce, count * elementBytes(datatype), nativeType(datatype)};
+    return nativeCall(c, "ncclReduce", cost, [=, &c] {
+      return onBuffers(c, stream, count, sendbuff, true, recvbuff, c.rank == root, [&] {
+        return reducing(c, op, datatype, [&](const auto& o) {
+          c.comm->reduce(sendbuff, c.rank == root ? recvbuff : nullptr, count, nativeType(datatype), o, root,
+                         stream);
+        });
       });
     });
   });
@@ -540,9 +566,12 @@ NCCL_API ncclResult_t ncclAllReduce(const void* sendbuff, void* recvbuff, size_t
     checkDataType(datatype);
     checkOp(c, op);
     checkCount(count, datatype);
-    return onBuffers(c, stream, count, sendbuff, true, recvbuff, true, [&] {
-      return reducing(c, op, datatype, [&](const auto& o) {
-        c.comm->allReduce(sendbuff, recvbuff, count, nativeType(datatype), o, stream);
+    const CallCost cost{Collective::AllReduce, count * elementBytes(datatype), nativeType(datatype)};
+    return nativeCall(c, "ncclAllReduce", cost, [=, &c] {
+      return onBuffers(c, stream, count, sendbuff, true, recvbuff, true, [&] {
+        return reducing(c, op, datatype, [&](const auto& o) {
+          c.comm->allReduce(sendbuff, recvbuff, count, nativeType(datatype), o, stream);
+        });
       });
     });
   });
@@ -558,9 +587,12 @@ NCCL_API ncclResult_t ncclReduceScatter(const void* sendbuff, void* recvbuff, si
     checkDataType(datatype);
     checkOp(c, op);
     checkCount(recvcount, datatype, static_cast<std::size_t>(c.nranks));
-    return onBuffers(c, stream, recvcount, sendbuff, true, recvbuff, true, [&] {
-      return reducing(c, op, datatype, [&](const auto& o) {
-        c.comm->reduceScatter(sendbuff, recvbuff, recvcount, nativeType(datatype), o, stream);
+    const CallCost cost{Collective::ReduceScatter, recvcount * elementBytes(datatype) * c.nranks, nativeType(datatype)};
+    return nativeCall(c, "ncclReduceScatter", cost, [=, &c] {
+      return onBuffers(c, stream, recvcount, sendbuff, true, recvbuff, true, [&] {
+        return reducing(c, op, datatype, [&](const auto& o) {
+          c.comm->reduceScatter(sendbuff, recvbuff, recvcount, nativeType(datatype), o, stream);
+        });
       });
     });
   });
@@ -574,9 +606,12 @@ NCCL_API ncclResult_t ncclAllGather(const void* sendbuff, void* recvbuff, size_t
       return realResult(c, real->allGather(sendbuff, recvbuff, sendcount, datatype, c.real, stream));
     checkDataType(datatype);
     checkCount(sendcount, datatype, static_cast<std::size_t>(c.nranks));
-    return onBuffers(c, stream, sendcount, sendbuff, true, recvbuff, true, [&] {
-      c.comm->allGather(sendbuff, recvbuff, sendcount, nativeType(datatype), stream);
-      return ncclSuccess;
+    const CallCost cost{Collective::AllGather, sendcount * elementBytes(datatype) * c.nranks, nativeType(datatype)};
+    return nativeCall(c, "ncclAllGather", cost, [=, &c] {
+      return onBuffers(c, stream, sendcount, sendbuff, true, recvbuff, true, [&] {
+        c.comm->allGather(sendbuff, recvbuff, sendcount, nativeType(datatype), stream);
+        return ncclSuccess;
+      });
     });
   });
 }
@@ -612,9 +647,12 @@ NCCL_API ncclResult_t ncclAlltoAll(const void* sendbuff, void* recvbuff, size_t 
       checkBuffers(c, stream, count, sendbuff, true, recvbuff, true);  // NCCL sees sends and recvs only
       return realAllToAll(c, *real, sendbuff, recvbuff, count, datatype, stream);
     }
-    return onBuffers(c, stream, count, sendbuff, true, recvbuff, true, [&] {
-      c.comm->allToAll(sendbuff, recvbuff, count, nativeType(datatype), stream);
-      return ncclSuccess;
+    const CallCost cost{Collective::AllToAll, count * elementBytes(datatype) * c.nranks, nativeType(datatype)};
+    return nativeCall(c, "ncclAlltoAll", cost, [=, &c] {
+      return onBuffers(c, stream, count, sendbuff, true, recvbuff, true, [&] {
+        c.comm->allToAll(sendbuff, recvbuff, count, nativeType(datatype), stream);
+        return ncclSuccess;
+      });
     });
   });
 }
@@ -632,18 +670,27 @@ ncclResult_t peerOp(bool isSend, const void* buff, size_t count, ncclDataType_t 
     checkDataType(datatype);
     checkRankIn(peer, c.nranks, "peer");
     checkCount(count, datatype);
-    if (group.depth > 0 &&
-        std::find(group.p2pComms.begin(), group.p2pComms.end(), &c) == group.p2pComms.end()) {
-      c.comm->groupStart();
-      group.p2pComms.push_back(&c);
-    }
-    return onBuffers(c, stream, count, buff, isSend, buff, !isSend, [&] {
-      if (isSend)
-        c.comm->send(buff, count, nativeType(datatype), peer, stream);
-      else
-        c.comm->recv(const_cast<void*>(buff), count, nativeType(datatype), peer, stream);
-      return ncclSuccess;
-    });
+    auto queue = [=, &c] {
+      return onBuffers(c, stream, count, buff, isSend, buff, !isSend, [&] {
+        if (isSend)
+          c.comm->send(buff, count, nativeType(datatype), peer, stream);
+        else
+          c.comm->recv(const_cast<void*>(buff), count, nativeType(datatype), peer, stream);
+        return ncclSuccess;
+      });
+    };
+    if (group.depth == 0) return queue();
+    // In a group: at its end, inside one ferry group per comm (one kernel for its sends and recvs).
+    const CallCost cost{std::nullopt, isSend ? count * elementBytes(datatype) : 0, nativeType(datatype)};
+    group.calls.push_back({&c, isSend ? "ncclSend" : "ncclRecv", cost, true,
+                           [queue, &c](std::vector<ncclComm*>& openP2P) {
+                             if (std::find(openP2P.begin(), openP2P.end(), &c) == openP2P.end()) {
+                               c.comm->groupStart();
+                               openP2P.push_back(&c);
+                             }
+                             return queue();
+                           }});
+    return ncclSuccess;
   });
 }
 
@@ -664,50 +711,103 @@ NCCL_API ncclResult_t ncclGroupStart(void) {
   return ncclSuccess;
 }
 
-// NCCL plans the group, estimates its time and drops it. ferry queues a group's collectives when
-// they are called (only sends and receives wait for the group's end), so it cannot drop a group:
-// it refuses, and the group stays open for ncclGroupEnd to run it. (docs/nccl.md)
-NCCL_API ncclResult_t ncclGroupSimulateEnd(ncclSimInfo_t* simInfo) {
-  return guarded("ncclGroupSimulateEnd", [&]() -> ncclResult_t {
-    checkNotNull(simInfo, "simInfo");
-    if (group.depth == 0)
-      throw ApiError{ncclInvalidUsage, "ncclGroupSimulateEnd without a matching ncclGroupStart"};
-    throw ApiError{ncclInvalidUsage, "ferry cannot simulate a group (its collectives are queued as they are "
-                                     "called); the group is still open: end it with ncclGroupEnd"};
-  });
+namespace {
+
+// Closes the thread's outermost group: `depth` back to 0 and what it collected handed over, its
+// deferred inits done (the ranks of one thread meet here, all at once).
+GroupState closeGroup(const char* api) {
+  if (group.depth == 0) throw ApiError{ncclInvalidUsage, std::string(api) + " without a matching ncclGroupStart"};
+  GroupState done = std::move(group);
+  group = GroupState{};
+  std::vector<std::thread> threads;
+  for (auto& init : done.inits) threads.emplace_back(init);
+  for (auto& t : threads) t.join();
+  return done;
 }
+
+// The first failure of a group's end: its result, and why.
+struct FirstError {
+  ncclResult_t result = ncclSuccess;
+  std::string why;
+  void note(ncclResult_t r, const std::string& message) {
+    if (r != ncclSuccess && r != ncclInProgress && result == ncclSuccess) {
+      result = r;
+      why = message;
+    }
+  }
+};
+
+}  // namespace
 
 NCCL_API ncclResult_t ncclGroupEnd(void) {
   return guarded("ncclGroupEnd", [&] {
-    if (group.depth == 0) throw ApiError{ncclInvalidUsage, "ncclGroupEnd without a matching ncclGroupStart"};
-    if (--group.depth > 0) return ncclSuccess;
-    GroupState done = std::move(group);
-    group = GroupState{};
-    // Deferred inits first (the ranks of one thread meet here), all at once.
-    std::vector<std::thread> threads;
-    for (auto& init : done.inits) threads.emplace_back(init);
-    for (auto& t : threads) t.join();
-    // Then every comm's grouped sends and recvs, each as one kernel.
-    ncclResult_t result = ncclSuccess;
-    std::string why;
-    for (ncclComm* c : done.p2pComms) {
+    if (group.depth > 1) {
+      --group.depth;
+      return ncclSuccess;
+    }
+    GroupState done = closeGroup("ncclGroupEnd");
+    // The native calls in the order they were made; the sends and receives of each comm collect in
+    // one ferry group, queued as one kernel when it closes.
+    FirstError first;
+    std::vector<ncclComm*> openP2P;
+    for (DeferredCall& call : done.calls) {
+      const ncclResult_t r = guarded(call.api, [&] { return call.run(openP2P); });
+      first.note(r, lastError());
+    }
+    for (ncclComm* c : openP2P) {
       const ncclResult_t r = guarded("ncclGroupEnd", [&] {
         c->comm->groupEnd();
         return ncclSuccess;
       });
-      if (r != ncclSuccess && result == ncclSuccess) {
-        result = r;
-        why = lastError();
-      }
+      first.note(r, lastError());
     }
     if (done.realGroup != nullptr) {
       const ncclResult_t r = done.realGroup->groupEnd();
-      if (r != ncclSuccess && result == ncclSuccess) {
-        result = r;
-        why = std::string("the real NCCL's ncclGroupEnd: ") + done.realGroup->getLastError(nullptr);
-      }
+      first.note(r, std::string("the real NCCL's ncclGroupEnd: ") + done.realGroup->getLastError(nullptr));
     }
-    if (result != ncclSuccess) throw ApiError{result, why};
+    if (first.result != ncclSuccess) throw ApiError{first.result, first.why};
+    return ncclSuccess;
+  });
+}
+
+// As NCCL: the outermost group's work is planned, its time estimated and dropped (nothing runs;
+// its communicators made in the group are made). ferry's estimate (estimate.hpp) adds up each
+// comm's calls, by the algorithm its selector would pick, and takes the slowest comm; a group
+// with forwarded calls asks the real NCCL for their estimate (ncclGroupSimulateEnd, NCCL >= 2.22).
+NCCL_API ncclResult_t ncclGroupSimulateEnd(ncclSimInfo_t* simInfo) {
+  return guarded("ncclGroupSimulateEnd", [&] {
+    checkNotNull(simInfo, "simInfo");
+    if (simInfo->magic != 0x74685283 || simInfo->size < offsetof(ncclSimInfo_t, estimatedTime) + sizeof(float))
+      throw ApiError{ncclInvalidArgument, "simInfo was not set up with NCCL_SIM_INFO_INITIALIZER"};
+    if (group.depth > 1)
+      throw ApiError{ncclInvalidUsage, "ncclGroupSimulateEnd must end the outermost group (depth " +
+                                           std::to_string(group.depth) + "); end the inner ones with ncclGroupEnd"};
+    GroupState done = closeGroup("ncclGroupSimulateEnd");
+    std::map<ncclComm*, double> perComm;
+    std::map<ncclComm*, std::size_t> p2pBytes;
+    for (const DeferredCall& call : done.calls) {
+      if (call.p2p) {
+        p2pBytes[call.comm] += call.cost.bytes;
+        continue;
+      }
+      const std::string algorithm =
+          call.comm->comm->algorithmFor(*call.cost.collective, call.cost.bytes, call.cost.type);
+      perComm[call.comm] += estimateMicroseconds(call.cost, algorithm, call.comm->nranks);
+    }
+    for (const auto& [c, bytes] : p2pBytes) perComm[c] += estimateMicroseconds({std::nullopt, bytes, DataType::Uint8}, "p2p", c->nranks);
+    double slowest = 0;
+    for (const auto& [c, us] : perComm) slowest = std::max(slowest, us);
+    if (done.realGroup != nullptr) {
+      if (done.realGroup->groupSimulateEnd == nullptr)
+        throw ApiError{ncclInvalidUsage, "the group holds calls forwarded to the real NCCL (" + done.realGroup->path +
+                                             "), which has no ncclGroupSimulateEnd"};
+      ncclSimInfo_t real = NCCL_SIM_INFO_INITIALIZER;
+      const ncclResult_t r = done.realGroup->groupSimulateEnd(&real);
+      if (r != ncclSuccess)
+        throw ApiError{r, std::string("the real NCCL's ncclGroupSimulateEnd: ") + done.realGroup->getLastError(nullptr)};
+      slowest = std::max(slowest, static_cast<double>(real.estimatedTime));
+    }
+    simInfo->estimatedTime = static_cast<float>(slowest);
     return ncclSuccess;
   });
 }

@@ -51,6 +51,7 @@ std::unique_ptr<NcclTable> openNccl(const std::string& path, int flags, std::str
   resolve(handle, t->commWindowDeregister, "ncclCommWindowDeregister", optional);
   resolve(handle, t->commShrink, "ncclCommShrink", optional);
   resolve(handle, t->commRevoke, "ncclCommRevoke", optional);
+  resolve(handle, t->groupSimulateEnd, "ncclGroupSimulateEnd", optional);
   if (!missing.empty()) {
     why = path + " lacks " + missing;
     dlclose(handle);

@@ -43,6 +43,7 @@ struct NcclTable {
   ncclResult_t (*commWindowDeregister)(ncclComm_t, ncclWindow_t) = nullptr;
   ncclResult_t (*commShrink)(ncclComm_t, int*, int, ncclComm_t*, ncclConfig_t*, int) = nullptr;
   ncclResult_t (*commRevoke)(ncclComm_t, int) = nullptr;
+  ncclResult_t (*groupSimulateEnd)(ncclSimInfo_t*) = nullptr;
 
   std::string path;
   void* handle = nullptr;  // stays open: NCCL's own threads may run its code until the process ends

@@ -75,9 +75,19 @@ int main(void) {
   ncclSimInfo_t sim = NCCL_SIM_INFO_INITIALIZER;
   expectError(ncclGroupSimulateEnd(&sim), ncclInvalidUsage, "without a matching ncclGroupStart",
               "unmatched ncclGroupSimulateEnd");
+  expect(ncclGroupStart() == ncclSuccess && ncclGroupSimulateEnd(&sim) == ncclSuccess && sim.estimatedTime == 0.0f,
+         "an empty group simulates to 0 us");
+  expectError(ncclGroupEnd(), ncclInvalidUsage, "without a matching ncclGroupStart",
+              "ncclGroupSimulateEnd closed the group");
+  ncclSimInfo_t unset;
+  memset(&unset, 0, sizeof(unset));
   expect(ncclGroupStart() == ncclSuccess, "ncclGroupStart");
-  expectError(ncclGroupSimulateEnd(&sim), ncclInvalidUsage, "the group is still open", "ncclGroupSimulateEnd refuses");
-  expect(ncclGroupEnd() == ncclSuccess, "the group ncclGroupSimulateEnd left open ends");
+  expectError(ncclGroupSimulateEnd(&unset), ncclInvalidArgument, "NCCL_SIM_INFO_INITIALIZER",
+              "ncclGroupSimulateEnd with an unset simInfo");
+  expect(ncclGroupStart() == ncclSuccess, "a nested ncclGroupStart");
+  expectError(ncclGroupSimulateEnd(&sim), ncclInvalidUsage, "must end the outermost group",
+              "ncclGroupSimulateEnd of an inner group");
+  expect(ncclGroupEnd() == ncclSuccess && ncclGroupEnd() == ncclSuccess, "both groups end");
   ncclResetDebugInit();
   /* A config of a later NCCL (2.29 appends two ints): read up to what this header knows. */
   struct {

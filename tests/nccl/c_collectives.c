@@ -273,6 +273,48 @@ static void expectElements(int rank, const char* what, cudaStream_t stream, int 
   free(host);
 }
 
+/* ncclGroupSimulateEnd: a group of an allreduce and a send/recv ring is estimated (above 0 us) and
+ * dropped, so its outputs stay poisoned; the same group ended with ncclGroupEnd then runs. Returns
+ * the number of calls checked. */
+static int simulatePhase(ncclComm_t comm, int rank, int nranks, cudaStream_t stream) {
+  const size_t n = 1 << 16, bytes = 2 * n * sizeof(float);
+  float *in, *out;
+  CUDA(cudaMalloc((void**)&in, bytes));
+  CUDA(cudaMalloc((void**)&out, bytes));
+  CUDA(cudaMemset(in, 0, bytes));
+  poison(out, bytes);
+  unsigned char* host = malloc(bytes);
+  for (int simulate = 1; simulate >= 0; --simulate) {
+    ncclSimInfo_t sim = NCCL_SIM_INFO_INITIALIZER;
+    CHECK(ncclGroupStart());
+    CHECK(ncclAllReduce(in, out, n, ncclFloat32, ncclSum, comm, stream));
+    CHECK(ncclSend(in, n, ncclFloat32, (rank + 1) % nranks, comm, stream));
+    CHECK(ncclRecv(out + n, n, ncclFloat32, (rank + nranks - 1) % nranks, comm, stream));
+    if (simulate)
+      CHECK(ncclGroupSimulateEnd(&sim));
+    else
+      CHECK(ncclGroupEnd());
+    CUDA(cudaStreamSynchronize(stream));
+    CUDA(cudaMemcpy(host, out, bytes, cudaMemcpyDeviceToHost));
+    size_t wrong = 0;
+    for (size_t i = 0; i < bytes; ++i) wrong += host[i] != (simulate ? 0xFF : 0x00);
+    if (wrong != 0) {
+      fprintf(stderr, "rank %d: %s: %zu of %zu output bytes are not %s\n", rank,
+              simulate ? "ncclGroupSimulateEnd" : "the group ended", wrong, bytes,
+              simulate ? "the poison (a simulated group must not run)" : "the sums and receives (0)");
+      ++failures;
+    }
+    if (simulate && !(sim.estimatedTime > 0.0f)) {
+      fprintf(stderr, "rank %d: ncclGroupSimulateEnd estimated %g us\n", rank, (double)sim.estimatedTime);
+      ++failures;
+    }
+  }
+  free(host);
+  CUDA(cudaFree(in));
+  CUDA(cudaFree(out));
+  return 2;
+}
+
 /* In-place calls, by NCCL's rules: one buffer for allreduce, broadcast, ncclBcast (the legacy
  * in-place broadcast) and reduce; allgather's sendbuff is recvbuff + rank * count; reducescatter's
  * recvbuff is sendbuff + rank * recvcount. The whole buffer is checked after each: what is only
@@ -679,6 +721,7 @@ static int runRank(int rank, int nranks, ncclUniqueId id, ncclUniqueId nonBlocki
   }
   calls += preMulPhase(comm, rank, nranks, stream);
   calls += inPlacePhase(comm, rank, nranks, stream);
+  if (!forwardedAll()) calls += simulatePhase(comm, rank, nranks, stream);
   calls += memAllocPhase(comm, rank, nranks, stream);
   calls += registeredPhase(comm, rank, nranks, stream);
   /* The real NCCL checks pointers only with NCCL_CHECK_POINTERS=1 (and a bad one may crash it). */
