@@ -90,8 +90,7 @@ c10::intrusive_ptr<c10d::Work> FerryBackend::run(c10d::OpType type, const char* 
   kept_.clear();
   ++sequence_;
   auto work = c10::make_intrusive<FerryWork>(rank_, type, c10::Device(at::kCUDA, static_cast<c10::DeviceIndex>(device_)),
-                                             outputs, "ferry backend: rank " + std::to_string(rank_) + ": " + name,
-                                             timeout_, mode == Mode::Barrier);
+                                             outputs, name, timeout_, mode == Mode::Barrier);
   if (coalescing_ > 0) {
     pending_.push_back(work);  // its sends and receives are queued at endCoalescing
   } else {

@@ -8,11 +8,11 @@
 namespace ferry::torch_backend {
 
 FerryWork::FerryWork(int rank, c10d::OpType type, c10::Device device, std::vector<at::Tensor> outputs,
-                     std::string what, std::chrono::milliseconds timeout, bool blocksHost)
+                     const char* op, std::chrono::milliseconds timeout, bool blocksHost)
     : c10d::Work(rank, type),
       device_(device),
       outputs_(std::move(outputs)),
-      what_(std::move(what)),
+      op_(op),
       timeout_(timeout),
       blocksHost_(blocksHost) {}
 
@@ -35,7 +35,8 @@ bool FerryWork::wait(std::chrono::milliseconds timeout) {
   const auto deadline = std::chrono::steady_clock::now() + bound;
   while (!end_.query()) {
     if (std::chrono::steady_clock::now() > deadline)
-      C10_THROW_ERROR(DistBackendError, what_ + " did not finish within " + std::to_string(bound.count()) +
+      C10_THROW_ERROR(DistBackendError, "ferry backend: rank " + std::to_string(rank_) + ": " + op_ +
+                                            " did not finish within " + std::to_string(bound.count()) +
                                             " ms (a rank that never joined it? FERRY_DEVICE_TIMEOUT bounds "
                                             "the GPU side and names the peer)");
     std::this_thread::sleep_for(std::chrono::microseconds(20));

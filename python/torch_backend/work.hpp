@@ -15,8 +15,8 @@ namespace ferry::torch_backend {
 
 class FerryWork : public c10d::Work {
  public:
-  // `what` names the rank and the call, for the timeout message.
-  FerryWork(int rank, c10d::OpType type, c10::Device device, std::vector<at::Tensor> outputs, std::string what,
+  // `op` (a string literal) names the call in the timeout message, built only then.
+  FerryWork(int rank, c10d::OpType type, c10::Device device, std::vector<at::Tensor> outputs, const char* op,
             std::chrono::milliseconds timeout, bool blocksHost);
 
   // Records the end event on `stream` (after the op) and completes the future there.
@@ -32,7 +32,7 @@ class FerryWork : public c10d::Work {
  private:
   c10::Device device_;
   std::vector<at::Tensor> outputs_;
-  std::string what_;
+  const char* op_;
   std::chrono::milliseconds timeout_;
   bool blocksHost_;
   at::cuda::CUDAEvent end_;
