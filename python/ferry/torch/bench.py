@@ -51,8 +51,10 @@ def _rank(init_file, rank, n, sizes, iters, results):
 
         torch.cuda.set_device(rank)
         dev = torch.device("cuda", rank)
+        # Not bound to the device (device_id): torch 2.11 would then hand ferry's backend to the new
+        # NCCL group below as the group to split from (docs/pytorch.md).
         dist.init_process_group("cpu:gloo,cuda:ferry", init_method=f"file://{init_file}", rank=rank, world_size=n,
-                                timeout=datetime.timedelta(seconds=300), device_id=dev)
+                                timeout=datetime.timedelta(seconds=300))
         groups = {"ferry": dist.group.WORLD, "nccl": dist.new_group(backend="nccl")}
         rows = []
         for nbytes in sizes:
