@@ -17,6 +17,7 @@ struct ncclWindow_vidmem {
   static constexpr std::uint64_t kAlive = 0x6665727279574e44ull;  // "ferryWND"
   std::uint64_t magic = kAlive;
   ncclComm* comm = nullptr;
+  void* userPtr = nullptr;                 // the buffer registered (ncclWinGetUserPtr)
   ferry::BufferRegistration registration;  // native
   ncclWindow_t real = nullptr;             // forwarded: the real NCCL's window
 };
@@ -34,6 +35,7 @@ NCCL_API ncclResult_t ncclCommWindowRegister(ncclComm_t comm, void* buff, size_t
                                               " is neither NCCL_WIN_DEFAULT nor NCCL_WIN_COLL_SYMMETRIC"};
     auto w = std::make_unique<ncclWindow_vidmem>();
     w->comm = &c;
+    w->userPtr = buff;
     if (const RealNccl* real = forwarded(c)) {
       if (real->commWindowRegister == nullptr)
         throw ApiError{ncclInvalidUsage, "the real NCCL (" + real->path + ") has no ncclCommWindowRegister"};
@@ -65,5 +67,37 @@ NCCL_API ncclResult_t ncclCommWindowDeregister(ncclComm_t comm, ncclWindow_t win
     win->magic = 0;
     delete win;
     return ncclSuccess;
+  });
+}
+
+// NCCL 2.29: the buffer a window was registered with.
+NCCL_API ncclResult_t ncclWinGetUserPtr(ncclComm_t comm, ncclWindow_t win, void** outUserPtr) {
+  return guarded("ncclWinGetUserPtr", [&] {
+    ncclComm& c = usable(comm);
+    checkNotNull(win, "win");
+    checkNotNull(outUserPtr, "outUserPtr");
+    if (win->magic != ncclWindow_vidmem::kAlive || win->comm != &c)
+      throw ApiError{ncclInvalidArgument, "win was not returned by ncclCommWindowRegister on this comm"};
+    *outUserPtr = win->userPtr;
+    return ncclSuccess;
+  });
+}
+
+// nccl_device.h (NCCL 2.28+): device pointers into windows, for NCCL's device API, which ferry does
+// not offer (ncclDevCommCreate is refused); a multicast pointer never (docs/architecture.md rule 1).
+NCCL_API ncclResult_t ncclGetPeerDevicePointer(ncclWindow_t win, size_t /*offset*/, int /*peer*/, void** outPtr) {
+  return guarded("ncclGetPeerDevicePointer", [&]() -> ncclResult_t {
+    checkNotNull(win, "window");
+    checkNotNull(outPtr, "outPtr");
+    throw ApiError{ncclInvalidUsage, "ferry does not offer NCCL's device API (nccl_device.h): no peer device "
+                                     "pointers of windows; ferry's own device API is its channels"};
+  });
+}
+
+NCCL_API ncclResult_t ncclGetLsaMultimemDevicePointer(ncclWindow_t win, size_t /*offset*/, void** outPtr) {
+  return guarded("ncclGetLsaMultimemDevicePointer", [&]() -> ncclResult_t {
+    checkNotNull(win, "window");
+    checkNotNull(outPtr, "outPtr");
+    throw ApiError{ncclInvalidUsage, "ferry makes no NVLink multicast objects: no multimem pointers"};
   });
 }

@@ -5,6 +5,12 @@
 #include <stdio.h>
 #include <string.h>
 
+/* NCCL 2.29/2.30 functions the library exports beyond its 2.28 header (shims/nccl/api_newer.cpp). */
+ncclResult_t ncclCommGrow(ncclComm_t comm, int nRanks, const ncclUniqueId* uniqueId, int rank, ncclComm_t* newcomm,
+                          ncclConfig_t* config);
+ncclResult_t ncclCommSuspend(ncclComm_t comm, int flags);
+ncclResult_t ncclWinGetUserPtr(ncclComm_t comm, ncclWindow_t win, void** outUserPtr);
+
 static int failures = 0;
 
 static void expect(int ok, const char* what) {
@@ -89,6 +95,13 @@ int main(void) {
               "ncclGroupSimulateEnd of an inner group");
   expect(ncclGroupEnd() == ncclSuccess && ncclGroupEnd() == ncclSuccess, "both groups end");
   ncclResetDebugInit();
+  expectError(ncclCommGrow(NULL, 4, &id, 3, &comm, NULL), ncclInvalidUsage, "ferry does not offer growing",
+              "ncclCommGrow is refused, saying what is not offered");
+  expectError(ncclCommSuspend(NULL, 1), ncclInvalidArgument, "ncclCommSuspend: comm is NULL",
+              "ncclCommSuspend on a NULL comm");
+  void* user = NULL;
+  expectError(ncclWinGetUserPtr(NULL, win, &user), ncclInvalidArgument, "ncclWinGetUserPtr: comm is NULL",
+              "ncclWinGetUserPtr on a NULL comm");
   /* A config of a later NCCL (2.29 appends two ints): read up to what this header knows. */
   struct {
     ncclConfig_t base;
