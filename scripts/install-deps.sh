@@ -26,7 +26,7 @@ while [[ $# -gt 0 ]]; do
       torch_python=${1:?--torch-into needs a Python interpreter}
       shift
       ;;
-    -h | --help) sed -n '2,10p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h | --help) sed -n '2,12p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "install-deps.sh: unknown option '$arg' (see --help)" >&2; exit 2 ;;
   esac
 done
