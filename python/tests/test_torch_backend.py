@@ -1,6 +1,6 @@
 """The torch.distributed backend "ferry" (ferry.torch). Without a GPU: it registers, and a group
-that asks for it on a machine without CUDA is refused with a message saying so. With GPUs: 2 ranks
-(sharing the GPU when there is one) run every op of torch_backend_ranks.py, checked element by
+that asks for it on a machine without CUDA is refused with a message saying so. With GPUs: a rank per
+GPU (2 sharing a lone GPU) run every op of torch_backend_ranks.py, checked element by
 element. Skips without torch or without the backend built, unless FERRY_REQUIRE_GPU=1 or
 FERRY_REQUIRE_TORCH_BACKEND=1 (scripts/test.sh sets it where it installed torch)."""
 
@@ -47,13 +47,13 @@ def test_without_cuda_a_group_on_ferry_is_refused_saying_why(tmp_path):
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="no GPU")
-def test_every_op_on_two_ranks():
+def test_every_op_on_every_gpu():
     import torch_backend_ranks
     from rank_processes import run_ranks
 
     os.environ.setdefault("FERRY_SOCKET_IFNAME", "lo")
     os.environ.setdefault("FERRY_DEVICE_TIMEOUT", "20")
-    n = 2
+    n = max(2, torch.cuda.device_count())  # a rank per GPU; 2 sharing a lone GPU
     with tempfile.TemporaryDirectory() as d:
         init = os.path.join(d, "init")
         got, _ = run_ranks(torch_backend_ranks.run_rank, n, lambda r: (init, r, n), method="spawn", timeout=240)

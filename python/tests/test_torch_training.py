@@ -1,6 +1,6 @@
 """Training on the ferry backend: a small seeded transformer trained for 200 steps with DDP and with
-FSDP2 on 2 ranks (sharing the GPU when there is one) follows, step by step, the loss curve of the
-same model trained in one process on the whole batch; with 2 GPUs, also the curves of the NCCL
+FSDP2 on a rank per GPU (2 sharing a lone GPU) follows, step by step, the loss curve of the same
+model trained in one process on the whole batch; with 2 GPUs or more, also the curves of the NCCL
 backend. Needs a GPU and the backend (skips otherwise, unless FERRY_REQUIRE_GPU=1)."""
 
 import os
@@ -22,6 +22,7 @@ else:
     import torch
 
 STEPS = 200
+RANKS = max(2, torch.cuda.device_count())  # a rank per GPU; 2 sharing a lone GPU
 
 
 def _curves(backend, n):
@@ -44,7 +45,7 @@ def _assert_follows(got, want, what, rtol):
 
 
 def test_ddp_and_fsdp2_on_ferry_follow_one_process():
-    curves = _curves("ferry", 2)
+    curves = _curves("ferry", RANKS)
     single = curves[0]["single"]
     assert single[-1] < single[0] * 0.9, f"the reference did not learn: {single[0]} -> {single[-1]}"
     for rank in curves:
@@ -54,6 +55,6 @@ def test_ddp_and_fsdp2_on_ferry_follow_one_process():
 
 @pytest.mark.skipif(torch.cuda.device_count() < 2, reason="NCCL needs a GPU per rank")
 def test_ddp_and_fsdp2_on_ferry_follow_nccl():
-    ferry_curves, nccl_curves = _curves("ferry", 2), _curves("nccl", 2)
+    ferry_curves, nccl_curves = _curves("ferry", RANKS), _curves("nccl", RANKS)
     for kind in ("ddp", "fsdp2"):
         _assert_follows(ferry_curves[0][kind], nccl_curves[0][kind], f"{kind}: ferry vs nccl", 1e-3)
