@@ -60,3 +60,19 @@ def test_every_op_on_every_gpu():
         got = dict(got)
     errors = [e for r in sorted(got) for e in got[r]]
     assert not errors, "\n".join(errors[:30])
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="no GPU")
+def test_ranks_that_disagree_get_an_error_not_a_hang(monkeypatch):
+    import torch_backend_ranks
+    from rank_processes import run_ranks
+
+    monkeypatch.setenv("FERRY_SOCKET_IFNAME", "lo")
+    monkeypatch.setenv("FERRY_DEVICE_TIMEOUT", "10")  # the bound on a GPU-side wait
+    n = max(2, torch.cuda.device_count())
+    with tempfile.TemporaryDirectory() as d:
+        init = os.path.join(d, "init")
+        # run_ranks raises TimeoutError (and kills them) if a rank reports nothing: a hang fails here.
+        got, _ = run_ranks(torch_backend_ranks.mismatch_rank, n, lambda r: (init, r, n), method="spawn", timeout=180)
+    quiet = [r for r, outcome in got if outcome == "no error"]
+    assert not quiet, f"ranks {quiet} got no error from an all_reduce whose counts differ across ranks: {got}"

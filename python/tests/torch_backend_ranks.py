@@ -302,3 +302,36 @@ def run_rank(init_file, rank, n, results):
     results.close()
     results.join_thread()
     os._exit(0)
+
+
+def mismatch_rank(init_file, rank, n, results):
+    """Ranks that disagree: rank r all-reduces 100 * (r + 1) elements. Each must get an error (ferry's
+    check of the call's shape, or the device timeout's), never hang; it reports what it got."""
+    global _rank
+    _rank = rank
+    outcome = "no error"
+    try:
+        import datetime
+
+        import torch
+        import torch.distributed as dist
+
+        import ferry.torch  # noqa: F401  (registers "ferry")
+
+        torch.cuda.set_device(rank % torch.cuda.device_count())
+        dist.init_process_group("cpu:gloo,cuda:ferry", init_method=f"file://{init_file}", rank=rank, world_size=n,
+                                timeout=datetime.timedelta(seconds=60))
+        x = torch.ones(100 * (rank + 1), device="cuda")
+        _step("a mismatched all_reduce")
+        try:
+            dist.all_reduce(x)
+            torch.cuda.synchronize()
+        except Exception as e:  # noqa: BLE001 - what matters is that one comes, and what it says
+            outcome = f"{type(e).__name__}: {e}"
+    except BaseException:
+        outcome = f"setup failed: {traceback.format_exc()}"
+    _step(f"outcome: {outcome[:300]}")
+    results.put((rank, outcome))
+    results.close()
+    results.join_thread()
+    os._exit(0)  # the CUDA context may be unusable after a trap: no teardown
