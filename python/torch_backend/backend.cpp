@@ -68,9 +68,8 @@ c10::intrusive_ptr<c10d::Work> FerryBackend::run(c10d::OpType type, const char* 
   const bool onBackend = mode != Mode::Sync || coalescing_ > 0 || p2p;
   const c10::cuda::CUDAStream s = onBackend ? stream_ : current;
   if (onBackend) {
-    at::cuda::CUDAEvent ready;  // the inputs are written on the caller's stream
-    ready.record(current);
-    ready.block(stream_);
+    ready_.record(current);  // the inputs are written on the caller's stream
+    ready_.block(stream_);
   }
   opStream_ = s.stream();
   kept_.clear();

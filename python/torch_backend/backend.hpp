@@ -10,6 +10,7 @@
 // current stream wait for the op's end. Sends and receives, and every op of a coalescing block, run
 // on the backend's stream (one ferry group shares one stream). Nothing blocks the host but a
 // barrier's wait(), so every op but the barrier can be captured in a CUDA graph.
+#include <ATen/cuda/CUDAEvent.h>
 #include <c10/cuda/CUDAStream.h>
 #include <torch/csrc/distributed/c10d/Backend.hpp>
 
@@ -127,6 +128,7 @@ class FerryBackend : public c10d::Backend {
   std::unique_ptr<Comm> comm_;
   std::string gone_;  // why comm_ is null: "aborted", "shut down"
   c10::cuda::CUDAStream stream_;
+  at::cuda::CUDAEvent ready_;        // re-recorded by every async op: no event made per op
   cudaStream_t opStream_ = nullptr;  // the stream of the op being queued
   std::vector<at::Tensor> kept_;     // temporaries of the op being queued
   int coalescing_ = 0;
