@@ -45,10 +45,12 @@ struct GroupState {
 };
 thread_local GroupState group;
 
-// A native collective: run now, or inside a group deferred to its end (DeferredCall).
-ncclResult_t nativeCall(ncclComm& c, const char* api, CallCost cost, std::function<ncclResult_t()> run) {
+// A native collective: run now (no std::function on this path, the common one), or inside a group
+// deferred to its end (DeferredCall).
+template <class Run>
+ncclResult_t nativeCall(ncclComm& c, const char* api, CallCost cost, Run&& run) {
   if (group.depth == 0) return run();
-  group.calls.push_back({&c, api, cost, false, [run = std::move(run)](std::vector<ncclComm*>&) { return run(); }});
+  group.calls.push_back({&c, api, cost, false, [run = std::forward<Run>(run)](std::vector<ncclComm*>&) { return run(); }});
   return ncclSuccess;
 }
 
