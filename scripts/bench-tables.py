@@ -2,7 +2,8 @@
 """Markdown tables from ferry-bench --json files, for reports: ferry beside NCCL, a plan beside the
 native algorithm of the same shape, and ferry through the NCCL API beside native ferry and NCCL.
 
-    scripts/bench-tables.py summary bench.json                # per collective: ferry, NCCL, ratio, and
+    scripts/bench-tables.py summary bench.json                # per collective: ferry, NCCL on each kind of
+                                                              # buffers, the ratio to the fastest NCCL, and
                                                               # the host time of one eager call of each
     scripts/bench-tables.py pair plan.json native.json        # plan time / native time per size
     scripts/bench-tables.py api api.json bench.json           # NCCL API (api.json's "nccl" column,
@@ -68,18 +69,32 @@ def title(doc: dict, key: tuple) -> str:
     return f"{what}, {doc['world_size']} ranks, {how} buffers, {'CUDA graphs' if doc.get('graph') else 'launches'}"
 
 
+VARIANTS = ("plain", "registered", "window")
+
+
+def variant_time(row: dict, variant: str) -> float | None:
+    """NCCL's time on one kind of buffers (ferry-bench --nccl-variants); a file from before the
+    variants has only "nccl", which was the plain one."""
+    variants = row.get("nccl_variants")
+    if variants is None:
+        return time_of(row, "nccl") if variant == "plain" else None
+    m = variants.get(variant)
+    return m["time_us"] if m else None
+
+
 def summary(doc: dict) -> str:
     parts = []
     for key, rows in groups(doc).items():
         lines = [f"### {title(doc, key)}", "",
-                 "| size | ferry (us) | busbw (GB/s) | NCCL (us) | NCCL busbw | NCCL / ferry | host (us) | "
-                 "NCCL host (us) | algorithm |",
-                 "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+                 "| size | ferry (us) | busbw (GB/s) | NCCL plain (us) | NCCL registered | NCCL window | "
+                 "best NCCL busbw | best NCCL / ferry | host (us) | NCCL host (us) | algorithm |",
+                 "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
         for size in sorted(rows):
             r = rows[size]
             ferry, nccl = r.get("out_of_place"), r.get("nccl")
+            times = " | ".join(cell(variant_time(r, v)) for v in VARIANTS)
             lines.append(f"| {human_bytes(size)} | {cell(time_of(r, 'out_of_place'))} | "
-                         f"{cell(ferry['busbw'] if ferry else None, '{:.1f}')} | {cell(time_of(r, 'nccl'))} | "
+                         f"{cell(ferry['busbw'] if ferry else None, '{:.1f}')} | {times} | "
                          f"{cell(nccl['busbw'] if nccl else None, '{:.1f}')} | "
                          f"{ratio(time_of(r, 'nccl'), time_of(r, 'out_of_place'))} | "
                          f"{cell(host_of(r, 'out_of_place'))} | {cell(host_of(r, 'nccl'))} | {r.get('algorithm', '')} |")

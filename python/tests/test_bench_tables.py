@@ -24,8 +24,23 @@ def test_summary_has_ferry_nccl_and_their_ratio(tmp_path, capsys):
     assert tables.main(["summary", str(bench_file(tmp_path / "b.json", "allreduce_ll", 0.0, 10.0))]) == 0
     out = capsys.readouterr().out
     assert "### allreduce bf16 sum, 4 ranks, unregistered buffers, CUDA graphs" in out
-    assert "| 1 KiB | 10.00 | 2.0 | 20.00 | 2.0 | 2.00 | 1.00 | 2.00 | allreduce_ll |" in out
+    # A file from before --nccl-variants: its "nccl" was NCCL on plain buffers.
+    assert "| 1 KiB | 10.00 | 2.0 | 20.00 | - | - | 2.0 | 2.00 | 1.00 | 2.00 | allreduce_ll |" in out
     assert "| 1 MiB | 20.00 |" in out
+
+
+def test_summary_shows_every_nccl_variant_and_the_ratio_to_the_fastest(tmp_path, capsys):
+    tables = load_script("bench-tables.py")
+    path = bench_file(tmp_path / "b.json", "allreduce_ll", 0.0, 10.0)
+    doc = json.loads(path.read_text())
+    for row in doc["rows"]:
+        row["nccl_variants"] = {"plain": measure(40.0), "registered": None, "window": row["nccl"]}
+        row["nccl_variant"] = "window"
+    path.write_text(json.dumps(doc))
+    assert tables.main(["summary", str(path)]) == 0
+    out = capsys.readouterr().out
+    assert "| NCCL plain (us) | NCCL registered | NCCL window | best NCCL busbw | best NCCL / ferry |" in out
+    assert "| 1 KiB | 10.00 | 2.0 | 40.00 | - | 20.00 | 2.0 | 2.00 | 1.00 | 2.00 | allreduce_ll |" in out
 
 
 def test_pair_divides_plan_by_native(tmp_path, capsys):

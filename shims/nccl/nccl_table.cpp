@@ -52,6 +52,8 @@ std::unique_ptr<NcclTable> openNccl(const std::string& path, int flags, std::str
   resolve(handle, t->commShrink, "ncclCommShrink", optional);
   resolve(handle, t->commRevoke, "ncclCommRevoke", optional);
   resolve(handle, t->groupSimulateEnd, "ncclGroupSimulateEnd", optional);
+  resolve(handle, t->memAlloc, "ncclMemAlloc", optional);
+  resolve(handle, t->memFree, "ncclMemFree", optional);
   if (!missing.empty()) {
     why = path + " lacks " + missing;
     dlclose(handle);

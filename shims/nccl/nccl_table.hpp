@@ -44,6 +44,8 @@ struct NcclTable {
   ncclResult_t (*commShrink)(ncclComm_t, int*, int, ncclComm_t*, ncclConfig_t*, int) = nullptr;
   ncclResult_t (*commRevoke)(ncclComm_t, int) = nullptr;
   ncclResult_t (*groupSimulateEnd)(ncclSimInfo_t*) = nullptr;
+  ncclResult_t (*memAlloc)(void**, size_t) = nullptr;
+  ncclResult_t (*memFree)(void*) = nullptr;
 
   std::string path;
   void* handle = nullptr;  // stays open: NCCL's own threads may run its code until the process ends

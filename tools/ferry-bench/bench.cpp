@@ -71,13 +71,15 @@ std::vector<std::uint64_t> sizes(const BenchOptions& o) {
   return out;
 }
 
-// Device memory that frees itself.
+// Device memory that frees itself: from cudaMalloc, or from another allocator (NCCL's) with its free.
 struct DeviceMemory {
   void* ptr = nullptr;
-  explicit DeviceMemory(std::size_t bytes) {
+  std::function<void(void*)> release;
+  explicit DeviceMemory(std::size_t bytes) : release([](void* p) { cudaFree(p); }) {
     FERRY_TOOL_CUDA(cudaMalloc(&ptr, std::max<std::size_t>(bytes, 256)));
   }
-  ~DeviceMemory() { cudaFree(ptr); }
+  DeviceMemory(void* p, std::function<void(void*)> free) : ptr(p), release(std::move(free)) {}
+  ~DeviceMemory() { release(ptr); }
   DeviceMemory(const DeviceMemory&) = delete;
   DeviceMemory& operator=(const DeviceMemory&) = delete;
 };
@@ -109,6 +111,7 @@ class Runner {
         for (ReduceOp op : reduces(b) ? o_.ops : std::vector<ReduceOp>{ReduceOp::Sum}) {
           printTitle(b, t, op);
           Buffers buf = buffersFor(b, t);
+          const NcclBuffers ncclBuf = ncclBuffersFor(b, t);
           for (std::uint64_t size : sizes(o_)) {
             Call call = callFor(b, t, op, size);
             if (call.shape.count == 0) continue;
@@ -116,7 +119,7 @@ class Runner {
             if (!o_.tunePath.empty() && !call.sendRecv()) tuned.push_back(tune(call, buf));
             BenchRow row;
             try {
-              row = measure(call, buf);
+              row = measure(call, buf, ncclBuf);
             } catch (const Error& e) {
               // A forced algorithm (--algo) that cannot run this size: every rank refuses it alike
               // before queueing anything, so the sweep goes on without the row. (No algorithm is
@@ -127,7 +130,7 @@ class Runner {
               continue;
             }
             wrongTotal += row.outOfPlace.wrong + row.inPlace.wrong;
-            ncclWrongTotal += row.nccl.wrong;
+            for (const Measure& m : row.ncclVariants) ncclWrongTotal += m.wrong;
             if (r_.rank == 0) printRow(row);
             rows_.push_back(std::move(row));
           }
@@ -148,15 +151,18 @@ class Runner {
 
   struct Buffers {
     std::unique_ptr<DeviceMemory> send, recv;
-    // Registered with comm (-R); deregistered before the memory goes.
-    Comm* comm = nullptr;
-    std::vector<BufferRegistration> registrations;
+    // Deregistrations (ferry's with -R, NCCL's for its registered and window variants): run before
+    // the memory goes, the last registered first.
+    std::vector<std::function<void()>> releases;
     Buffers() = default;
     Buffers(Buffers&&) = default;
     ~Buffers() {
-      for (const auto& reg : registrations) comm->deregisterBuffer(reg);
+      for (auto it = releases.rbegin(); it != releases.rend(); ++it) (*it)();
     }
   };
+  // NCCL's own buffers for its registered and window variants (the plain one runs on ferry's),
+  // indexed by NcclVariant; null where a variant is not measured.
+  using NcclBuffers = std::array<std::unique_ptr<Buffers>, kNcclVariantCount>;
   struct TuningChoice {
     Collective collective;
     DataType type;
@@ -206,10 +212,63 @@ class Runner {
     const std::size_t recvBytes = std::max(c.sendCount(), c.recvCount()) * es;
     b.recv = std::make_unique<DeviceMemory>(recvBytes);
     if (o_.registered) {  // collective: every rank registers the same two buffers, in this order
-      b.comm = comm_.get();
-      b.registrations.push_back(
-          comm_->registerBuffer(b.send->ptr, std::max<std::size_t>(c.sendCount() * es, 256)));
-      b.registrations.push_back(comm_->registerBuffer(b.recv->ptr, std::max<std::size_t>(recvBytes, 256)));
+      Comm* comm = comm_.get();
+      for (auto [ptr, bytes] : {std::pair{b.send->ptr, c.sendCount() * es}, std::pair{b.recv->ptr, recvBytes}}) {
+        BufferRegistration reg = comm->registerBuffer(ptr, std::max<std::size_t>(bytes, 256));
+        b.releases.push_back([comm, reg] { comm->deregisterBuffer(reg); });
+      }
+    }
+    return b;
+  }
+
+  // The buffers of each NCCL variant asked for but the plain one: a variant the library cannot set
+  // up (too old, or its registration fails on some rank) is said once and left out.
+  NcclBuffers ncclBuffersFor(Benchmark bench, DataType t) {
+    NcclBuffers out;
+    if (!nccl_) return out;
+    for (NcclVariant v : o_.ncclVariants) {
+      const auto i = static_cast<std::size_t>(v);
+      if (v == NcclVariant::Plain || ncclVariantOff_[i]) continue;
+      std::string why;
+      try {
+        out[i] = ncclOwnBuffers(bench, t, v);
+      } catch (const std::exception& e) {
+        why = e.what();
+      }
+      // Every rank must agree, or some would time calls the others never make.
+      std::vector<int> ok(static_cast<std::size_t>(r_.worldSize));
+      ok[r_.rank] = out[i] ? 1 : 0;
+      r_.bootstrap->allGather(ok.data(), sizeof(int));
+      if (std::count(ok.begin(), ok.end(), 1) == r_.worldSize) continue;
+      out[i].reset();
+      ncclVariantOff_[i] = true;
+      if (r_.rank == 0)
+        std::printf("# NCCL %s buffers: not measured (%s)\n", std::string(ncclVariantName(v)).c_str(),
+                    why.empty() ? "they could not be set up on another rank" : why.c_str());
+    }
+    return out;
+  }
+
+  // As nccl-tests' -R 1 and -R 2: both buffers from ncclMemAlloc, registered with NCCL's comm
+  // (ncclCommRegister) or as symmetric windows (ncclCommWindowRegister, collective: every rank the
+  // same sizes in the same order).
+  std::unique_ptr<Buffers> ncclOwnBuffers(Benchmark bench, DataType t, NcclVariant v) const {
+    const Call c = callFor(bench, t, ReduceOp::Sum, o_.maxBytes);
+    const std::size_t es = sizeOf(t);
+    const std::size_t sendBytes = std::max<std::size_t>(c.sendCount() * es, 256);
+    const std::size_t recvBytes = std::max<std::size_t>(std::max(c.sendCount(), c.recvCount()) * es, 256);
+    const NcclLibrary* nccl = nccl_.get();
+    auto b = std::make_unique<Buffers>();
+    b->send = std::make_unique<DeviceMemory>(nccl->memAlloc(sendBytes), [nccl](void* p) { nccl->memFree(p); });
+    b->recv = std::make_unique<DeviceMemory>(nccl->memAlloc(recvBytes), [nccl](void* p) { nccl->memFree(p); });
+    for (auto [ptr, bytes] : {std::pair{b->send->ptr, sendBytes}, std::pair{b->recv->ptr, recvBytes}}) {
+      if (v == NcclVariant::Registered) {
+        void* handle = nccl->registerBuffer(ptr, bytes);
+        b->releases.push_back([nccl, handle] { nccl->deregisterBuffer(handle); });
+      } else {
+        void* window = nccl->registerWindow(ptr, bytes);
+        b->releases.push_back([nccl, window] { nccl->deregisterWindow(window); });
+      }
     }
     return b;
   }
@@ -396,9 +455,21 @@ class Runner {
     return out;
   }
 
-  BenchRow measure(Call c, const Buffers& b) {
+  // NCCL out of place on b, its result checked (with the tolerance of a reduction in another order).
+  Measure measureNccl(const Call& c, const Buffers& b) {
+    auto [send, recv] = pointers(c, b, false);
+    Measure m;
+    if (o_.check)
+      m.wrong = check(
+          c, b, false, [&](const void* in, void* out) { issueNccl(c, in, out); }, true);
+    m.us = time([&] { issueNccl(c, send, recv); }, [&] { alignNccl(); });
+    m.hostUs = hostTime([&] { issueNccl(c, send, recv); }, c.bytes());
+    return m;
+  }
+
+  BenchRow measure(Call c, const Buffers& b, const NcclBuffers& ncclBuf) {
     CallShape& s = c.shape;
-    BenchRow row{c.benchmark, c.bytes(), s.count, s.type, s.op, s.root, "", {}, {}, {}};
+    BenchRow row{c.benchmark, c.bytes(), s.count, s.type, s.op, s.root, "", {}, {}, {}, {}, -1};
     // ferry's send/recv have one kernel (collectives/p2p.hpp), no algorithms to choose from.
     row.algorithm =
         c.sendRecv() ? "p2p" : comm_->algorithmFor(s.collective, row.bytes, s.type, o_.registered);
@@ -410,16 +481,16 @@ class Runner {
       s.seed = ++seed_;
       row.inPlace = reduceOverRanks(measureFerry(c, b, true));
     }
-    if (nccl_) {
+    for (NcclVariant v : nccl_ ? o_.ncclVariants : std::vector<NcclVariant>{}) {
+      const auto i = static_cast<std::size_t>(v);
+      const Buffers* nb = v == NcclVariant::Plain ? &b : ncclBuf[i].get();
+      if (nb == nullptr) continue;
       s.seed = ++seed_;
-      auto [send, recv] = pointers(c, b, false);
-      Measure m;
-      if (o_.check)
-        m.wrong = check(
-            c, b, false, [&](const void* in, void* out) { issueNccl(c, in, out); }, true);
-      m.us = time([&] { issueNccl(c, send, recv); }, [&] { alignNccl(); });
-      m.hostUs = hostTime([&] { issueNccl(c, send, recv); }, c.bytes());
-      row.nccl = reduceOverRanks(m);
+      row.ncclVariants[i] = reduceOverRanks(measureNccl(c, *nb));
+      if (row.ncclBest < 0 || row.ncclVariants[i].us < row.nccl.us) {
+        row.nccl = row.ncclVariants[i];
+        row.ncclBest = static_cast<int>(i);
+      }
     }
     return row;
   }
@@ -488,12 +559,34 @@ class Runner {
     std::printf("# ferry's buffers: %s\n",
                 o_.registered ? "registered (Comm::registerBuffer; zero-copy above the LL sizes)"
                               : "not registered (staged through scratch)");
-    if (nccl_)
+    if (nccl_) {
+      std::string variants;
+      for (NcclVariant v : o_.ncclVariants) variants += (variants.empty() ? "" : ", ") + std::string(ncclVariantName(v));
       std::printf(
-          "# NCCL %s in the same run on the same buffers (out of place, its result checked too); ratio = "
-          "NCCL "
-          "time / ferry time\n",
-          nccl_->versionString().c_str());
+          "# NCCL %s in the same run (out of place, its result checked too), on %s buffers: plain = "
+          "ferry's (cudaMalloc), registered = ncclMemAlloc + ncclCommRegister, window = ncclMemAlloc + "
+          "ncclCommWindowRegister (symmetric); busbw and ratio are the fastest NCCL's: ratio = its time / "
+          "ferry's time\n",
+          nccl_->versionString().c_str(), variants.c_str());
+    }
+  }
+
+  // The NCCL columns' headers, three lines: one time column per variant, then the fastest's
+  // busbw, ratio and the wrong values of all variants.
+  std::array<std::string, 3> ncclHeaders() const {
+    std::array<std::string, 3> h;
+    if (!nccl_) return h;
+    for (NcclVariant v : o_.ncclVariants) {
+      char col[16];
+      std::snprintf(col, sizeof col, " %10s", std::string(ncclVariantName(v)).c_str());
+      h[0] += v == o_.ncclVariants.front() ? "       NCCL" : "           ";
+      h[1] += col;
+      h[2] += "       (us)";
+    }
+    h[0] += "                     ";
+    h[1] += "   busbw  ratio #wrong";
+    h[2] += "  (GB/s)              ";
+    return h;
   }
 
   void printTitle(Benchmark b, DataType t, ReduceOp op) {
@@ -504,18 +597,19 @@ class Runner {
       std::printf(
           "# every rank sends count elements to rank + 1 and receives count from rank - 1, in one group; "
           "out of place only; busbw = algbw\n");
+    const auto nh = ncclHeaders();
     std::printf(
         "#                                                      out-of-place                       in-place  "
         "        ");
-    std::printf("%s\n", nccl_ ? "              NCCL" : "");
+    std::printf("%s\n", nh[0].c_str());
     std::printf(
         "#       size         count      type   redop    root     time   algbw   busbw #wrong     time   "
         "algbw   busbw #wrong");
-    std::printf("%s   host%s  algorithm\n", nccl_ ? "     time   busbw  ratio #wrong" : "", nccl_ ? "  nccl" : "");
+    std::printf("%s   host%s  algorithm\n", nh[1].c_str(), nccl_ ? "  nccl" : "");
     std::printf(
         "#        (B)    (elements)                               (us)  (GB/s)  (GB/s)            (us)  "
         "(GB/s)  (GB/s)       ");
-    std::printf("%s   (us)%s\n", nccl_ ? "     (us)  (GB/s)              " : "", nccl_ ? "  (us)" : "");
+    std::printf("%s   (us)%s\n", nh[2].c_str(), nccl_ ? "  (us)" : "");
     std::fflush(stdout);
   }
 
@@ -537,11 +631,22 @@ class Runner {
     cols(r.outOfPlace);
     cols(r.inPlace);
     if (nccl_) {
-      const double busbw = r.bytes / r.nccl.us / 1e3 * factor;
-      std::printf(" %8.2f %7.2f %6.2f %6llu", r.nccl.us, busbw, r.nccl.us / r.outOfPlace.us,
-                  static_cast<unsigned long long>(r.nccl.wrong));
+      std::uint64_t wrong = 0;
+      for (NcclVariant v : o_.ncclVariants) {
+        const Measure& m = r.ncclVariants[static_cast<std::size_t>(v)];
+        if (m.us < 0)
+          std::printf(" %10s", "-");
+        else
+          std::printf(" %10.2f", m.us);
+        wrong += m.wrong;
+      }
+      if (r.ncclBest < 0)
+        std::printf(" %7s %6s %6s", "-", "-", "-");
+      else
+        std::printf(" %7.2f %6.2f %6llu", r.bytes / r.nccl.us / 1e3 * factor, r.nccl.us / r.outOfPlace.us,
+                    static_cast<unsigned long long>(wrong));
     }
-    // Host time per eager call, out of place: ferry's, then NCCL's.
+    // Host time per eager call, out of place: ferry's, then the fastest NCCL's.
     std::printf(" %6.2f", r.outOfPlace.hostUs);
     if (nccl_) std::printf(" %5.2f", r.nccl.hostUs);
     std::printf("  %s\n", r.algorithm.c_str());
@@ -585,6 +690,12 @@ class Runner {
               {"busbw", algbw * busFactor(r.benchmark, r_.worldSize)},
               {"wrong", m.wrong}};
     };
+    auto ncclVariantsJson = [&](const BenchRow& r) {
+      nlohmann::json out = nlohmann::json::object();
+      for (int i = 0; i < kNcclVariantCount; ++i)
+        out[std::string(ncclVariantName(static_cast<NcclVariant>(i)))] = measure(r.ncclVariants[i], r);
+      return out;
+    };
     doc["rows"] = nlohmann::json::array();
     for (const auto& r : rows_)
       doc["rows"].push_back({{"collective", std::string(benchmarkName(r.benchmark))},
@@ -596,7 +707,11 @@ class Runner {
                              {"algorithm", r.algorithm},
                              {"out_of_place", measure(r.outOfPlace, r)},
                              {"in_place", measure(r.inPlace, r)},
-                             {"nccl", measure(r.nccl, r)}});
+                             {"nccl", measure(r.nccl, r)},
+                             {"nccl_variant", r.ncclBest < 0 ? nlohmann::json(nullptr)
+                                                             : nlohmann::json(std::string(ncclVariantName(
+                                                                   static_cast<NcclVariant>(r.ncclBest))))},
+                             {"nccl_variants", ncclVariantsJson(r)}});
     std::ofstream(o_.jsonPath) << doc.dump(2) << "\n";
     std::printf("# results: %s\n", o_.jsonPath.c_str());
   }
@@ -634,11 +749,27 @@ class Runner {
   std::unique_ptr<DeviceMemory> barrierBuf_;
   std::string allReduceForced_;  // what force() set for allreduce (alignFerry steps around it)
   std::unique_ptr<NcclLibrary> nccl_;
+  std::array<bool, kNcclVariantCount> ncclVariantOff_{};  // could not be set up: left out of the run
   std::vector<BenchRow> rows_;
   std::uint64_t seed_ = 0;
 };
 
 }  // namespace
+
+std::string_view ncclVariantName(NcclVariant v) {
+  switch (v) {
+    case NcclVariant::Plain: return "plain";
+    case NcclVariant::Registered: return "registered";
+    case NcclVariant::Window: return "window";
+  }
+  return "?";
+}
+
+std::optional<NcclVariant> parseNcclVariant(std::string_view name) {
+  for (int i = 0; i < kNcclVariantCount; ++i)
+    if (name == ncclVariantName(static_cast<NcclVariant>(i))) return static_cast<NcclVariant>(i);
+  return std::nullopt;
+}
 
 std::string_view benchmarkName(Benchmark b) {
   if (const auto c = collectiveOf(b)) return toString(*c);

@@ -3,6 +3,7 @@
 // check ferry's result against the host reference (poisoned output, random input), then time it out
 // of place and in place, and time NCCL on the same buffers when it is loaded. Rank 0 prints
 // nccl-tests style rows and keeps them for the JSON report.
+#include <array>
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -34,6 +35,15 @@ std::string_view benchmarkName(Benchmark b);
 // "sendrecv" ("send_recv"; case-insensitively) or a name parseCollective takes.
 std::optional<Benchmark> parseBenchmark(std::string_view name);
 
+// How NCCL's buffers are set up, as nccl-tests' -R 0, 1 and 2: as they come (cudaMalloc, the same
+// buffers ferry uses), from ncclMemAlloc and registered (ncclCommRegister: NCCL may skip its staging
+// copies), or from ncclMemAlloc and registered as symmetric windows (ncclCommWindowRegister: NCCL's
+// symmetric kernels). A table's ratio is against the fastest of those measured, size by size.
+enum class NcclVariant : int { Plain, Registered, Window };
+inline constexpr int kNcclVariantCount = 3;
+std::string_view ncclVariantName(NcclVariant v);  // "plain", "registered", "window"
+std::optional<NcclVariant> parseNcclVariant(std::string_view name);
+
 struct BenchOptions {
   std::vector<Benchmark> benchmarks{benchmarkOf(Collective::AllReduce)};
   std::uint64_t minBytes = 1 << 10;
@@ -53,6 +63,7 @@ struct BenchOptions {
   std::string algorithm;    // forced for every collective that has it
   bool nccl = true;
   std::string ncclPath = "libnccl.so.2";
+  std::vector<NcclVariant> ncclVariants{NcclVariant::Plain, NcclVariant::Registered, NcclVariant::Window};
   std::string jsonPath;
   std::string tunePath;
   int gpus = 1;  // visible; rank r runs on GPU localRank % gpus, so more ranks than GPUs share them
@@ -73,7 +84,10 @@ struct BenchRow {
   ReduceOp op;
   int root;
   std::string algorithm;  // the collective's algorithm; "p2p" for sendrecv (ferry's send/recv kernel)
-  Measure outOfPlace, inPlace, nccl;
+  Measure outOfPlace, inPlace;
+  std::array<Measure, kNcclVariantCount> ncclVariants;  // indexed by NcclVariant; us < 0: not measured
+  Measure nccl;                                         // the fastest of ncclVariants
+  int ncclBest = -1;                                    // its NcclVariant; -1: none measured
 };
 
 // Runs everything the options ask for; returns the process exit code (non-zero when a result

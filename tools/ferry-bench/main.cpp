@@ -9,6 +9,7 @@
 #include <cuda_runtime_api.h>
 
 #include <CLI/CLI.hpp>
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <exception>
@@ -77,11 +78,17 @@ int main(int argc, char** argv) {
   app.add_option("--algo", o.algorithm, "force this algorithm where it applies (see --list)");
   app.add_flag("--no-nccl", noNccl, "do not time NCCL");
   app.add_option("--nccl", o.ncclPath, "the NCCL library to compare with")->capture_default_str();
+  std::string ncclVariants = "plain,registered,window";
+  app.add_option("--nccl-variants", ncclVariants,
+                 "how NCCL's buffers are set up, comma-separated (nccl-tests' -R 0, 1, 2): plain (ferry's "
+                 "cudaMalloc buffers), registered (ncclMemAlloc + ncclCommRegister), window (ncclMemAlloc + "
+                 "ncclCommWindowRegister); the ratio is against the fastest")
+      ->capture_default_str();
   app.add_flag("--no-in-place", noInPlace, "time out-of-place calls only");
   int registered = 0;
   app.add_option("-R,--registered", registered,
-                 "register ferry's buffers (1): calls above the LL sizes then run zero-copy; NCCL's stay "
-                 "unregistered")
+                 "register ferry's buffers (1): calls above the LL sizes then run zero-copy (NCCL's: "
+                 "--nccl-variants)")
       ->capture_default_str();
   app.add_option("--json", o.jsonPath, "also write the results as JSON to this file");
   app.add_option("--tune", o.tunePath, "time every algorithm at every size and write a tuning table (JSON)");
@@ -111,14 +118,6 @@ int main(int argc, char** argv) {
     o.graphLaunches = graph;
     o.nccl = !noNccl;
     o.inPlace = !noInPlace;
-    o.benchmarks.clear();
-    if (what == "all") {
-      for (int b = 0; b < kBenchmarkCount; ++b) o.benchmarks.push_back(static_cast<Benchmark>(b));
-    } else if (auto b = parseBenchmark(what)) {
-      o.benchmarks.push_back(*b);
-    } else {
-      throw CLI::ValidationError("collective", "unknown collective '" + what + "'");
-    }
     auto splitList = [](const std::string& s) {
       std::vector<std::string> out;
       std::size_t b = 0;
@@ -130,6 +129,22 @@ int main(int argc, char** argv) {
       }
       return out;
     };
+    o.ncclVariants.clear();
+    for (const auto& v : splitList(ncclVariants)) {
+      const auto variant = parseNcclVariant(v);
+      if (!variant)
+        throw CLI::ValidationError("nccl-variants", "unknown NCCL variant '" + v + "' (plain, registered, window)");
+      if (std::find(o.ncclVariants.begin(), o.ncclVariants.end(), *variant) == o.ncclVariants.end())
+        o.ncclVariants.push_back(*variant);
+    }
+    o.benchmarks.clear();
+    if (what == "all") {
+      for (int b = 0; b < kBenchmarkCount; ++b) o.benchmarks.push_back(static_cast<Benchmark>(b));
+    } else if (auto b = parseBenchmark(what)) {
+      o.benchmarks.push_back(*b);
+    } else {
+      throw CLI::ValidationError("collective", "unknown collective '" + what + "'");
+    }
     o.types.clear();
     for (const auto& t : splitList(types)) {
       if (t == "all") {

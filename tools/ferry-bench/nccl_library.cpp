@@ -100,4 +100,36 @@ void NcclLibrary::sendRecv(const void* send, void* recv, std::size_t count, int 
   check(api_->groupEnd(), "ncclGroupEnd");
 }
 
+void* NcclLibrary::memAlloc(std::size_t bytes) const {
+  if (api_->memAlloc == nullptr || api_->memFree == nullptr)
+    throw std::runtime_error(api_->path + " lacks ncclMemAlloc/ncclMemFree (NCCL >= 2.19)");
+  void* ptr = nullptr;
+  check(api_->memAlloc(&ptr, bytes), "ncclMemAlloc");
+  return ptr;
+}
+void NcclLibrary::memFree(void* ptr) const noexcept {
+  if (ptr != nullptr && api_->memFree != nullptr) api_->memFree(ptr);
+}
+void* NcclLibrary::registerBuffer(void* ptr, std::size_t bytes) const {
+  void* handle = nullptr;
+  check(api_->commRegister(asComm(comm_), ptr, bytes, &handle), "ncclCommRegister");
+  return handle;
+}
+void NcclLibrary::deregisterBuffer(void* handle) const noexcept {
+  if (handle != nullptr) api_->commDeregister(asComm(comm_), handle);
+}
+bool NcclLibrary::hasWindows() const {
+  return api_->commWindowRegister != nullptr && api_->commWindowDeregister != nullptr;
+}
+void* NcclLibrary::registerWindow(void* ptr, std::size_t bytes) const {
+  if (!hasWindows()) throw std::runtime_error(api_->path + " lacks ncclCommWindowRegister (NCCL >= 2.27)");
+  ncclWindow_t window = nullptr;
+  check(api_->commWindowRegister(asComm(comm_), ptr, bytes, &window, NCCL_WIN_COLL_SYMMETRIC),
+        "ncclCommWindowRegister");
+  return window;
+}
+void NcclLibrary::deregisterWindow(void* window) const noexcept {
+  if (window != nullptr) api_->commWindowDeregister(asComm(comm_), static_cast<ncclWindow_t>(window));
+}
+
 }  // namespace ferry::tools

@@ -47,6 +47,20 @@ class NcclLibrary {
   void reduce(const void* send, void* recv, std::size_t count, int type, int op, int root,
               cudaStream_t s) const;
 
+  // What NCCL's fastest paths ask of the caller's memory (nccl-tests -R 1 and -R 2 do the same).
+  // Memory from ncclMemAlloc (cuMem, which peers can map); throws when the library lacks it.
+  void* memAlloc(std::size_t bytes) const;
+  void memFree(void* ptr) const noexcept;
+  // ncclCommRegister: NCCL may then read and write the buffer in place (zero-copy). The handle is
+  // for deregisterBuffer.
+  void* registerBuffer(void* ptr, std::size_t bytes) const;
+  void deregisterBuffer(void* handle) const noexcept;
+  // ncclCommWindowRegister with NCCL_WIN_COLL_SYMMETRIC (NCCL >= 2.27): every rank registers a buffer
+  // of the same size, in the same order, and NCCL may run its symmetric kernels on it. Collective.
+  bool hasWindows() const;
+  void* registerWindow(void* ptr, std::size_t bytes) const;
+  void deregisterWindow(void* window) const noexcept;
+
  private:
   NcclLibrary() = default;
   void check(int result, const char* call) const;
