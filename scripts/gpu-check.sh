@@ -112,6 +112,7 @@ step_python() {
   local rc=0 example port=29600 tests
   # One pytest per group, each bounded, so that a hang costs that group and names it.
   for tests in "python/tests/test_native_*.py" python/tests/test_gpu_comm.py python/tests/test_torch_backend.py \
+    python/tests/test_torch_fused_ops.py \
     python/tests/test_torch_training.py; do
     echo "== pytest $tests"
     # shellcheck disable=SC2086  # the glob is meant to expand

@@ -88,3 +88,6 @@ def _register():
 
 
 _register()
+
+# torch.ops.ferry.fused_all_gather_matmul and the other tensor-parallel ops (fused_ops.py).
+from ferry.torch import fused_ops  # noqa: E402,F401

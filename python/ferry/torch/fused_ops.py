@@ -1,0 +1,218 @@
+"""The tensor-parallel ops of torch.distributed._symmetric_memory, in the namespace `ferry`, with
+PyTorch's schemas, so that code and compiler passes port by changing the namespace:
+
+    torch.ops.ferry.fused_all_gather_matmul(A_shard, [B0, B1], gather_dim, group_name, return_A=True)
+        -> (A or None, [A @ B0, A @ B1])       A = all_gather(A_shard) along gather_dim
+    torch.ops.ferry.fused_matmul_reduce_scatter(A, B, "sum" | "avg", scatter_dim, group_name)
+        -> reduce_scatter(A @ B) along scatter_dim
+    torch.ops.ferry.fused_all_gather_scaled_matmul(...)      the same with fp8 A and Bs (torch._scaled_mm)
+    torch.ops.ferry.fused_scaled_matmul_reduce_scatter(...)
+
+`group_name` is a process group's name (`group.group_name`). Every op runs on any device and any
+backend of that group (the CPU tests use gloo). What runs here is the unfused composition: the
+collective through torch's functional collectives (on the group's backend: ferry's for CUDA
+tensors under "cuda:ferry"), then the matmuls; the reduction of fused_matmul_reduce_scatter
+accumulates in float32 and rounds once. The same functions are the ops' Meta implementations, so
+torch.compile traces them with fake tensors. (The pipelined kernels that overlap the two are the
+next step of docs/pytorch.md's "Tensor parallelism"; they will fall back to this composition where
+pipelining cannot win.)
+
+The scale modes of the fp8 variants are PyTorch's: A_scale is one value (tensor-wise), one per row
+of this rank's shard (row-wise, sharded: gathered with A), or one per row of the gathered A
+(row-wise, replicated); a B scale is one value or one per column.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.distributed as dist
+from torch.distributed import distributed_c10d as c10d
+
+_lib = torch.library.Library("ferry", "FRAGMENT")  # noqa: TOR901
+_TAGS = (torch._C.Tag.needs_fixed_stride_order,)
+_lib.define(
+    "fused_all_gather_matmul(Tensor A, Tensor[] Bs, int gather_dim, str group_name, *, bool return_A = True)"
+    " -> (Tensor?, Tensor[])",
+    tags=_TAGS,
+)
+_lib.define(
+    "fused_all_gather_scaled_matmul(Tensor A, Tensor[] Bs, Tensor A_scale, Tensor[] B_scales, int gather_dim,"
+    " str group_name, Tensor?[] biases, Tensor?[] result_scales, ScalarType?[] out_dtypes, bool[] use_fast_accum)"
+    " -> (Tensor, Tensor[])",
+    tags=_TAGS,
+)
+_lib.define(
+    "fused_matmul_reduce_scatter(Tensor A, Tensor B, str reduce_op, int scatter_dim, str group_name) -> Tensor",
+    tags=_TAGS,
+)
+_lib.define(
+    "fused_scaled_matmul_reduce_scatter(Tensor A, Tensor B, Tensor A_scale, Tensor B_scale, str reduce_op,"
+    " int orig_scatter_dim, int scatter_dim_after_maybe_reshape, str group_name, SymInt[]? output_shape,"
+    " Tensor? bias = None, Tensor? result_scale = None, ScalarType? out_dtype = None,"
+    " bool use_fast_accum = False) -> Tensor",
+    tags=_TAGS,
+)
+
+_KEYS = ("Meta", "CPU", "CUDA")
+
+
+def _impl(name):
+    def register(fn):
+        for key in _KEYS:
+            _lib.impl(name, fn, key)
+        return fn
+
+    return register
+
+
+def _group_size(op: str, group_name: str) -> int:
+    try:
+        return c10d._get_group_size_by_name(group_name)
+    except Exception as e:  # an unknown name: say which op and what to pass
+        raise ValueError(
+            f"ferry::{op}: no process group named {group_name!r} on rank {dist.get_rank()}: pass "
+            "group.group_name of a group made with dist.new_group (or dist.group.WORLD.group_name)"
+        ) from e
+
+
+def _dim(op: str, what: str, dim: int, ndim: int) -> int:
+    if not -ndim <= dim < ndim:
+        raise ValueError(f"ferry::{op}: {what} {dim} is out of range for a {ndim}-D tensor")
+    return dim % ndim
+
+
+def _all_gather(shard: torch.Tensor, dim: int, size: int, group_name: str) -> torch.Tensor:
+    """The shards of every rank, concatenated along dim (rank order)."""
+    # fp8 travels as bytes: gathering copies bits, and not every backend knows the fp8 types (gloo).
+    wire = shard.contiguous()
+    if wire.dtype.itemsize == 1 and wire.dtype.is_floating_point:
+        wire = wire.view(torch.uint8)
+    flat = torch.ops._c10d_functional.all_gather_into_tensor(wire, size, group_name)
+    flat = torch.ops._c10d_functional.wait_tensor(flat).view(shard.dtype)
+    # flat stacks the ranks' shards along a new leading dim; move it next to `dim` and merge.
+    return flat.view(size, *shard.shape).movedim(0, dim).flatten(dim, dim + 1)
+
+
+def _reduce_scatter(full: torch.Tensor, op: str, reduce_op: str, dim: int, size: int, group_name: str):
+    """This rank's part (along dim) of the sum or mean over ranks, accumulated in float32."""
+    if reduce_op not in ("sum", "avg"):
+        raise ValueError(f"ferry::{op}: reduce_op must be 'sum' or 'avg', not {reduce_op!r}")
+    if full.shape[dim] % size != 0:
+        raise ValueError(
+            f"ferry::{op}: the result's dim {dim} has {full.shape[dim]} rows, not a multiple of the group's "
+            f"{size} ranks"
+        )
+    acc = full.float() if full.dtype in (torch.float16, torch.bfloat16) else full
+    # reduce_scatter_tensor splits along dim 0: bring `dim` there, and back after.
+    moved = acc.movedim(dim, 0).contiguous()
+    part = torch.ops._c10d_functional.reduce_scatter_tensor(moved, reduce_op, size, group_name)
+    part = torch.ops._c10d_functional.wait_tensor(part)
+    return part.movedim(0, dim).to(full.dtype)
+
+
+def _matmul(A: torch.Tensor, B: torch.Tensor) -> torch.Tensor:
+    return torch.matmul(A, B)
+
+
+@_impl("fused_all_gather_matmul")
+def fused_all_gather_matmul(A_shard, Bs, gather_dim, group_name, *, return_A=True):
+    op = "fused_all_gather_matmul"
+    size = _group_size(op, group_name)
+    dim = _dim(op, "gather_dim", gather_dim, A_shard.dim())
+    A = _all_gather(A_shard, dim, size, group_name)
+    return (A if return_A else None), [_matmul(A, B) for B in Bs]
+
+
+@_impl("fused_matmul_reduce_scatter")
+def fused_matmul_reduce_scatter(A, B, reduce_op, scatter_dim, group_name):
+    op = "fused_matmul_reduce_scatter"
+    size = _group_size(op, group_name)
+    dim = _dim(op, "scatter_dim", scatter_dim, A.dim())
+    return _reduce_scatter(_matmul(A, B), op, reduce_op, dim, size, group_name)
+
+
+def _scaled_mm(A, B, A_scale, B_scale, bias, result_scale, out_dtype, use_fast_accum):
+    """A @ B of fp8 A (any leading dims) and B with their scales, as torch._scaled_mm computes it:
+    (A * A_scale) @ (B * B_scale) accumulated in float32, plus bias. Where _scaled_mm cannot run
+    (row-wise scales off CUDA), the same product of the dequantized operands."""
+    lead = A.shape[:-1]
+    A2 = A.flatten(0, -2)
+    A_scale2 = A_scale.reshape(-1, 1) if A_scale.numel() > 1 else A_scale.reshape(())
+    tensorwise = A_scale.numel() == 1 and B_scale.numel() == 1
+    if A.device.type == "cuda" or tensorwise or A.device.type == "meta":
+        out = torch._scaled_mm(A2, B, A_scale2.float(), B_scale.float(), bias, result_scale, out_dtype=out_dtype,
+                               use_fast_accum=use_fast_accum)
+    else:
+        if result_scale is not None:
+            raise NotImplementedError(
+                "ferry::fused scaled ops: a result_scale with row-wise scales needs CUDA (torch._scaled_mm)")
+        acc = (A2.float() * A_scale2.float()) @ (B.float() * B_scale.float().reshape(1, -1))
+        if bias is not None:
+            acc = acc + bias.float()
+        out = acc.to(out_dtype or A.dtype)
+    return out.unflatten(0, lead)
+
+
+def _gathered_scale(op, A_shard, A_scale, dim, size, group_name):
+    """A_scale for the gathered A, by PyTorch's three modes (see the module's docstring)."""
+    if A_scale.numel() == 1:
+        return A_scale
+    rows_here = A_shard.numel() // A_shard.shape[-1]
+    if A_scale.numel() == rows_here:  # one per row of this shard: gather them as A is gathered
+        scale = A_scale.reshape(*A_shard.shape[:-1], 1)
+        return _all_gather(scale, dim, size, group_name)
+    if A_scale.numel() == rows_here * size:  # one per row of the gathered A
+        return A_scale
+    raise ValueError(
+        f"ferry::{op}: A_scale has {A_scale.numel()} values; expected 1 (tensor-wise), {rows_here} (one per row of "
+        f"this rank's shard) or {rows_here * size} (one per row of the gathered A)"
+    )
+
+
+# A list of dtypes passed through the dispatcher as ScalarType?[] arrives as c10::ScalarType codes
+# (c10/core/ScalarType.h; the codes only ever get appended to). The ones torch._scaled_mm writes:
+_OUT_DTYPE_OF_CODE = {5: torch.float16, 6: torch.float32, 15: torch.bfloat16, 23: torch.float8_e5m2,
+                      24: torch.float8_e4m3fn}
+
+
+def _out_dtype(op, value):
+    if value is None or isinstance(value, torch.dtype):
+        return value
+    if value in _OUT_DTYPE_OF_CODE:
+        return _OUT_DTYPE_OF_CODE[value]
+    raise ValueError(f"ferry::{op}: out_dtype code {value} is not one torch._scaled_mm writes")
+
+
+@_impl("fused_all_gather_scaled_matmul")
+def fused_all_gather_scaled_matmul(A_shard, Bs, A_scale, B_scales, gather_dim, group_name, biases, result_scales,
+                                   out_dtypes, use_fast_accum):
+    op = "fused_all_gather_scaled_matmul"
+    n = len(Bs)
+    for what, seq in (("B_scales", B_scales), ("biases", biases), ("result_scales", result_scales),
+                      ("out_dtypes", out_dtypes), ("use_fast_accum", use_fast_accum)):
+        if len(seq) != n:
+            raise ValueError(f"ferry::{op}: {what} has {len(seq)} entries for {n} Bs")
+    size = _group_size(op, group_name)
+    dim = _dim(op, "gather_dim", gather_dim, A_shard.dim())
+    if dim == A_shard.dim() - 1:
+        raise ValueError(f"ferry::{op}: gather_dim must not be the last (contracted) dim of an fp8 A")
+    A = _all_gather(A_shard, dim, size, group_name)
+    scale = _gathered_scale(op, A_shard, A_scale, dim, size, group_name)
+    outs = [_scaled_mm(A, B, scale, B_scale, bias, rs, _out_dtype(op, dt), fa)
+            for B, B_scale, bias, rs, dt, fa in zip(Bs, B_scales, biases, result_scales, out_dtypes, use_fast_accum)]
+    return A, outs
+
+
+@_impl("fused_scaled_matmul_reduce_scatter")
+def fused_scaled_matmul_reduce_scatter(A, B, A_scale, B_scale, reduce_op, orig_scatter_dim,
+                                       scatter_dim_after_maybe_reshape, group_name, output_shape, bias=None,
+                                       result_scale=None, out_dtype=None, use_fast_accum=False):
+    op = "fused_scaled_matmul_reduce_scatter"
+    size = _group_size(op, group_name)
+    C = _scaled_mm(A, B, A_scale, B_scale, bias, result_scale, _out_dtype(op, out_dtype), use_fast_accum)
+    # PyTorch's async-TP pass may hand over A reshaped to 2-D (its rows then hold the original
+    # leading dims): the product is viewed in the original shape before the scatter.
+    if output_shape is not None:
+        C = C.view(*output_shape[:-1], C.shape[-1])
+    dim = _dim(op, "orig_scatter_dim", orig_scatter_dim, C.dim())
+    return _reduce_scatter(C, op, reduce_op, dim, size, group_name)
