@@ -76,7 +76,10 @@ class FERRY_API Communicator {
 
   // Sends this rank's half of the handshake now; get() receives the peer's half, checks that both
   // ends agree and are on one host where the transport needs it, and makes the Connection. CudaIpc
-  // connections use the CUDA device current when connect() is called. Ethernet and InfiniBand are
+  // connections use the CUDA device current when connect() is called. Ethernet connects ranks on
+  // any hosts over TCP (the interface FERRY_SOCKET_IFNAME names, as the bootstrap's): both ends set
+  // it up together, on a thread of its own from connect() on, within FERRY_CONNECTION_TIMEOUT;
+  // memory it writes must be registered for Ethernet by its owner. InfiniBand is
   // Error(NotSupported) for now.
   std::shared_future<std::shared_ptr<Connection>> connect(int peer, Transport transport, int tag = 0);
 

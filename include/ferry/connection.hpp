@@ -9,9 +9,10 @@
 // earlier write() and updateAndSync() has completed at the destination.
 //
 // Arguments are checked in one place (here, before the transport sees them): dst must be the
-// remote rank's memory (received with recvMemory) and mapped in this process, src memory this
-// rank registered, offsets and sizes within both, the updateAndSync word 8-byte aligned; for
-// HostMemory both must be host memory. A bad argument is Error(InvalidUsage) naming this rank, the
+// remote rank's memory (received with recvMemory) and mapped in this process (CudaIpc, HostMemory)
+// or registered for the transport (Ethernet, which copies the bytes over TCP and has the owner's
+// side check them again), src memory this rank registered, offsets and sizes within both, the
+// updateAndSync word 8-byte aligned; for HostMemory both must be host memory. A bad argument is Error(InvalidUsage) naming this rank, the
 // peer and the operation.
 //
 // A Connection is not thread-safe: one thread (usually the proxy) issues its operations.
@@ -84,6 +85,12 @@ class FERRY_API Connection {
   // The defaults suit transports whose operations complete before they return.
   virtual std::uint64_t doBeginFlush() { return 0; }
   virtual bool doFlushComplete(std::uint64_t /*ticket*/) { return true; }
+  // Transports that copy rather than map (Ethernet) return false, and get the peer's registration
+  // itself instead of an address here: doWriteTo and doUpdateAndSyncTo replace doWrite and
+  // doUpdateAndSync for them (src is memory of this process, registered or not, host or device).
+  virtual bool mapsPeerMemory() const { return true; }
+  virtual void doWriteTo(const RegisteredMemory& dst, std::uint64_t dstOffset, const void* src, std::uint64_t bytes);
+  virtual void doUpdateAndSyncTo(const RegisteredMemory& dst, std::uint64_t dstOffset, std::uint64_t newValue);
   // "rank 0 -> rank 1 (CudaIpc)", for messages.
   std::string describe() const;
 

@@ -3,13 +3,16 @@
 
 #include <unistd.h>
 
+#include <cstring>
 #include <map>
 #include <mutex>
 #include <utility>
 
 #include "core/serializer.hpp"
+#include "ferry/env.hpp"
 #include "ferry/errors.hpp"
 #include "transport/cuda_ipc_connection.hpp"
+#include "transport/ethernet_connection.hpp"
 #include "platform/cuda_runtime_util.hpp"
 #include "transport/host_memory_connection.hpp"
 #include "platform/process_identity.hpp"
@@ -65,6 +68,10 @@ struct Hello {
   std::uint64_t hostHash = 0;
   std::string hostName;
   int device = -1;
+  // Ethernet: where this side listens for the peer, and the key the peer must prove it holds.
+  bool hasEndpoint = false;
+  SocketAddress address;
+  wire::Nonce key{};
 
   std::vector<std::byte> encode() const {
     Writer w;
@@ -74,6 +81,11 @@ struct Hello {
     w.put(hostHash);
     w.putString(hostName);
     w.put(static_cast<std::int32_t>(device));
+    w.put(static_cast<std::uint8_t>(hasEndpoint));
+    if (hasEndpoint) {
+      address.serialize(w);
+      w.putBytes(std::as_bytes(std::span(key)));
+    }
     return std::move(w).bytes();
   }
   static Hello decode(std::span<const std::byte> bytes) {
@@ -90,6 +102,12 @@ struct Hello {
     h.hostHash = r.get<std::uint64_t>();
     h.hostName = r.getString();
     h.device = r.get<std::int32_t>();
+    h.hasEndpoint = r.get<std::uint8_t>() != 0;
+    if (h.hasEndpoint) {
+      h.address = SocketAddress::deserialize(r);
+      const auto key = r.getBytes(h.key.size());
+      std::memcpy(h.key.data(), key.data(), h.key.size());
+    }
     r.expectEnd();
     return h;
   }
@@ -103,7 +121,8 @@ std::string hostName() {
 
 bool needsOneHost(Transport t) { return t == Transport::CudaIpc || t == Transport::HostMemory; }
 
-std::shared_ptr<Connection> makeConnection(const Hello& mine, const Hello& theirs, int peer) {
+std::shared_ptr<Connection> makeConnection(const Hello& mine, const Hello& theirs, int peer,
+                                           std::shared_ptr<EthernetConnection::Endpoint> endpoint) {
   std::string pair = "rank " + std::to_string(mine.rank) + " -> rank " + std::to_string(peer) + " (" +
                      std::string(toString(mine.transport)) + ")";
   if (theirs.rank != peer)
@@ -126,6 +145,10 @@ std::shared_ptr<Connection> makeConnection(const Hello& mine, const Hello& their
       return std::make_shared<CudaIpcConnection>(mine.rank, peer, mine.device);
     case Transport::HostMemory: return std::make_shared<HostMemoryConnection>(mine.rank, peer);
     case Transport::Ethernet:
+      if (!theirs.hasEndpoint)
+        throw Error(ErrorCode::ProtocolError, pair + ": rank " + std::to_string(peer) + "'s hello has no address");
+      return EthernetConnection::establish(mine.rank, peer, std::move(*endpoint), theirs.address, theirs.key,
+                                           env().connectionTimeout);
     case Transport::InfiniBand: break;
   }
   throw Error(ErrorCode::NotSupported, pair + ": this transport is not implemented yet");
@@ -207,14 +230,25 @@ std::shared_future<std::shared_ptr<Connection>> Communicator::connect(int peer, 
   // The device current now; a failure to find one surfaces from get(), after the peer has been
   // answered, so that it does not wait out its timeout.
   mine.device = transport == Transport::CudaIpc && gpuPresent() ? currentDevice() : -1;
+  std::shared_ptr<EthernetConnection::Endpoint> endpoint;
+  if (transport == Transport::Ethernet) {
+    endpoint = std::make_shared<EthernetConnection::Endpoint>(EthernetConnection::Endpoint::open());
+    mine.hasEndpoint = true;
+    mine.address = endpoint->address;
+    mine.key = endpoint->key;
+  }
   int btag = bootstrapTag(Channel::Connect, tag);
   std::vector<std::byte> hello = mine.encode();
   impl_->boot->send(hello.data(), hello.size(), peer, btag);
   std::uint64_t seq = impl_->mailbox->post(peer, btag);
-  return std::async(std::launch::deferred,
-                    [mailbox = impl_->mailbox, mine, peer, btag, seq] {
+  // An Ethernet connection is set up by both sides at once (each connects to the other's listener
+  // and accepts on its own), so it runs now, on a thread of its own: were it deferred to get(), ranks
+  // that get() their peers' connections in different orders would wait for each other.
+  const auto policy = transport == Transport::Ethernet ? std::launch::async : std::launch::deferred;
+  return std::async(policy,
+                    [mailbox = impl_->mailbox, mine, peer, btag, seq, endpoint] {
                       Hello theirs = Hello::decode(mailbox->take(peer, btag, seq));
-                      return makeConnection(mine, theirs, peer);
+                      return makeConnection(mine, theirs, peer, endpoint);
                     })
       .share();
 }

@@ -39,13 +39,19 @@ struct Checker {
     throw Error(ErrorCode::InvalidUsage, who() + ": " + op + ": " + why);
   }
 
-  void remote(const RegisteredMemory& m, int remoteRank, const char* name) const {
+  void remote(const RegisteredMemory& m, int remoteRank, const char* name, bool mapped) const {
     if (!m.valid()) fail(std::string(name) + " is an empty RegisteredMemory");
     // By rank, not by process: ranks that share a process (threads as ranks) see each other's
     // memory as local to the process, and that is fine.
     if (m.rank() != remoteRank)
       fail(std::string(name) + " must be memory of rank " + std::to_string(remoteRank) +
            " received from it (recvMemory), but it is rank " + std::to_string(m.rank()) + "'s");
+    if (!mapped) {
+      if (!m.transports().has(transport))
+        fail(std::string(name) + " was registered for " + toString(m.transports()) + ", not for " +
+             std::string(toString(transport)) + ": the owner must register it for this transport too");
+      return;
+    }
     if (m.data() == nullptr)
       fail(std::string(name) + " (registered for " + toString(m.transports()) +
            ") is not mapped in this process: it must be registered on the same host for CudaIpc (device "
@@ -78,11 +84,15 @@ Checker(D, const char*, Transport) -> Checker<D>;
 void Connection::write(RegisteredMemory dst, std::uint64_t dstOffset, RegisteredMemory src,
                        std::uint64_t srcOffset, std::uint64_t bytes) {
   Checker check{[this] { return describe(); }, "write", transport_};
-  check.remote(dst, remoteRank_, "dst");
+  check.remote(dst, remoteRank_, "dst", mapsPeerMemory());
   check.local(src, rank_, "src");
   check.inside(dst, dstOffset, bytes, "dst");
   check.inside(src, srcOffset, bytes, "src");
   if (bytes == 0) return;
+  if (!mapsPeerMemory()) {
+    doWriteTo(dst, dstOffset, static_cast<const char*>(src.data()) + srcOffset, bytes);
+    return;
+  }
   doWrite(static_cast<char*>(dst.data()) + dstOffset, static_cast<const char*>(src.data()) + srcOffset,
           bytes);
 }
@@ -91,21 +101,35 @@ void Connection::write(RegisteredMemory dst, std::uint64_t dstOffset, const void
   Checker check{[this] { return describe(); }, "write", transport_};
   if (!readsLocalPointers())
     check.fail("this transport copies from registered memory only; register the source (Communicator::registerMemory)");
-  if (dst.valid() && dst.rank() == rank_ && dst.isLocal())
+  const bool own = dst.valid() && dst.rank() == rank_ && dst.isLocal();
+  if (own)
     check.local(dst, rank_, "dst");
   else
-    check.remote(dst, remoteRank_, "dst");
+    check.remote(dst, remoteRank_, "dst", mapsPeerMemory());
   check.inside(dst, dstOffset, bytes, "dst");
   if (bytes == 0) return;
   if (src == nullptr) check.fail("src is null");
+  if (!own && !mapsPeerMemory()) {
+    doWriteTo(dst, dstOffset, src, bytes);
+    return;
+  }
   doWrite(static_cast<char*>(dst.data()) + dstOffset, src, bytes);
 }
 
 void Connection::updateAndSync(RegisteredMemory dst, std::uint64_t dstOffset, std::uint64_t* src,
                                std::uint64_t newValue) {
   Checker check{[this] { return describe(); }, "updateAndSync", transport_};
-  check.remote(dst, remoteRank_, "dst");
+  check.remote(dst, remoteRank_, "dst", mapsPeerMemory());
   check.inside(dst, dstOffset, sizeof(std::uint64_t), "dst");
+  if (!mapsPeerMemory()) {
+    if (dstOffset % alignof(std::uint64_t) != 0)
+      check.fail("dst offset " + std::to_string(dstOffset) + " is not 8-byte aligned");
+    if (src == nullptr) check.fail("src is null");
+    if (reinterpret_cast<std::uintptr_t>(src) % alignof(std::uint64_t) != 0) check.fail("src is not 8-byte aligned");
+    *src = newValue;
+    doUpdateAndSyncTo(dst, dstOffset, newValue);
+    return;
+  }
   auto* word = static_cast<char*>(dst.data()) + dstOffset;
   if (reinterpret_cast<std::uintptr_t>(word) % alignof(std::uint64_t) != 0)
     check.fail("dst offset " + std::to_string(dstOffset) + " is not 8-byte aligned");
@@ -125,6 +149,14 @@ void Connection::flush(std::chrono::duration<double> timeout) {
 void Connection::flush() { doFlush(env().connectionTimeout); }
 
 std::uint64_t Connection::beginFlush() { return doBeginFlush(); }
+
+void Connection::doWriteTo(const RegisteredMemory&, std::uint64_t, const void*, std::uint64_t) {
+  throw Error(ErrorCode::InternalError, describe() + ": write: this transport maps the peer's memory");
+}
+
+void Connection::doUpdateAndSyncTo(const RegisteredMemory&, std::uint64_t, std::uint64_t) {
+  throw Error(ErrorCode::InternalError, describe() + ": updateAndSync: this transport maps the peer's memory");
+}
 
 bool Connection::flushComplete(std::uint64_t ticket) { return doFlushComplete(ticket); }
 

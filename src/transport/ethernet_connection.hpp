@@ -1,0 +1,83 @@
+#pragma once
+// EthernetConnection: two ranks on any hosts, over TCP. The peer's memory is not mapped here:
+// write() sends the bytes with the peer's registration (id and token, from its descriptor), and the
+// peer's receiver (a thread of the peer's own EthernetConnection to this rank) finds that live
+// registration, checks that it was registered for Ethernet and that the range is inside it, and
+// copies the bytes in: host memory straight from the socket, device memory through a pinned
+// staging buffer. updateAndSync sends the word after the data on the same stream; the receiver
+// applies frames in order, so it stores the word (a release store, or a copy after the earlier
+// copies for device memory) only after every earlier write landed. flush sends a marker the
+// receiver answers once everything before it landed. A receiver that refuses a frame answers with
+// its reason and closes: the sender's next flush throws it, naming the peer.
+//
+// Setup (Communicator::connect): each side listens on an ephemeral port of the interface the
+// bootstrap would use (FERRY_SOCKET_IFNAME) and sends, in its connect hello over the bootstrap,
+// that address and a fresh 128-bit key. Each side then connects to the other's listener and proves
+// it holds the key the listener's side sent (an HMAC over both ranks; the key itself never
+// travels on this socket); the listener turns away every connection without that proof, until
+// FERRY_CONNECTION_TIMEOUT. What travels after setup is not authenticated frame by frame (the
+// bootstrap's frames are; docs/security.md): on an untrusted network, tunnel it.
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "core/bootstrap_wire.hpp"
+#include "core/socket.hpp"
+#include "ferry/connection.hpp"
+
+namespace ferry {
+
+class EthernetConnection final : public Connection {
+ public:
+  // This side's half of the setup, made before the hello is sent.
+  struct Endpoint {
+    Socket listener;
+    SocketAddress address;  // what the peer connects to
+    wire::Nonce key{};      // what the peer must prove it holds
+    static Endpoint open();
+  };
+
+  // Connects to the peer's listener and accepts the peer's connection on ours (both proven), within
+  // `timeout`. Throws TimeoutError naming both ranks when the peer does not come, ProtocolError
+  // when its proof is wrong.
+  static std::shared_ptr<EthernetConnection> establish(int rank, int remoteRank, Endpoint mine,
+                                                       const SocketAddress& theirAddress, const wire::Nonce& theirKey,
+                                                       std::chrono::duration<double> timeout);
+  EthernetConnection(int rank, int remoteRank, Socket out, Socket in);
+  ~EthernetConnection() override;
+
+  bool readsLocalPointers() const override { return true; }
+
+ protected:
+  bool mapsPeerMemory() const override { return false; }
+  void doWrite(void* dst, const void* src, std::uint64_t bytes) override;
+  void doUpdateAndSync(std::uint64_t* dst, bool dstInHostMemory, std::uint64_t newValue) override;
+  void doWriteTo(const RegisteredMemory& dst, std::uint64_t dstOffset, const void* src, std::uint64_t bytes) override;
+  void doUpdateAndSyncTo(const RegisteredMemory& dst, std::uint64_t dstOffset, std::uint64_t newValue) override;
+  void doFlush(std::chrono::duration<double> timeout) override;
+  std::uint64_t doBeginFlush() override;
+  bool doFlushComplete(std::uint64_t ticket) override;
+
+ private:
+  void send(std::span<const std::byte> bytes);
+  // Reads the receiver's answers that have arrived (waiting until `deadline` for one at least);
+  // throws what the receiver refused.
+  void readAnswers(Clock::time_point deadline);
+  void receive();  // the receiver thread: applies the peer's frames to this process's memory
+  void serveFrame(const std::byte* header, std::vector<std::byte>& staging);
+  void answer(std::uint64_t kind, std::uint64_t value, const std::string& text = {});
+
+  Socket out_;  // to the peer: frames out, answers back
+  Socket in_;   // from the peer: its frames in, answers back
+  std::thread receiver_;
+  std::atomic<bool> stopping_{false};
+  std::uint64_t ticketsSent_ = 0, ticketsAnswered_ = 0;
+  std::vector<std::byte> answerBuffer_;
+  std::vector<std::byte> sendStaging_;  // device sources, copied to the host first
+};
+
+}  // namespace ferry
