@@ -117,7 +117,8 @@ std::uint64_t BufferRegistry::add(void* ptr, std::uint64_t bytes) {
   try {
     std::vector<RegisteredMemory> all(static_cast<std::size_t>(size));
     std::vector<MemoryId> ids;
-    all[rank] = comm_.registerMemory(ptr, bytes, Transport::CudaIpc);
+    // Ethernet too, as PeerMemory's: for port channels over connections that copy.
+    all[rank] = comm_.registerMemory(ptr, bytes, Transport::CudaIpc | Transport::Ethernet);
     std::vector<std::shared_future<RegisteredMemory>> futures(static_cast<std::size_t>(size));
     for (int p = 0; p < size; ++p) {
       if (p == rank) continue;

@@ -76,14 +76,32 @@ bool readExact(int fd, void* dst, std::size_t n, const std::atomic<bool>& stoppi
   return true;
 }
 
-bool isDeviceMemory(const void* p) {
-  if (!gpuPresent()) return false;
+// The non-blocking stream of `device` in `streams`, made at first use.
+cudaStream_t streamOf(std::map<int, cudaStream_t>& streams, int device) {
+  auto it = streams.find(device);
+  if (it != streams.end()) return it->second;
+  DeviceGuard guard(device);
+  cudaStream_t s = nullptr;
+  FERRY_CUDA_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+  streams.emplace(device, s);
+  return s;
+}
+
+// A copy between host and device on `stream`, complete when this returns.
+void copyOn(cudaStream_t stream, void* dst, const void* src, std::size_t n, cudaMemcpyKind kind) {
+  FERRY_CUDA_CHECK(cudaMemcpyAsync(dst, src, n, kind, stream));
+  FERRY_CUDA_CHECK(cudaStreamSynchronize(stream));
+}
+
+// The device of device memory at p; -1 for host memory (or without a GPU).
+int deviceOf(const void* p) {
+  if (!gpuPresent()) return -1;
   cudaPointerAttributes attr{};
   if (cudaPointerGetAttributes(&attr, p) != cudaSuccess) {
     (void)cudaGetLastError();
-    return false;
+    return -1;
   }
-  return attr.type == cudaMemoryTypeDevice || attr.type == cudaMemoryTypeManaged;
+  return attr.type == cudaMemoryTypeDevice || attr.type == cudaMemoryTypeManaged ? attr.device : -1;
 }
 
 }  // namespace
@@ -195,6 +213,11 @@ EthernetConnection::~EthernetConnection() {
   stopping_.store(true);
   ::shutdown(in_.fd(), SHUT_RDWR);
   if (receiver_.joinable()) receiver_.join();
+  for (auto* streams : {&sendStreams_, &receiveStreams_})
+    for (const auto& [device, stream] : *streams) {
+      DeviceGuard guard(device);
+      (void)cudaStreamDestroy(stream);
+    }
 }
 
 void EthernetConnection::doWrite(void*, const void*, std::uint64_t) {
@@ -225,15 +248,18 @@ void EthernetConnection::doWriteTo(const RegisteredMemory& dst, std::uint64_t ds
   h.offset = dstOffset;
   h.arg = bytes;
   send(std::as_bytes(std::span(&h, 1)));
-  if (!isDeviceMemory(src)) {
+  const int device = deviceOf(src);
+  if (device < 0) {
     send(std::span(static_cast<const std::byte*>(src), bytes));
     return;
   }
   // Device memory: through a host buffer, a chunk at a time.
   if (sendStaging_.empty()) sendStaging_.resize(kStagingBytes);
+  const cudaStream_t stream = streamOf(sendStreams_, device);
+  DeviceGuard guard(device);
   for (std::uint64_t done = 0; done < bytes;) {
     const std::uint64_t n = std::min<std::uint64_t>(kStagingBytes, bytes - done);
-    FERRY_CUDA_CHECK(cudaMemcpy(sendStaging_.data(), static_cast<const char*>(src) + done, n, cudaMemcpyDeviceToHost));
+    copyOn(stream, sendStaging_.data(), static_cast<const char*>(src) + done, n, cudaMemcpyDeviceToHost);
     send(std::span(sendStaging_.data(), n));
     done += n;
   }
@@ -372,7 +398,7 @@ void EthernetConnection::serveFrame(const std::byte* bytes, std::vector<std::byt
       throw Error(ErrorCode::ProtocolError, who + ": a word at offset " + std::to_string(h.offset) + " is not aligned");
     if (device) {
       DeviceGuard guard(reg->device);
-      FERRY_CUDA_CHECK(cudaMemcpy(dst, &h.arg, sizeof h.arg, cudaMemcpyHostToDevice));
+      copyOn(streamOf(receiveStreams_, reg->device), dst, &h.arg, sizeof h.arg, cudaMemcpyHostToDevice);
     } else {
       std::atomic_ref<std::uint64_t>(*reinterpret_cast<std::uint64_t*>(dst)).store(h.arg, std::memory_order_release);
     }
@@ -384,12 +410,13 @@ void EthernetConnection::serveFrame(const std::byte* bytes, std::vector<std::byt
     return;
   }
   if (staging.empty()) staging.resize(kStagingBytes);
+  const cudaStream_t stream = streamOf(receiveStreams_, reg->device);
   DeviceGuard guard(reg->device);
   for (std::uint64_t done = 0; done < len;) {
     const std::uint64_t n = std::min<std::uint64_t>(kStagingBytes, len - done);
     if (!readExact(in_.fd(), staging.data(), n, stopping_))
       throw Error(ErrorCode::RemoteError, who + ": the connection closed inside a write");
-    FERRY_CUDA_CHECK(cudaMemcpy(dst + done, staging.data(), n, cudaMemcpyHostToDevice));
+    copyOn(stream, dst + done, staging.data(), n, cudaMemcpyHostToDevice);
     done += n;
   }
 }

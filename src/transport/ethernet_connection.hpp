@@ -3,8 +3,8 @@
 // write() sends the bytes with the peer's registration (id and token, from its descriptor), and the
 // peer's receiver (a thread of the peer's own EthernetConnection to this rank) finds that live
 // registration, checks that it was registered for Ethernet and that the range is inside it, and
-// copies the bytes in: host memory straight from the socket, device memory through a pinned
-// staging buffer. updateAndSync sends the word after the data on the same stream; the receiver
+// copies the bytes in: host memory straight from the socket, device memory through a host
+// staging buffer, 4 MiB at a time (the sender stages device sources the same way). updateAndSync sends the word after the data on the same stream; the receiver
 // applies frames in order, so it stores the word (a release store, or a copy after the earlier
 // copies for device memory) only after every earlier write landed. flush sends a marker the
 // receiver answers once everything before it landed. A receiver that refuses a frame answers with
@@ -17,8 +17,11 @@
 // travels on this socket); the listener turns away every connection without that proof, until
 // FERRY_CONNECTION_TIMEOUT. What travels after setup is not authenticated frame by frame (the
 // bootstrap's frames are; docs/security.md): on an untrusted network, tunnel it.
+#include <cuda_runtime_api.h>
+
 #include <atomic>
 #include <chrono>
+#include <map>
 #include <cstdint>
 #include <mutex>
 #include <string>
@@ -78,6 +81,10 @@ class EthernetConnection final : public Connection {
   std::uint64_t ticketsSent_ = 0, ticketsAnswered_ = 0;
   std::vector<std::byte> answerBuffer_;
   std::vector<std::byte> sendStaging_;  // device sources, copied to the host first
+  // Device copies run on non-blocking streams of their own (one per device, each side's), never on
+  // the legacy default stream: a copy there would wait for a kernel on a blocking stream that may
+  // be the very kernel spinning on this connection's signal.
+  std::map<int, cudaStream_t> sendStreams_, receiveStreams_;
 };
 
 }  // namespace ferry

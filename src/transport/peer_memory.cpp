@@ -11,7 +11,9 @@ PeerMemory::PeerMemory(Communicator& comm, std::uint64_t bytes, int tag, const s
   const auto& boot = comm.bootstrap();
   const int rank = boot->rank(), size = boot->size();
   memory_ = gpuAlloc(bytes);  // zeroed: every counter in it starts at 0
-  RegisteredMemory local = comm.registerMemory(memory_.get(), bytes, Transport::CudaIpc);
+  // Ethernet too: the Comm's port channels may run over connections that copy (CommOptions::connect
+  // with Transport::Ethernet), whose owner side writes only into registrations made for them.
+  RegisteredMemory local = comm.registerMemory(memory_.get(), bytes, Transport::CudaIpc | Transport::Ethernet);
   std::vector<std::shared_future<RegisteredMemory>> futures(static_cast<std::size_t>(size));
   for (int p = 0; p < size; ++p) {
     if (p == rank) continue;

@@ -6,6 +6,8 @@
 // 2 and 4 ranks (one process each; ranks share GPUs with GPU_TESTS_SHARE_GPUS). Every output
 // element is checked against the host reference, outputs poisoned first, and the counts show that
 // the bytes went through the test's connection.
+// The same PortChannel algorithms then run over ferry's own Ethernet connections (TCP on loopback,
+// device memory staged through host buffers): the kernels are unchanged, only the connection differs.
 // The plan comes from tests/unit's compiled plans (FERRY_TEST_PLAN_DIR, set by ctest).
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
@@ -31,6 +33,12 @@ namespace ferry::test {
 namespace {
 
 constexpr unsigned char kPoison = tools::kPoisonByte;
+
+// Read once per process, before the ranks fork: Ethernet connections listen on loopback here.
+const bool kEnvironmentSet = [] {
+  ::setenv("FERRY_SOCKET_IFNAME", "lo", 0);
+  return true;
+}();
 
 void check(cudaError_t err, const char* what) {
   if (err != cudaSuccess) throw Error(ErrorCode::CudaError, std::string("CountingConnection: ") + what + ": " + cudaGetErrorString(err));
@@ -183,6 +191,36 @@ TEST_P(ForeignConnection, CarriesThePortChannelAlgorithmsAndAPortPlan) {
       EXPECT_GE(after.bytes - before.bytes, static_cast<std::uint64_t>(n - 1) * count * 4) << plan.algorithmName();
     }
     comm.setAlgorithm(Collective::AllGather, "");
+    cudaStreamDestroy(stream);
+  });
+}
+
+// ferry's Ethernet connection (transport/ethernet_connection.hpp) under the Comm's port channels.
+TEST_P(ForeignConnection, EthernetConnectionsCarryThePortChannelAlgorithms) {
+  ASSERT_TRUE(kEnvironmentSet);
+  const int n = GetParam();
+  runGpuRanksOk(n, [&](int rank, const std::shared_ptr<TcpBootstrap>& boot) {
+    CommOptions options;
+    options.connect = [&](Communicator& c, int peer) {
+      auto conn = c.connect(peer, Transport::Ethernet, 11).get();
+      EXPECT_EQ(conn->transport(), Transport::Ethernet);
+      return conn;
+    };
+    Comm comm(boot, options);
+    cudaStream_t stream;
+    cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking);
+    const std::pair<Collective, const char*> algos[] = {{Collective::AllReduce, "allreduce_ce"},
+                                                        {Collective::AllGather, "allgather_ce"},
+                                                        {Collective::AllToAll, "alltoall_ce"}};
+    for (const auto& [coll, algo] : algos) {
+      comm.setAlgorithm(coll, algo);
+      for (std::size_t count : {std::size_t{1001}, (std::size_t{1} << 18) + 7}) {
+        const tools::CallShape s{coll, DataType::Float32, ReduceOp::Sum, count, rank, n, 0, 91u + count};
+        EXPECT_EQ(callWrong(comm, *boot, stream, s), 0u) << algo << " over Ethernet, count " << count;
+        if (::testing::Test::HasFailure()) return;
+      }
+      comm.setAlgorithm(coll, "");
+    }
     cudaStreamDestroy(stream);
   });
 }
