@@ -10,8 +10,8 @@
 //                                 NVLink (CudaIpc connection); MemoryChannel uses it.
 //   Host2DeviceSemaphore          a host thread (the proxy) signals through the Connection, after
 //                                 the data it wrote there; the peer's GPU waits. PortChannel uses it
-//                                 (CudaIpc or HostMemory connection).
-//   Host2HostSemaphore            host threads on both sides (HostMemory connection).
+//                                 (CudaIpc, HostMemory or Ethernet connection).
+//   Host2HostSemaphore            host threads on both sides (HostMemory or Ethernet connection).
 //
 //   auto sem = std::make_shared<ferry::MemoryDevice2DeviceSemaphore>(comm, conn);  // both ranks
 //   myKernel<<<...>>>(sem->deviceHandle());
@@ -45,7 +45,8 @@ class FERRY_API Host2DeviceSemaphore {
   // once the data before it has landed (a store costs far less than issuing an 8-byte copy), and
   // this rank's GPU polls it; the expected count lives on the current CUDA device, the outbound
   // count on the host. @pre connection is CudaIpc, or HostMemory (the proxy then copies between
-  // host buffers with memcpy: a PortChannel into a peer's hostAlloc memory).
+  // host buffers with memcpy: a PortChannel into a peer's hostAlloc memory), or Ethernet (the
+  // bytes and the counter's new value travel over TCP; the peer's receiver stores the counter).
   Host2DeviceSemaphore(Communicator& comm, std::shared_ptr<Connection> connection, int tag = 0);
   ~Host2DeviceSemaphore();
   // Host side (the proxy): increments the peer's counter, ordered after every earlier write on the
@@ -64,7 +65,8 @@ class FERRY_API Host2DeviceSemaphore {
 
 class FERRY_API Host2HostSemaphore {
  public:
-  // Counters in shared host memory. @pre connection is HostMemory.
+  // Counters in host memory (shared with the peer over HostMemory, written by the peer's receiver
+  // over Ethernet). @pre connection is HostMemory or Ethernet.
   Host2HostSemaphore(Communicator& comm, std::shared_ptr<Connection> connection, int tag = 0);
   ~Host2HostSemaphore();
   void signal();

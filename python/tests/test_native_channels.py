@@ -1,6 +1,6 @@
 """The channel layer from Python without a GPU: two processes register host memory, exchange the
-descriptors, connect over shared host memory, and rank 0 writes into rank 1's buffer and signals;
-rank 1 checks every byte. Also: descriptors round-trip through serialize(), and device handles come
+descriptors, connect over shared host memory (and over Ethernet), and rank 0 writes into rank 1's
+buffer and signals; rank 1 checks every byte. Also: descriptors round-trip through serialize(), and device handles come
 out as bytes of the C++ struct's size."""
 
 import ctypes
@@ -26,18 +26,19 @@ def _pattern(seed):
     return bytes(rng.getrandbits(8) for _ in range(NBYTES))
 
 
-def _rank(uid, rank, results):
+def _rank(uid, rank, transport_name, results):
     try:
         boot = ferry.TcpBootstrap.create(uid, rank, 2, timeout=30)
         comm = ferry.Communicator(boot)
         peer = 1 - rank
         mine = ferry.host_alloc(NBYTES)
         ctypes.memset(mine.address, 0xA5, NBYTES)  # poison: what the write must replace
-        reg = comm.register_memory(mine.address, NBYTES, ferry.Transport.host_memory)
+        transport = getattr(ferry.Transport, transport_name)
+        reg = comm.register_memory(mine.address, NBYTES, transport)
         assert (reg.nbytes, reg.rank, reg.is_local, reg.device) == (NBYTES, rank, True, -1)
         comm.send_memory(reg, peer)
         pending_mem = comm.recv_memory(peer)
-        pending_conn = comm.connect(peer, ferry.Transport.host_memory)
+        pending_conn = comm.connect(peer, transport)
         theirs = pending_mem.get()
         conn = pending_conn.get()
         assert (theirs.rank, theirs.is_local, conn.remote_rank) == (peer, False, peer)
@@ -62,7 +63,15 @@ def test_a_write_over_a_host_memory_connection_lands_byte_for_byte():
     uid = ferry.UniqueId.create()
     # Spawned, not forked: host_alloc registers memory with CUDA, which a child forked from a
     # process that has used CUDA (the GPU tests before this one) cannot do.
-    got, _ = run_ranks(_rank, 2, lambda r: (uid, r), method="spawn")
+    got, _ = run_ranks(_rank, 2, lambda r: (uid, r, "host_memory"), method="spawn")
+    got = dict(got)
+    assert got == {0: "ok", 1: "ok"}
+
+
+def test_a_write_over_an_ethernet_connection_lands_byte_for_byte():
+    # The same over TCP: the bytes travel, and rank 1's side of the connection writes them in.
+    uid = ferry.UniqueId.create()
+    got, _ = run_ranks(_rank, 2, lambda r: (uid, r, "ethernet"), method="spawn")
     got = dict(got)
     assert got == {0: "ok", 1: "ok"}
 

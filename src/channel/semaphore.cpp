@@ -95,7 +95,7 @@ const std::shared_ptr<Connection>& MemoryDevice2DeviceSemaphore::connection() co
 Host2DeviceSemaphore::Host2DeviceSemaphore(Communicator& comm, std::shared_ptr<Connection> connection,
                                            int tag)
     : core_(std::make_shared<SemaphoreCore>(comm, std::move(connection), tag, "Host2DeviceSemaphore",
-                                            Transport::CudaIpc | Transport::HostMemory, true,
+                                            Transport::CudaIpc | Transport::HostMemory | Transport::Ethernet, true,
                                             /*inboundOnHost=*/true)) {}
 Host2DeviceSemaphore::~Host2DeviceSemaphore() = default;
 void Host2DeviceSemaphore::signal() { core_->signalThroughConnection(); }
@@ -105,7 +105,7 @@ const std::shared_ptr<Connection>& Host2DeviceSemaphore::connection() const { re
 
 Host2HostSemaphore::Host2HostSemaphore(Communicator& comm, std::shared_ptr<Connection> connection, int tag)
     : core_(std::make_shared<SemaphoreCore>(comm, std::move(connection), tag, "Host2HostSemaphore",
-                                            Transport::HostMemory, false)) {}
+                                            Transport::HostMemory | Transport::Ethernet, false)) {}
 Host2HostSemaphore::~Host2HostSemaphore() = default;
 void Host2HostSemaphore::signal() { core_->signalThroughConnection(); }
 const std::shared_ptr<Connection>& Host2HostSemaphore::connection() const { return core_->connection; }
