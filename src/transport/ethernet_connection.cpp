@@ -200,6 +200,7 @@ void EthernetConnection::doFlush(std::chrono::duration<double> timeout) {
 void EthernetConnection::readAnswers(Clock::time_point deadline) {
   // Whatever has arrived, waiting for the first byte until the deadline.
   if (!waitForFd(out_.fd(), POLLIN, deadline)) return;
+  bool closed = false;
   for (;;) {
     std::byte chunk[4096];
     const ssize_t got = ::recv(out_.fd(), chunk, sizeof chunk, MSG_DONTWAIT);
@@ -207,8 +208,8 @@ void EthernetConnection::readAnswers(Clock::time_point deadline) {
       answerBuffer_.insert(answerBuffer_.end(), chunk, chunk + got);
       continue;
     }
-    if (got == 0) {
-      // Closed: parse what came first (a refusal says why), else the peer is gone.
+    if (got == 0) {  // closed: what came first may say why (a refusal)
+      closed = true;
       break;
     }
     if (errno == EINTR) continue;
@@ -235,6 +236,10 @@ void EthernetConnection::readAnswers(Clock::time_point deadline) {
                                               " answered with an unknown kind " + std::to_string(a.kind));
   }
   answerBuffer_.erase(answerBuffer_.begin(), answerBuffer_.begin() + static_cast<std::ptrdiff_t>(at));
+  if (closed)
+    throw Error(ErrorCode::RemoteError, describe() + ": rank " + std::to_string(remoteRank()) +
+                                            " closed the connection (it exited, or destroyed its side); what was "
+                                            "written since the last confirmed flush may be lost");
 }
 
 void EthernetConnection::answer(std::uint64_t kind, std::uint64_t value, const std::string& text) {
@@ -250,7 +255,7 @@ void EthernetConnection::receive() {
   std::byte header[sizeof(FrameHeader)];
   try {
     while (readExact(in_.fd(), header, sizeof header, stopping_)) serveFrame(header, staging);
-  } catch (const Error& e) {
+  } catch (const std::exception& e) {
     // The frame was refused (or the memory could not be written): tell the sender why, then stop.
     if (!stopping_.load()) {
       FERRY_LOG(Warn, Transport) << pairName(rank(), remoteRank()) + ": " + e.what();

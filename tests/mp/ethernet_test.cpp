@@ -161,6 +161,13 @@ TEST(EthernetConnection, WhatAPeerMayNotWriteIsRefused) {
       // Refused by rank 0's receiver: the registration is gone there.
       conn->write(goneMem, 0, src.data(), 16);
       expectError(ErrorCode::RemoteError, "refused a write", [&] { conn->flush(10s); });
+      // The connection is closed after a refusal: what follows is an error at once, not a timeout.
+      const auto start = Clock::now();
+      expectError(ErrorCode::RemoteError, "", [&] {
+        conn->write(goneMem, 0, src.data(), 16);
+        conn->flush(10s);
+      });
+      EXPECT_LT(Clock::now() - start, 5s);
     } else {
       boot->barrier();
     }
