@@ -115,8 +115,16 @@ EthernetConnection::~EthernetConnection() {
     }
 }
 
-void EthernetConnection::doWrite(void*, const void*, std::uint64_t) {
-  throw Error(ErrorCode::InternalError, describe() + ": write: an Ethernet connection takes the peer's registration");
+// Only for this rank's own memory (Connection::write with a local dst): a copy here, complete when
+// it returns, so it is in order with the writes before and after it.
+void EthernetConnection::doWrite(void* dst, const void* src, std::uint64_t bytes) {
+  const int device = std::max(deviceOf(dst), deviceOf(src));
+  if (device < 0) {
+    std::memcpy(dst, src, bytes);
+    return;
+  }
+  DeviceGuard guard(device);
+  copyOn(streamOf(sendStreams_, device), dst, src, bytes, cudaMemcpyDefault);
 }
 void EthernetConnection::doUpdateAndSync(std::uint64_t*, bool, std::uint64_t) {
   throw Error(ErrorCode::InternalError,

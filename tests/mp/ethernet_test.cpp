@@ -158,6 +158,14 @@ TEST(EthernetConnection, WhatAPeerMayNotWriteIsRefused) {
                   [&] { conn->write(goneMem, 200, src.data(), 100); });
       std::uint64_t word = 0;
       expectError(ErrorCode::InvalidUsage, "not 8-byte aligned", [&] { conn->updateAndSync(goneMem, 4, &word, 1); });
+      // A write into this rank's own memory is a copy here.
+      std::vector<std::byte> own(64, std::byte{0});
+      RegisteredMemory ownMem = comm.registerMemory(own.data(), own.size(), Transport::Ethernet);
+      for (std::size_t i = 0; i < 16; ++i) src[i] = std::byte(i + 1);
+      conn->write(ownMem, 8, src.data(), 16);
+      EXPECT_EQ(own[8], std::byte{1});
+      EXPECT_EQ(own[23], std::byte{16});
+      EXPECT_EQ(own[24], std::byte{0});
       // Refused by rank 0's receiver: the registration is gone there.
       conn->write(goneMem, 0, src.data(), 16);
       expectError(ErrorCode::RemoteError, "refused a write", [&] { conn->flush(10s); });
