@@ -34,6 +34,17 @@ struct FrameHeader {
 };
 static_assert(sizeof(FrameHeader) == 48);
 
+// The header of a frame into `dst` (the peer's registration) at `offset`.
+FrameHeader frameInto(Op op, const RegisteredMemory& dst, std::uint64_t offset, std::uint64_t arg) {
+  FrameHeader h{};
+  h.op = static_cast<std::uint8_t>(op);
+  h.regId = dst.impl()->regId;
+  h.regToken = dst.impl()->regToken;
+  h.offset = offset;
+  h.arg = arg;
+  return h;
+}
+
 // Receiver -> sender: Flushed (value: the ticket) or Refused (value: the length of the reason that
 // follows, after which the receiver closes).
 enum class Answer : std::uint64_t { Flushed = 1, Refused = 2 };
@@ -143,13 +154,7 @@ void EthernetConnection::send(std::span<const std::byte> bytes) {
 
 void EthernetConnection::doWriteTo(const RegisteredMemory& dst, std::uint64_t dstOffset, const void* src,
                                    std::uint64_t bytes) {
-  const auto& d = *dst.impl();
-  FrameHeader h{};
-  h.op = static_cast<std::uint8_t>(Op::Write);
-  h.regId = d.regId;
-  h.regToken = d.regToken;
-  h.offset = dstOffset;
-  h.arg = bytes;
+  const FrameHeader h = frameInto(Op::Write, dst, dstOffset, bytes);
   send(std::as_bytes(std::span(&h, 1)));
   const int device = deviceOf(src);
   if (device < 0) {
@@ -170,13 +175,7 @@ void EthernetConnection::doWriteTo(const RegisteredMemory& dst, std::uint64_t ds
 
 void EthernetConnection::doUpdateAndSyncTo(const RegisteredMemory& dst, std::uint64_t dstOffset,
                                            std::uint64_t newValue) {
-  const auto& d = *dst.impl();
-  FrameHeader h{};
-  h.op = static_cast<std::uint8_t>(Op::Store);
-  h.regId = d.regId;
-  h.regToken = d.regToken;
-  h.offset = dstOffset;
-  h.arg = newValue;
+  const FrameHeader h = frameInto(Op::Store, dst, dstOffset, newValue);
   send(std::as_bytes(std::span(&h, 1)));
 }
 

@@ -8,7 +8,6 @@
 
 #include <atomic>
 #include <cstdlib>
-#include <random>
 #include <thread>
 
 #include "ferry/bootstrap.hpp"
@@ -16,6 +15,7 @@
 #include "ferry/errors.hpp"
 #include "core/socket.hpp"
 #include "mp_harness.hpp"
+#include "support/write_rounds.hpp"
 #include "transport/ethernet_connection.hpp"
 
 namespace ferry::test {
@@ -29,15 +29,6 @@ const bool kEnvironmentSet = [] {
   return true;
 }();
 
-void waitWord(const std::uint64_t* word, std::uint64_t value, const char* what) {
-  auto deadline = std::chrono::steady_clock::now() + 20s;
-  while (std::atomic_ref<const std::uint64_t>(*word).load(std::memory_order_acquire) < value) {
-    if (std::chrono::steady_clock::now() > deadline)
-      throw TimeoutError(std::string(what) + ": never reached " + std::to_string(value));
-    std::this_thread::yield();
-  }
-}
-
 template <class F>
 void expectError(ErrorCode code, const std::string& text, F&& f) {
   try {
@@ -47,12 +38,6 @@ void expectError(ErrorCode code, const std::string& text, F&& f) {
     EXPECT_EQ(e.code(), code) << e.what();
     EXPECT_NE(std::string(e.what()).find(text), std::string::npos) << e.what();
   }
-}
-
-std::byte patternByte(std::uint64_t round, std::size_t i) {
-  std::uint64_t x = (round << 40) ^ i;
-  x *= 0x9e3779b97f4a7c15ull;
-  return static_cast<std::byte>(x >> 57);
 }
 
 TEST(EthernetConnection, WritesLandBeforeTheSignal) {
@@ -80,22 +65,14 @@ TEST(EthernetConnection, WritesLandBeforeTheSignal) {
     std::shared_ptr<Connection> conn = connFuture.get();
     EXPECT_EQ(conn->transport(), Transport::Ethernet);
     std::uint64_t outbound = 0;
-    std::mt19937_64 rng(2024);
-    struct Op {
-      std::size_t dstOff, srcOff, bytes;
-    };
-    std::vector<Op> sequence;
-    for (int r = 0; r < kRounds; ++r) {
-      const std::size_t bytes = r == 0 ? 1 : r == 1 ? kSrc : 1 + rng() % (r % 3 == 0 ? 64 : kSrc);
-      sequence.push_back({r == 1 ? 0 : rng() % (kDst - bytes + 1), r == 1 ? 0 : rng() % (kSrc - bytes + 1), bytes});
-    }
+    const auto sequence = writeRounds(kDst, kSrc, kRounds);
     if (rank == 1) {
       RegisteredMemory theirs = comm.recvMemory(0, 2).get();
       EXPECT_EQ(theirs.size(), kDst);
       std::vector<std::byte> src(kSrc);
       RegisteredMemory srcMem = comm.registerMemory(src.data(), kSrc, Transport::Ethernet);
       for (int r = 0; r < kRounds; ++r) {
-        const Op& op = sequence[r];
+        const WriteOp& op = sequence[r];
         for (std::size_t i = 0; i < op.bytes; ++i) src[op.srcOff + i] = patternByte(r, i);
         // Registered source and unregistered pointer, by turns.
         if (r % 2 == 0)
@@ -116,7 +93,7 @@ TEST(EthernetConnection, WritesLandBeforeTheSignal) {
       std::vector<std::byte> shadow(kDst, std::byte{0});
       for (int r = 0; r < kRounds; ++r) {
         waitWord(flag.data(), r + 1, "rank 1's data");
-        const Op& op = sequence[r];
+        const WriteOp& op = sequence[r];
         for (std::size_t i = 0; i < op.bytes; ++i) shadow[op.dstOff + i] = patternByte(r, i);
         std::size_t bad = kDst;
         for (std::size_t i = 0; i < kDst && bad == kDst; ++i)

@@ -9,13 +9,13 @@
 #include <atomic>
 #include <cstring>
 #include <fstream>
-#include <random>
 #include <thread>
 
 #include "ferry/communicator.hpp"
 #include "ferry/memory.hpp"
 #include "mp_harness.hpp"
 #include "support/fd_count.hpp"
+#include "support/write_rounds.hpp"
 #include "memory/registered_memory_impl.hpp"
 
 namespace ferry::test {
@@ -30,40 +30,6 @@ std::size_t mappingCount() {
   std::size_t n = 0;
   for (std::string line; std::getline(maps, line);) n += line.find("/memfd:ferry-host") != std::string::npos;
   return n;
-}
-
-// Waits (bounded) until *word >= value, reading with acquire.
-void waitWord(const std::uint64_t* word, std::uint64_t value, const char* what) {
-  auto deadline = std::chrono::steady_clock::now() + 20s;
-  while (std::atomic_ref<const std::uint64_t>(*word).load(std::memory_order_acquire) < value) {
-    if (std::chrono::steady_clock::now() > deadline)
-      throw TimeoutError(std::string(what) + ": never reached " + std::to_string(value));
-    std::this_thread::yield();
-  }
-}
-
-std::byte patternByte(std::uint64_t round, std::size_t i) {
-  std::uint64_t x = (round << 40) ^ i;
-  x *= 0x9e3779b97f4a7c15ull;
-  return static_cast<std::byte>(x >> 57);
-}
-
-struct Op {
-  std::size_t dstOff, srcOff, bytes;
-};
-
-// The same sequence on both ranks: 1-byte, unaligned and large writes.
-std::vector<Op> ops(std::size_t dstSize, std::size_t srcSize, int rounds) {
-  std::mt19937_64 rng(2024);
-  std::vector<Op> out;
-  for (int r = 0; r < rounds; ++r) {
-    std::size_t maxBytes = std::min(dstSize, srcSize);
-    std::size_t bytes = r == 0 ? 1 : r == 1 ? maxBytes : 1 + rng() % (r % 3 == 0 ? 64 : maxBytes);
-    std::size_t dstOff = r == 1 ? 0 : rng() % (dstSize - bytes + 1);
-    std::size_t srcOff = r == 1 ? 0 : rng() % (srcSize - bytes + 1);
-    out.push_back({dstOff, srcOff, bytes});
-  }
-  return out;
 }
 
 TEST(HostMemoryConnection, WritesLandBeforeTheSignal) {
@@ -94,7 +60,7 @@ TEST(HostMemoryConnection, WritesLandBeforeTheSignal) {
     ASSERT_NE(peerFlag.data(), nullptr);
     EXPECT_FALSE(peerFlag.isLocal());
     std::uint64_t outbound = 0;
-    auto sequence = ops(kDst, kSrc, kRounds);
+    auto sequence = writeRounds(kDst, kSrc, kRounds);
 
     if (rank == 1) {
       RegisteredMemory theirs = dstFuture.get();
@@ -109,7 +75,7 @@ TEST(HostMemoryConnection, WritesLandBeforeTheSignal) {
       for (int r = 0; r < kRounds; ++r) {
         RegisteredMemory& src = srcs[r % 2];
         auto* s = static_cast<std::byte*>(src.data());
-        const Op& op = sequence[r];
+        const WriteOp& op = sequence[r];
         for (std::size_t i = 0; i < op.bytes; ++i) s[op.srcOff + i] = patternByte(r, i);
         conn->write(theirs, op.dstOff, src, op.srcOff, op.bytes);
         conn->updateAndSync(peerFlag, 0, &outbound, r + 1);
@@ -126,7 +92,7 @@ TEST(HostMemoryConnection, WritesLandBeforeTheSignal) {
       auto* d = static_cast<std::byte*>(dst.get());
       for (int r = 0; r < kRounds; ++r) {
         waitWord(flag.get(), r + 1, "rank 1's data");
-        const Op& op = sequence[r];
+        const WriteOp& op = sequence[r];
         for (std::size_t i = 0; i < op.bytes; ++i) shadow[op.dstOff + i] = patternByte(r, i);
         std::size_t bad = kDst;
         for (std::size_t i = 0; i < kDst && bad == kDst; ++i)
