@@ -73,7 +73,7 @@ TEST(EthernetConnection, WritesLandBeforeTheSignal) {
       RegisteredMemory srcMem = comm.registerMemory(src.data(), kSrc, Transport::Ethernet);
       for (int r = 0; r < kRounds; ++r) {
         const WriteOp& op = sequence[r];
-        for (std::size_t i = 0; i < op.bytes; ++i) src[op.srcOff + i] = patternByte(r, i);
+        fillRound(src.data(), r, op);
         // Registered source and unregistered pointer, by turns.
         if (r % 2 == 0)
           conn->write(theirs, op.dstOff, srcMem, op.srcOff, op.bytes);
@@ -90,14 +90,12 @@ TEST(EthernetConnection, WritesLandBeforeTheSignal) {
         waitWord(flag.data(), r + 1, "rank 0's check");  // rank 0 is done reading this round
       }
     } else {
-      std::vector<std::byte> shadow(kDst, std::byte{0});
+      ShadowBuffer shadow(kDst);
       for (int r = 0; r < kRounds; ++r) {
         waitWord(flag.data(), r + 1, "rank 1's data");
         const WriteOp& op = sequence[r];
-        for (std::size_t i = 0; i < op.bytes; ++i) shadow[op.dstOff + i] = patternByte(r, i);
-        std::size_t bad = kDst;
-        for (std::size_t i = 0; i < kDst && bad == kDst; ++i)
-          if (dst[i] != shadow[i]) bad = i;
+        shadow.apply(r, op);
+        const std::size_t bad = shadow.firstWrong(dst.data());
         ASSERT_EQ(bad, kDst) << "round " << r << " (" << op.bytes << " bytes at " << op.dstOff << "): byte "
                              << bad << " is wrong";
         conn->updateAndSync(peerFlag, 0, &outbound, r + 1);

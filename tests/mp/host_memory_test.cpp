@@ -76,7 +76,7 @@ TEST(HostMemoryConnection, WritesLandBeforeTheSignal) {
         RegisteredMemory& src = srcs[r % 2];
         auto* s = static_cast<std::byte*>(src.data());
         const WriteOp& op = sequence[r];
-        for (std::size_t i = 0; i < op.bytes; ++i) s[op.srcOff + i] = patternByte(r, i);
+        fillRound(s, r, op);
         conn->write(theirs, op.dstOff, src, op.srcOff, op.bytes);
         conn->updateAndSync(peerFlag, 0, &outbound, r + 1);
         EXPECT_EQ(outbound, static_cast<std::uint64_t>(r + 1));
@@ -88,15 +88,13 @@ TEST(HostMemoryConnection, WritesLandBeforeTheSignal) {
       }
     } else {
       // Rank 0 keeps a shadow of what its buffer must hold and compares every byte each round.
-      std::vector<std::byte> shadow(kDst, std::byte{0});
+      ShadowBuffer shadow(kDst);
       auto* d = static_cast<std::byte*>(dst.get());
       for (int r = 0; r < kRounds; ++r) {
         waitWord(flag.get(), r + 1, "rank 1's data");
         const WriteOp& op = sequence[r];
-        for (std::size_t i = 0; i < op.bytes; ++i) shadow[op.dstOff + i] = patternByte(r, i);
-        std::size_t bad = kDst;
-        for (std::size_t i = 0; i < kDst && bad == kDst; ++i)
-          if (d[i] != shadow[i]) bad = i;
+        shadow.apply(r, op);
+        const std::size_t bad = shadow.firstWrong(d);
         ASSERT_EQ(bad, kDst) << "round " << r << " (" << op.bytes << " bytes at " << op.dstOff << "): byte "
                              << bad << " is wrong";
         conn->updateAndSync(peerFlag, 0, &outbound, r + 1);

@@ -41,6 +41,30 @@ inline std::byte patternByte(std::uint64_t round, std::size_t i) {
   return static_cast<std::byte>(x >> 57);
 }
 
+// The sender's side of a round: its source bytes.
+inline void fillRound(std::byte* src, int round, const WriteOp& op) {
+  for (std::size_t i = 0; i < op.bytes; ++i) src[op.srcOff + i] = patternByte(round, i);
+}
+
+// The receiver's side: what its buffer must hold after the rounds so far.
+class ShadowBuffer {
+ public:
+  explicit ShadowBuffer(std::size_t bytes) : bytes_(bytes, std::byte{0}) {}
+  void apply(int round, const WriteOp& op) {
+    for (std::size_t i = 0; i < op.bytes; ++i) bytes_[op.dstOff + i] = patternByte(round, i);
+  }
+  // The first byte of `buffer` that differs, or size() if none does.
+  std::size_t firstWrong(const std::byte* buffer) const {
+    for (std::size_t i = 0; i < bytes_.size(); ++i)
+      if (buffer[i] != bytes_[i]) return i;
+    return bytes_.size();
+  }
+  std::size_t size() const { return bytes_.size(); }
+
+ private:
+  std::vector<std::byte> bytes_;
+};
+
 // Waits (20 s at most) until *word >= value, reading with acquire.
 inline void waitWord(const std::uint64_t* word, std::uint64_t value, const char* what) {
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
