@@ -17,6 +17,8 @@ std::vector<const Algorithm*> allGatherAlgorithms();
 std::vector<const Algorithm*> reduceScatterAlgorithms();
 std::vector<const Algorithm*> allToAllAlgorithms();
 std::vector<const Algorithm*> broadcastAlgorithms();
+// broadcast_scatter (broadcast_scatter.cu), one of broadcastAlgorithms().
+const Algorithm& broadcastScatterAlgorithm();
 std::vector<const Algorithm*> reduceAlgorithms();
 // The zero-copy algorithms of every collective (direct.cu), on registered buffers only.
 std::vector<const Algorithm*> directAlgorithms();
