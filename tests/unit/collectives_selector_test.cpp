@@ -113,7 +113,7 @@ INSTANTIATE_TEST_SUITE_P(
                       DefaultChoice{Collective::AllGather, "allgather_ll", "allgather_push"},
                       DefaultChoice{Collective::ReduceScatter, "reducescatter_ll", "reducescatter_push"},
                       DefaultChoice{Collective::AllToAll, "alltoall_ll", "alltoall_push"},
-                      DefaultChoice{Collective::Broadcast, "broadcast_ll", "broadcast_push"},
+                      DefaultChoice{Collective::Broadcast, "broadcast_ll", "broadcast_scatter"},
                       DefaultChoice{Collective::Reduce, "reduce_ll", "reduce_two_shot"}),
     [](const auto& info) { return std::string(toString(info.param.collective)); });
 
@@ -153,6 +153,23 @@ TEST(DefaultTuning, TwoRanksFollowTheirMeasurement) {
   EXPECT_EQ(selected(s, call(Collective::AllGather, 1ull << 30, 2, false), two), "allgather_push");
   EXPECT_EQ(selected(s, call(Collective::Broadcast, 32 << 20, 2, true), two), "broadcast_push");
   EXPECT_EQ(selected(s, call(Collective::Reduce, 1ull << 30, 2, true), two), "reduce_two_shot");
+}
+
+// Four ranks broadcast large unregistered calls by scatter + all-gather: the root's links bound
+// broadcast_push there. Two ranks have nothing to scatter to and keep the push.
+TEST(DefaultTuning, FourRanksBroadcastLargeCallsByScatter) {
+  const Selector s(defaultTuning());
+  auto call = [](std::uint64_t bytes, int worldSize) {
+    CollectiveCall x = callOf(Collective::Broadcast, 1, worldSize);
+    x.count = bytes / x.bytes();
+    return x;
+  };
+  const CommLimits two{2, 1 << 20, 64 << 20};
+  EXPECT_EQ(selected(s, call(64 << 10, 4)), "broadcast_ll");
+  EXPECT_EQ(selected(s, call(1 << 20, 4)), "broadcast_push");
+  EXPECT_EQ(selected(s, call(4 << 20, 4)), "broadcast_scatter");
+  EXPECT_EQ(selected(s, call(1ull << 30, 4)), "broadcast_scatter");
+  EXPECT_EQ(selected(s, call(1ull << 30, 2), two), "broadcast_push");
 }
 
 TEST(Selector, DirectBroadcastOffTheRootNeedsOnlyTheRecvRegistered) {
