@@ -37,14 +37,17 @@ std::vector<TuningRow> defaultTuning() {
       registered(Collective::Reduce, 4 * MiB, "reduce_direct"),
       registered(Collective::Reduce, any, "reduce_two_shot"),
   };
-  // Four ranks, buffers not registered: ferry-bench broadcast on 4 H200 (NVSwitch), bf16,
-  // 2026-11-26. broadcast_push is bound by the root's links (120 GB/s at 1 GiB); broadcast_scatter
-  // sends each byte over each link once and took 38 us at 4 MiB (push 41) and 3610 us at 1 GiB
-  // (push 8969); at 1 MiB push took 14 us and scatter 29.
+  // Four ranks: ferry-bench broadcast, bf16, 2026-11-26. Unregistered, on 4 H200 (NVSwitch):
+  // broadcast_push is bound by the root's links (120 GB/s at 1 GiB); broadcast_scatter sends each
+  // byte over each link once and took 38 us at 4 MiB (push 41) and 3610 us at 1 GiB (push 8969);
+  // at 1 MiB push took 14 us and scatter 29. Registered, on 4 H100: broadcast_direct took 27 us at
+  // 4 MiB (scatter 40) and 83 at 16 MiB (87); at 64 MiB scatter took 268 (direct 298), at 1 GiB
+  // 3599 (4548).
   const std::vector<TuningRow> four = {
       {Collective::Broadcast, 4, 256 * KiB, "broadcast_ll"},
       {Collective::Broadcast, 4, 1 * MiB, "broadcast_push", anyType, false},
-      {Collective::Broadcast, 4, any, "broadcast_scatter", anyType, false},
+      {Collective::Broadcast, 4, 16 * MiB, "broadcast_direct", anyType, true},
+      {Collective::Broadcast, 4, any, "broadcast_scatter"},
   };
   rows.insert(rows.end(), four.begin(), four.end());
   // Any world size: LL packets while latency dominates; then zero-copy on registered buffers, and

@@ -88,6 +88,7 @@ struct DefaultChoice {
   Collective collective;
   const char* small;  // at 4 KiB
   const char* large;  // at 64 MiB
+  const char* registeredLarge = nullptr;  // at 64 MiB on registered buffers; unset: <collective>_direct
 };
 
 class DefaultSelection : public ::testing::TestWithParam<DefaultChoice> {};
@@ -113,11 +114,12 @@ INSTANTIATE_TEST_SUITE_P(
                       DefaultChoice{Collective::AllGather, "allgather_ll", "allgather_push"},
                       DefaultChoice{Collective::ReduceScatter, "reducescatter_ll", "reducescatter_push"},
                       DefaultChoice{Collective::AllToAll, "alltoall_ll", "alltoall_push"},
-                      DefaultChoice{Collective::Broadcast, "broadcast_ll", "broadcast_scatter"},
+                      DefaultChoice{Collective::Broadcast, "broadcast_ll", "broadcast_scatter", "broadcast_scatter"},
                       DefaultChoice{Collective::Reduce, "reduce_ll", "reduce_two_shot"}),
     [](const auto& info) { return std::string(toString(info.param.collective)); });
 
-// Above the LL sizes, calls on registered buffers go zero-copy; below, LL still wins.
+// Above the LL sizes, calls on registered buffers go zero-copy (but a 4-rank broadcast, where
+// scatter + all-gather through scratch won at 64 MiB); below, LL still wins.
 TEST_P(DefaultSelection, RegisteredBuffersGoDirectAboveLL) {
   const DefaultChoice& p = GetParam();
   const Selector s(defaultTuning());
@@ -125,11 +127,13 @@ TEST_P(DefaultSelection, RegisteredBuffersGoDirectAboveLL) {
     CollectiveCall call = callOfBytes(p.collective, bytes);
     call.sendId = 1;
     call.recvId = 2;
+    const std::string direct = std::string(toString(p.collective)) + "_direct";
     EXPECT_EQ(selected(s, call), bytes < (1 << 20) ? std::string(p.small)
-                                                   : std::string(toString(p.collective)) + "_direct")
+                                 : p.registeredLarge ? std::string(p.registeredLarge)
+                                                     : direct)
         << bytes;
     call.recvId = 0;  // one buffer unregistered: the scratch path
-    EXPECT_NE(selected(s, call), std::string(toString(p.collective)) + "_direct");
+    EXPECT_NE(selected(s, call), direct);
   }
 }
 
@@ -155,8 +159,9 @@ TEST(DefaultTuning, TwoRanksFollowTheirMeasurement) {
   EXPECT_EQ(selected(s, call(Collective::Reduce, 1ull << 30, 2, true), two), "reduce_two_shot");
 }
 
-// Four ranks broadcast large unregistered calls by scatter + all-gather: the root's links bound
-// broadcast_push there. Two ranks have nothing to scatter to and keep the push.
+// Four ranks broadcast large calls by scatter + all-gather: the root's links bound broadcast_push
+// there, and broadcast_direct lost above 16 MiB. Two ranks have nothing to scatter to and keep
+// the push.
 TEST(DefaultTuning, FourRanksBroadcastLargeCallsByScatter) {
   const Selector s(defaultTuning());
   auto call = [](std::uint64_t bytes, int worldSize) {
@@ -170,11 +175,16 @@ TEST(DefaultTuning, FourRanksBroadcastLargeCallsByScatter) {
   EXPECT_EQ(selected(s, call(4 << 20, 4)), "broadcast_scatter");
   EXPECT_EQ(selected(s, call(1ull << 30, 4)), "broadcast_scatter");
   EXPECT_EQ(selected(s, call(1ull << 30, 2), two), "broadcast_push");
+  CollectiveCall registered = call(16 << 20, 4);
+  registered.sendId = registered.recvId = 1;
+  EXPECT_EQ(selected(s, registered), "broadcast_direct");
+  registered.count *= 4;
+  EXPECT_EQ(selected(s, registered), "broadcast_scatter");
 }
 
 TEST(Selector, DirectBroadcastOffTheRootNeedsOnlyTheRecvRegistered) {
   const Selector s(defaultTuning());
-  CollectiveCall call = callOfBytes(Collective::Broadcast, 64 << 20);
+  CollectiveCall call = callOfBytes(Collective::Broadcast, 16 << 20);  // above, 4 ranks scatter
   call.rank = 1;
   call.root = 0;
   call.send = nullptr;
