@@ -106,13 +106,14 @@ step_sanitizer() {
 
 # The Python package from the build tree (<build>/python: the extension beside the sources): its
 # tests that need the extension, ferry.Comm on torch tensors on the GPUs (test_gpu_comm.py), the
-# torch.distributed backend (test_torch_backend.py) and training on it (test_torch_training.py);
+# torch.distributed backend (test_torch_backend.py), the fused ops (test_torch_fused_ops.py),
+# symmetric memory (test_torch_symm.py) and training on the backend (test_torch_training.py);
 # a missing extension, torch or GPU is a failure here, not a skip.
 step_python() {
   local rc=0 example port=29600 tests
   # One pytest per group, each bounded, so that a hang costs that group and names it.
   for tests in "python/tests/test_native_*.py" python/tests/test_gpu_comm.py python/tests/test_torch_backend.py \
-    python/tests/test_torch_fused_ops.py \
+    python/tests/test_torch_fused_ops.py python/tests/test_torch_symm.py \
     python/tests/test_torch_training.py; do
     echo "== pytest $tests"
     # shellcheck disable=SC2086  # the glob is meant to expand

@@ -65,7 +65,7 @@ declare -A present_if=(
   [libssl-dev]="path:$deps_dir/include/openssl/evp.h"
 )
 build_packages=(cmake ninja-build g++ googletest libgtest-dev nlohmann-json3-dev libcli11-dev libssl-dev)
-test_packages=(clang)
+test_packages=(clang iproute2)  # iproute2: `ip netns` for the tests of several hosts (test_native_netns.py)
 # Python modules the test suite and `pip install .` (nanobind, scikit-build-core: pyproject.toml) use,
 # as module:pip-package.
 pip_modules=(pytest:pytest matplotlib:matplotlib nanobind:nanobind scikit_build_core:scikit-build-core)

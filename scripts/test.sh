@@ -147,7 +147,8 @@ python_package() {
   echo "== installed in $((SECONDS - t0)) s"
   local torch_tests=()
   if "$venv/bin/python" -c "import torch" >/dev/null 2>&1; then
-    torch_tests=(python/tests/test_torch_backend.py python/tests/test_torch_fused_ops.py)
+    torch_tests=(python/tests/test_torch_backend.py python/tests/test_torch_fused_ops.py python/tests/test_torch_symm.py
+      python/tests/test_torch_async_tp.py)
   fi
   FERRY_REQUIRE_NATIVE=1 FERRY_REQUIRE_TORCH_BACKEND=$((${#torch_tests[@]} > 0)) run_python_tests "installed package" \
     "$venv/bin/python" "" python/tests/test_native_*.py "${torch_tests[@]}"

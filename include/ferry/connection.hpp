@@ -75,6 +75,12 @@ class FERRY_API Connection {
   std::uint64_t beginFlush();
   bool flushComplete(std::uint64_t ticket);
 
+  // Why this connection no longer carries the peer's operations to this rank (the peer closed it,
+  // was killed, or its host became unreachable); empty while it works. Transports whose peer
+  // cannot go away under a live mapping (CudaIpc, HostMemory) always return empty. A host-side
+  // wait for the peer (Host2HostSemaphore::wait) reads it to fail at once instead of timing out.
+  virtual std::string failure() const { return {}; }
+
  protected:
   Connection(int rank, int remoteRank, Transport transport);
   // The checked operations; the arguments are valid when these run.

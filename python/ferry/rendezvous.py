@@ -15,19 +15,21 @@ import os
 
 from ferry import _ferry
 
-# Each bootstrap made through a store takes the next key; every rank makes them in the same order
-# (they are collective), so the n-th of rank 0 meets the n-th of the others. One count per process,
-# not per store object: torch may hand out a new wrapper object for the same store.
-_made = 0
+# Each bootstrap made through a store takes the next key of its prefix; the ranks that make them
+# make them in the same order (they are collective), so the n-th of rank 0 meets the n-th of the
+# others. One count per prefix and process, not per store object (torch may hand out a new wrapper
+# object for the same store), and not one for all prefixes: a bootstrap of a subgroup is made only
+# by its members, and must not shift the keys of the others.
+_made = {}
 
 
 def bootstrap_from_store(store, rank, world_size, *, timeout=None, prefix="ferry/bootstrap"):
     """Collective: a TcpBootstrap of `world_size` ranks whose UniqueId (made by rank 0) travels
     through `store` (a torch.distributed Store: set/get). Waits at most `timeout` seconds for the
     other ranks (default: FERRY_BOOTSTRAP_TIMEOUT)."""
-    global _made
-    key = f"{prefix}/{_made}"
-    _made += 1
+    n = _made.get(prefix, 0)
+    key = f"{prefix}/{n}"
+    _made[prefix] = n + 1
     if rank == 0:
         uid = _ferry.UniqueId.create()
         store.set(key, uid.hex())

@@ -17,6 +17,9 @@ void bindAlgorithms(nanobind::module_& m);
 void bindComm(nanobind::module_& m);
 // The channel layer: allocations, registered memory, connections, semaphores, channels, the proxy.
 void bindChannels(nanobind::module_& m);
+// Symmetric memory: its segments, the pluggable-allocator functions, SymmetricMemory (after
+// bindChannels, whose Communicator it takes).
+void bindSymmetric(nanobind::module_& m);
 // _dlpack_info: what a __dlpack__ object describes (python/ferry/buffers.py).
 void bindDlpack(nanobind::module_& m);
 

@@ -12,5 +12,6 @@ NB_MODULE(_ferry, m) {
   ferry::python::bindAlgorithms(m);
   ferry::python::bindComm(m);
   ferry::python::bindChannels(m);
+  ferry::python::bindSymmetric(m);
   ferry::python::bindDlpack(m);
 }

@@ -121,6 +121,14 @@ void Host2HostSemaphore::wait(std::chrono::duration<double> timeout) {
   const auto deadline = deadlineAfter(timeout);
   for (std::uint32_t spins = 0; atomicLoad(core_->inbound.ptr, memory_order_acquire) < want; ++spins) {
     if ((spins & 255) == 255) {
+      // A connection that can no longer deliver the signal fails the wait now, naming why; a
+      // signal that arrived before it broke still counts (checked again first).
+      if (std::string why = core_->connection->failure();
+          !why.empty() && atomicLoad(core_->inbound.ptr, memory_order_acquire) < want)
+        throw Error(ErrorCode::RemoteError,
+                    "rank " + std::to_string(core_->connection->rank()) + ": Host2HostSemaphore::wait for rank " +
+                        std::to_string(core_->connection->remoteRank()) + ": signal " + std::to_string(want) +
+                        " cannot come any more: " + why);
       if (std::chrono::steady_clock::now() > deadline)
         throw TimeoutError(
             "rank " + std::to_string(core_->connection->rank()) + ": Host2HostSemaphore::wait for rank " +

@@ -262,10 +262,14 @@ void EthernetConnection::receive() {
   std::byte header[sizeof(FrameHeader)];
   try {
     while (readExact(in_.fd(), header, sizeof header, stopping_)) serveFrame(header, staging);
+    if (!stopping_.load())
+      fail(pairName(rank(), remoteRank()) + ": rank " + std::to_string(remoteRank()) +
+           " closed the connection (it ended, or its host is unreachable)");
   } catch (const std::exception& e) {
     // The frame was refused (or the memory could not be written): tell the sender why, then stop.
     if (!stopping_.load()) {
       FERRY_LOG(Warn, Transport) << pairName(rank(), remoteRank()) + ": " + e.what();
+      fail(e.what());
       try {
         answer(static_cast<std::uint64_t>(Answer::Refused), std::string_view(e.what()).size(), e.what());
       } catch (const Error&) {
@@ -273,6 +277,18 @@ void EthernetConnection::receive() {
     }
   }
   ::shutdown(in_.fd(), SHUT_RDWR);
+}
+
+void EthernetConnection::fail(std::string why) {
+  std::lock_guard lock(failureMu_);
+  if (failure_.empty()) failure_ = std::move(why);
+  failed_.store(true, std::memory_order_release);
+}
+
+std::string EthernetConnection::failure() const {
+  if (!failed_.load(std::memory_order_acquire)) return {};
+  std::lock_guard lock(failureMu_);
+  return failure_;
 }
 
 void EthernetConnection::serveFrame(const std::byte* bytes, std::vector<std::byte>& staging) {

@@ -21,8 +21,8 @@
 
 #include <atomic>
 #include <chrono>
-#include <map>
 #include <cstdint>
+#include <map>
 #include <mutex>
 #include <string>
 #include <thread>
@@ -54,6 +54,7 @@ class EthernetConnection final : public Connection {
   ~EthernetConnection() override;
 
   bool readsLocalPointers() const override { return true; }
+  std::string failure() const override;
 
  protected:
   bool mapsPeerMemory() const override { return false; }
@@ -73,11 +74,16 @@ class EthernetConnection final : public Connection {
   void receive();  // the receiver thread: applies the peer's frames to this process's memory
   void serveFrame(const std::byte* header, std::vector<std::byte>& staging);
   void answer(std::uint64_t kind, std::uint64_t value, const std::string& text = {});
+  // The receiver thread ended for another reason than this side's close: records why (the first).
+  void fail(std::string why);
 
   Socket out_;  // to the peer: frames out, answers back
   Socket in_;   // from the peer: its frames in, answers back
   std::thread receiver_;
   std::atomic<bool> stopping_{false};
+  std::atomic<bool> failed_{false};
+  mutable std::mutex failureMu_;
+  std::string failure_;  // guarded by failureMu_
   std::uint64_t ticketsSent_ = 0, ticketsAnswered_ = 0;
   std::vector<std::byte> answerBuffer_;
   std::vector<std::byte> sendStaging_;  // device sources, copied to the host first

@@ -91,3 +91,11 @@ _register()
 
 # torch.ops.ferry.fused_all_gather_matmul and the other tensor-parallel ops (fused_ops.py).
 from ferry.torch import fused_ops  # noqa: E402,F401
+
+
+def enable_async_tp(group=None):
+    """torch.compile's async tensor parallelism with ferry's fused ops for `group` (default the
+    world): see async_tp.py. Imported on first use, so that `import ferry.torch` stays light."""
+    from ferry.torch.async_tp import enable_async_tp as enable
+
+    return enable(group)
