@@ -98,7 +98,8 @@ extern "C" __attribute__((visibility("default"))) void* ferry_symmetric_alloc(ss
   }
 }
 
-extern "C" __attribute__((visibility("default"))) void ferry_symmetric_free(void* ptr, ssize_t, int, cudaStream_t) {
+extern "C" __attribute__((visibility("default"))) void ferry_symmetric_free(void* ptr, ssize_t, int,
+                                                                            cudaStream_t) {
   ferry::python::Segments::instance().release(reinterpret_cast<std::uintptr_t>(ptr));
 }
 
@@ -115,7 +116,8 @@ void bindSymmetric(nb::module_& m) {
       "A segment of device memory peers can map (gpuAlloc), zeroed; its base address. Free it with "
       "symmetric_free.");
   m.def(
-      "symmetric_free", [](std::uintptr_t base) { return Segments::instance().release(base); }, nb::arg("base"),
+      "symmetric_free", [](std::uintptr_t base) { return Segments::instance().release(base); },
+      nb::arg("base"),
       "Forgets the segment at base (freed once no SymmetricMemory holds it); False if there is none.");
   m.def(
       "symmetric_segment",
@@ -131,8 +133,8 @@ void bindSymmetric(nb::module_& m) {
       [](std::uintptr_t address, std::size_t bytes, int device, nb::handle owner) {
         // A torch tensor through DLPack, which carries the device: a peer's memory mapped here is
         // used from this rank's device, whatever GPU holds it.
-        return nb::ndarray<nb::pytorch, std::uint8_t, nb::ndim<1>>(reinterpret_cast<void*>(address), {bytes}, owner,
-                                                                   {}, nb::dtype<std::uint8_t>(),
+        return nb::ndarray<nb::pytorch, std::uint8_t, nb::ndim<1>>(reinterpret_cast<void*>(address), {bytes},
+                                                                   owner, {}, nb::dtype<std::uint8_t>(),
                                                                    nb::device::cuda::value, device)
             .cast();
       },
@@ -141,8 +143,9 @@ void bindSymmetric(nb::module_& m) {
 
   const auto seconds = [](double ms) { return std::chrono::duration<double>(ms / 1000.0); };
   const auto streamOf = [](std::uintptr_t s) { return reinterpret_cast<cudaStream_t>(s); };
-  nb::class_<SymmetricMemory>(m, "SymmetricMemory",
-                              "A buffer per rank, mapped by every rank, with signal pads (symmetric_memory.hpp).")
+  nb::class_<SymmetricMemory>(
+      m, "SymmetricMemory",
+      "A buffer per rank, mapped by every rank, with signal pads (symmetric_memory.hpp).")
       .def_static(
           "rendezvous",
           [](Communicator& comm, std::uintptr_t address, std::size_t bytes, std::size_t padBytes, int tag) {
@@ -166,13 +169,16 @@ void bindSymmetric(nb::module_& m) {
       .def_prop_ro("signal_pad_ptrs",
                    [](const SymmetricMemory& s) {
                      std::vector<std::uintptr_t> v;
-                     for (std::uint32_t* p : s.signalPadPtrs()) v.push_back(reinterpret_cast<std::uintptr_t>(p));
+                     for (std::uint32_t* p : s.signalPadPtrs())
+                       v.push_back(reinterpret_cast<std::uintptr_t>(p));
                      return v;
                    })
-      .def_prop_ro("buffer_ptrs_dev",
-                   [](const SymmetricMemory& s) { return reinterpret_cast<std::uintptr_t>(s.bufferPtrsDevice()); })
-      .def_prop_ro("signal_pad_ptrs_dev",
-                   [](const SymmetricMemory& s) { return reinterpret_cast<std::uintptr_t>(s.signalPadPtrsDevice()); })
+      .def_prop_ro(
+          "buffer_ptrs_dev",
+          [](const SymmetricMemory& s) { return reinterpret_cast<std::uintptr_t>(s.bufferPtrsDevice()); })
+      .def_prop_ro(
+          "signal_pad_ptrs_dev",
+          [](const SymmetricMemory& s) { return reinterpret_cast<std::uintptr_t>(s.signalPadPtrsDevice()); })
       .def(
           "put_signal",
           [=](const SymmetricMemory& s, int dst, int channel, double timeoutMs, std::uintptr_t stream) {

@@ -51,7 +51,8 @@ __global__ void signalKernel(SignalLaunch s) {
 }  // namespace
 
 void launchSignal(const SignalLaunch& launch, cudaStream_t stream) {
-  const unsigned threads = launch.op == SignalOp::Barrier ? static_cast<unsigned>((launch.worldSize + 31) / 32 * 32) : 32u;
+  const unsigned threads =
+      launch.op == SignalOp::Barrier ? static_cast<unsigned>((launch.worldSize + 31) / 32 * 32) : 32u;
   signalKernel<<<1, threads, 0, stream>>>(launch);
   FERRY_CUDA_CHECK(cudaGetLastError());
 }

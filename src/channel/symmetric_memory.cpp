@@ -21,8 +21,8 @@ struct SymmetricMemory::Impl {
   int worldSize = 0;
   std::size_t bufferBytes = 0;
   std::size_t padBytes = 0;
-  std::shared_ptr<void> pad;      // this rank's signal pad (gpuAlloc: zero)
-  std::shared_ptr<void> devicePtrs;  // worldSize buffer pointers, then worldSize pad pointers
+  std::shared_ptr<void> pad;               // this rank's signal pad (gpuAlloc: zero)
+  std::shared_ptr<void> devicePtrs;        // worldSize buffer pointers, then worldSize pad pointers
   std::vector<RegisteredMemory> memories;  // keeps every mapping alive: own and peers', both kinds
   std::vector<void*> buffers;
   std::vector<std::uint32_t*> pads;
@@ -46,7 +46,8 @@ struct SymmetricMemory::Impl {
                       " bytes holds 4 bytes per rank and channel (rendezvous with a larger signal pad)");
   }
 
-  void launch(SignalOp op, int peer, int channel, std::chrono::duration<double> timeout, cudaStream_t stream) const {
+  void launch(SignalOp op, int peer, int channel, std::chrono::duration<double> timeout,
+              cudaStream_t stream) const {
     SignalLaunch s;
     s.pads = static_cast<std::uint32_t* const*>(devicePtrs.get()) + worldSize;
     s.rank = rank;
@@ -75,18 +76,20 @@ void checkSameSizes(Bootstrap& boot, Sizes mine) {
     const Sizes& a = all[0];
     const Sizes& b = all[static_cast<std::size_t>(r)];
     if (a.buffer != b.buffer || a.pad != b.pad)
-      throw Error(ErrorCode::InvalidUsage,
-                  "rank " + std::to_string(boot.rank()) + ": SymmetricMemory rendezvous: rank 0 gives a buffer of " +
-                      std::to_string(a.buffer) + " bytes and a signal pad of " + std::to_string(a.pad) +
-                      ", rank " + std::to_string(r) + " " + std::to_string(b.buffer) + " and " +
-                      std::to_string(b.pad) + " (every rank must allocate the same sizes)");
+      throw Error(ErrorCode::InvalidUsage, "rank " + std::to_string(boot.rank()) +
+                                               ": SymmetricMemory rendezvous: rank 0 gives a buffer of " +
+                                               std::to_string(a.buffer) + " bytes and a signal pad of " +
+                                               std::to_string(a.pad) + ", rank " + std::to_string(r) + " " +
+                                               std::to_string(b.buffer) + " and " + std::to_string(b.pad) +
+                                               " (every rank must allocate the same sizes)");
   }
 }
 
 }  // namespace
 
-std::shared_ptr<SymmetricMemory> SymmetricMemory::rendezvous(Communicator& comm, void* buffer, std::size_t bytes,
-                                                             std::size_t signalPadBytes, int tag) {
+std::shared_ptr<SymmetricMemory> SymmetricMemory::rendezvous(Communicator& comm, void* buffer,
+                                                             std::size_t bytes, std::size_t signalPadBytes,
+                                                             int tag) {
   Bootstrap& boot = *comm.bootstrap();
   auto impl = std::make_unique<Impl>();
   impl->rank = boot.rank();
@@ -98,7 +101,8 @@ std::shared_ptr<SymmetricMemory> SymmetricMemory::rendezvous(Communicator& comm,
   if (buffer == nullptr || bytes == 0)
     throw Error(ErrorCode::InvalidUsage, impl->who("rendezvous") + ": the buffer is null or empty");
   if (n > 1024)
-    throw Error(ErrorCode::NotSupported, impl->who("rendezvous") + ": at most 1024 ranks, not " + std::to_string(n));
+    throw Error(ErrorCode::NotSupported,
+                impl->who("rendezvous") + ": at most 1024 ranks, not " + std::to_string(n));
   if (signalPadBytes % 4 != 0 || signalPadBytes < 4 * static_cast<std::size_t>(n))
     throw Error(ErrorCode::InvalidUsage,
                 impl->who("rendezvous") + ": a signal pad of " + std::to_string(signalPadBytes) +
@@ -110,7 +114,8 @@ std::shared_ptr<SymmetricMemory> SymmetricMemory::rendezvous(Communicator& comm,
   const RegisteredMemory mine = comm.registerMemory(buffer, bytes, Transport::CudaIpc);
   const RegisteredMemory myPad = comm.registerMemory(impl->pad.get(), signalPadBytes, Transport::CudaIpc);
   // Post every send and receive first: one round of bootstrap traffic for all peers.
-  std::vector<std::shared_future<RegisteredMemory>> buffers(static_cast<std::size_t>(n)), pads(buffers.size());
+  std::vector<std::shared_future<RegisteredMemory>> buffers(static_cast<std::size_t>(n)),
+      pads(buffers.size());
   for (int peer = 0; peer < n; ++peer) {
     if (peer == impl->rank) continue;
     comm.sendMemory(mine, peer, tag);
@@ -132,17 +137,19 @@ std::shared_ptr<SymmetricMemory> SymmetricMemory::rendezvous(Communicator& comm,
     void* b = impl->memories[impl->memories.size() - 2].data();
     void* p = impl->memories.back().data();
     if (b == nullptr || p == nullptr)
-      throw Error(ErrorCode::InvalidUsage,
-                  impl->who("rendezvous") + ": rank " + std::to_string(peer) +
-                      "'s buffer cannot be mapped here (another host, or memory that is neither from gpuAlloc "
-                      "nor from cudaMalloc): symmetric memory needs every rank on this host");
+      throw Error(
+          ErrorCode::InvalidUsage,
+          impl->who("rendezvous") + ": rank " + std::to_string(peer) +
+              "'s buffer cannot be mapped here (another host, or memory that is neither from gpuAlloc "
+              "nor from cudaMalloc): symmetric memory needs every rank on this host");
     impl->buffers.push_back(b);
     impl->pads.push_back(static_cast<std::uint32_t*>(p));
   }
   std::vector<void*> table(impl->buffers);
   table.insert(table.end(), impl->pads.begin(), impl->pads.end());
   impl->devicePtrs = gpuAlloc(table.size() * sizeof(void*));
-  FERRY_CUDA_CHECK(cudaMemcpy(impl->devicePtrs.get(), table.data(), table.size() * sizeof(void*), cudaMemcpyHostToDevice));
+  FERRY_CUDA_CHECK(
+      cudaMemcpy(impl->devicePtrs.get(), table.data(), table.size() * sizeof(void*), cudaMemcpyHostToDevice));
   // Nobody returns (and signals) before every rank has mapped every pad.
   boot.barrier();
   return std::shared_ptr<SymmetricMemory>(new SymmetricMemory(std::move(impl)));
