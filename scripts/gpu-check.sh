@@ -12,6 +12,7 @@
 #   GPU_TESTS_JOBS=4 scripts/gpu-check.sh                                          # tests side by side
 #   GPU_CHECK_BENCH_ARGS="allreduce -b 1K -e 64M" scripts/gpu-check.sh           # what the bench step runs
 #   GPU_CHECK_TORCH_BENCH_ARGS="-b 1K -e 64M" scripts/gpu-check.sh                # what torch_bench runs
+#   GPU_CHECK_FUSED_BENCH_ARGS="-m 2048 --models 70b" scripts/gpu-check.sh        # what fused_bench runs
 #   GPU_CHECK_STEPS="configure build guard_selftest gpu_tests" \
 #     GPU_CHECK_TARGETS="ferry_guard gpu_p2p" GPU_TESTS_ONLY='^gpu_p2p$' scripts/gpu-check.sh
 #       # a focused run: some steps, some build targets (besides what the guard steps need), some tests
@@ -27,10 +28,10 @@ cd "$(dirname "$0")/.." || exit 2
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1
 unset FERRY_ENABLE_NVLS
 
-STEPS=(configure build guard_selftest ferry_info gpu_tests python python_bench torch_bench sanitizer nccl_torch perf bench)
+STEPS=(configure build guard_selftest ferry_info gpu_tests python python_bench torch_bench fused_bench sanitizer nccl_torch perf bench)
 if [[ -n ${GPU_CHECK_STEPS:-} ]]; then read -ra STEPS <<<"$GPU_CHECK_STEPS"; fi
 REQUIRED=(configure build guard_selftest)  # nothing touches a GPU unless the guard is proven to work
-SHOW=(ferry_info gpu_tests python python_bench torch_bench sanitizer nccl_torch)    # steps whose whole log is printed, not only on failure
+SHOW=(ferry_info gpu_tests python python_bench torch_bench fused_bench sanitizer nccl_torch)    # steps whose whole log is printed, not only on failure
 
 build="build-gpu"
 out=${OUT:-$build/out}
@@ -149,6 +150,17 @@ step_torch_bench() {
   read -ra args <<<"${GPU_CHECK_TORCH_BENCH_ARGS:--b 1K -e 1G -f 4}"
   PYTHONPATH="$PWD/$build/python" PYTHONUNBUFFERED=1 guarded timeout 300 python3 -m ferry.torch.bench "${args[@]}" |
     tee "$out/torch_bench_table.txt"
+  return "${PIPESTATUS[0]}"
+}
+
+# The fused tensor-parallel ops on the Llama 3 shapes beside the unfused composition on NCCL and
+# PyTorch's own fused ops (python -m ferry.torch.fused_bench); with fewer than 2 GPUs it says
+# there is nothing to compare and passes.
+step_fused_bench() {
+  local args
+  read -ra args <<<"${GPU_CHECK_FUSED_BENCH_ARGS:--m 256,1024,4096,16384}"
+  PYTHONPATH="$PWD/$build/python" PYTHONUNBUFFERED=1 guarded timeout 500 python3 -m ferry.torch.fused_bench "${args[@]}" |
+    tee "$out/fused_bench_table.txt"
   return "${PIPESTATUS[0]}"
 }
 

@@ -3,6 +3,7 @@ it): the ops of ferry.torch.fused_ops on a gloo group (CPU tensors), every outpu
 element against the same product computed from every rank's seeded inputs, then traced with fake
 tensors (what torch.compile does) for their shapes."""
 
+import os
 import traceback
 
 
@@ -130,6 +131,11 @@ def run_rank(init_file, rank, n, device, results):
         ops = torch.ops.ferry
         seed = _all_gather_matmul(torch, ops, name, rank, n, errors, 0, dev)
         seed = _matmul_reduce_scatter(torch, ops, name, rank, n, errors, seed, dev)
+        if device == "cuda":  # again, pipelined on symmetric memory where it applies (fused_pipeline.py)
+            os.environ["FERRY_FUSED_PIPELINE"] = "1"
+            seed = _all_gather_matmul(torch, ops, name, rank, n, errors, seed, dev)
+            seed = _matmul_reduce_scatter(torch, ops, name, rank, n, errors, seed, dev)
+            os.environ.pop("FERRY_FUSED_PIPELINE")
         _scaled(torch, ops, name, rank, n, errors, seed, dev)
         _fake_shapes(torch, ops, name, rank, n, errors)
         try:

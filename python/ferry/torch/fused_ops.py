@@ -13,9 +13,9 @@ backend of that group (the CPU tests use gloo). What runs here is the unfused co
 collective through torch's functional collectives (on the group's backend: ferry's for CUDA
 tensors under "cuda:ferry"), then the matmuls; the reduction of fused_matmul_reduce_scatter
 accumulates in float32 and rounds once. The same functions are the ops' Meta implementations, so
-torch.compile traces them with fake tensors. (The pipelined kernels that overlap the two are the
-next step of docs/pytorch.md's "Tensor parallelism"; they will fall back to this composition where
-pipelining cannot win.)
+torch.compile traces them with fake tensors. With FERRY_FUSED_PIPELINE=1, CUDA calls gathered or
+scattered along dim 0 run pipelined on symmetric memory instead (fused_pipeline.py; opt-in until
+it has been measured against this composition).
 
 The scale modes of the fp8 variants are PyTorch's: A_scale is one value (tensor-wise), one per row
 of this rank's shard (row-wise, sharded: gathered with A), or one per row of the gathered A
@@ -27,6 +27,8 @@ from __future__ import annotations
 import torch
 import torch.distributed as dist
 from torch.distributed import distributed_c10d as c10d
+
+from ferry.torch import fused_pipeline
 
 _lib = torch.library.Library("ferry", "FRAGMENT")  # noqa: TOR901
 _TAGS = (torch._C.Tag.needs_fixed_stride_order,)
@@ -119,6 +121,8 @@ def fused_all_gather_matmul(A_shard, Bs, gather_dim, group_name, *, return_A=Tru
     op = "fused_all_gather_matmul"
     size = _group_size(op, group_name)
     dim = _dim(op, "gather_dim", gather_dim, A_shard.dim())
+    if fused_pipeline.applies(A_shard, dim, size):
+        return fused_pipeline.all_gather_matmul(A_shard, Bs, group_name, return_A)
     A = _all_gather(A_shard, dim, size, group_name)
     return (A if return_A else None), [_matmul(A, B) for B in Bs]
 
@@ -128,6 +132,8 @@ def fused_matmul_reduce_scatter(A, B, reduce_op, scatter_dim, group_name):
     op = "fused_matmul_reduce_scatter"
     size = _group_size(op, group_name)
     dim = _dim(op, "scatter_dim", scatter_dim, A.dim())
+    if reduce_op in ("sum", "avg") and A.shape[0] % size == 0 and fused_pipeline.applies(A, dim, size):
+        return fused_pipeline.matmul_reduce_scatter(A, B, reduce_op, group_name)
     return _reduce_scatter(_matmul(A, B), op, reduce_op, dim, size, group_name)
 
 

@@ -168,11 +168,12 @@ def rendezvous(tensor, group=None):
 def get_symm_mem_workspace(group, min_size):
     """A symmetric buffer of at least min_size bytes for the group, kept and grown (collectively:
     every rank asks for the same size) as PyTorch's workspace is."""
-    _refuse_while_capturing("get_symm_mem_workspace")
     group = _group(group, "get_symm_mem_workspace")
     with _lock:
         found = _workspaces.get(group.group_name)
         if found is None or found[1].buffer_size < min_size:
+            # Only a workspace that must grow stops a capture: the one in place is captured as is.
+            _refuse_while_capturing("get_symm_mem_workspace")
             t = empty(max(int(min_size), 1), dtype=torch.uint8, device=torch.device("cuda", torch.cuda.current_device()))
             found = _workspaces[group.group_name] = (t, rendezvous(t, group))
         return found[1]

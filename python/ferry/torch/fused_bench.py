@@ -1,0 +1,228 @@
+"""The tensor-parallel fused ops on the Llama 3 shapes, in one run on the local GPUs:
+
+    python -m ferry.torch.fused_bench                      # one rank per GPU (2 at least), bf16
+    python -m ferry.torch.fused_bench -m 2048,8192 --models 70b --iters 20
+
+For each shape (a layer of Llama 3 8B or 70B cut for tensor parallelism over the ranks, M tokens in
+all) it times, on every rank, the median of `iters` eager calls:
+- matmul: the layer's matmul alone (the full A @ B of one rank);
+- comm: its collective alone on the ferry backend (all_gather_into_tensor of A's shard, or
+  reduce_scatter_tensor of the product);
+- bound: the larger of the two, what a perfect overlap would take;
+- ferry: torch.ops.ferry.fused_* on the ferry backend;
+- unfused: the NCCL backend's collective, then torch.matmul (or the reverse);
+- torch: PyTorch's own torch.ops.symm_mem.fused_* on the NCCL group ("-" where it does not run).
+and prints TFLOP/s of each (2 M K N / time) and bound / ferry (1 is a perfect overlap). Every
+shape is checked first: ferry's result against the unfused one. The columns are the slowest rank's.
+"""
+
+import argparse
+import multiprocessing
+import os
+import sys
+import tempfile
+
+# Llama 3: hidden size, MLP size, attention heads, key-value heads, head dim.
+MODELS = {
+    "8b": (4096, 14336, 32, 8, 128),
+    "70b": (8192, 28672, 64, 8, 128),
+}
+
+
+def shapes(models, tp, ms):
+    """(model, layer, op, M, K, N) of the TP layers: 'ag' layers all-gather A's M rows, then A @ B
+    with B [K, N] this rank's column shard; 'rs' layers multiply this rank's row shard, A [M, K],
+    by B [K, N], then reduce-scatter the M rows."""
+    out = []
+    for name in models:
+        hidden, mlp, heads, kv, hd = MODELS[name]
+        for m in ms:
+            out.append((name, "qkv", "ag", m, hidden, (heads + 2 * kv) * hd // tp))
+            out.append((name, "attn_out", "rs", m, heads * hd // tp, hidden))
+            out.append((name, "mlp_up_gate", "ag", m, hidden, 2 * mlp // tp))
+            out.append((name, "mlp_down", "rs", m, mlp // tp, hidden))
+    return out
+
+
+def _median_us(call, iters, torch):
+    for _ in range(2):
+        call()
+    torch.cuda.synchronize()
+    times = []
+    for _ in range(iters):
+        start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        call()
+        stop.record()
+        stop.synchronize()
+        times.append(start.elapsed_time(stop) * 1e3)
+    times.sort()
+    return times[len(times) // 2]
+
+
+def _rank(init_file, rank, n, rows, iters, results):
+    try:
+        import datetime
+
+        import torch
+        import torch.distributed as dist
+
+        import ferry.torch  # noqa: F401  (the backend and torch.ops.ferry.*)
+
+        torch.cuda.set_device(rank)
+        dev = torch.device("cuda", rank)
+        dist.init_process_group("cpu:gloo,cuda:ferry", init_method=f"file://{init_file}", rank=rank, world_size=n,
+                                timeout=datetime.timedelta(seconds=600))
+        ferry_group = dist.group.WORLD
+        nccl_group = dist.new_group(backend="nccl")
+        try:
+            import torch.distributed._symmetric_memory as torch_symm
+
+            torch_symm.enable_symm_mem_for_group(nccl_group.group_name)
+        except Exception:  # noqa: BLE001  (torch's fused ops are then reported as not run)
+            torch_symm = None
+        out = []
+        for model, layer, op, m, k, nn in rows:
+            g = torch.Generator(device=dev).manual_seed(1000 * rank + m)
+            B = torch.randn(k, nn, device=dev, dtype=torch.bfloat16, generator=g) / k**0.5
+            if op == "ag":
+                shard = torch.randn(m // n, k, device=dev, dtype=torch.bfloat16, generator=g)
+                full = torch.empty(m, k, device=dev, dtype=torch.bfloat16)
+
+                def matmul():
+                    return full @ B
+
+                def comm():
+                    dist.all_gather_into_tensor(full, shard, group=ferry_group)
+
+                def fused():
+                    return torch.ops.ferry.fused_all_gather_matmul(shard, [B], 0, ferry_group.group_name)[1][0]
+
+                def unfused():
+                    dist.all_gather_into_tensor(full, shard, group=nccl_group)
+                    return full @ B
+
+                def theirs():
+                    return torch.ops.symm_mem.fused_all_gather_matmul(shard, [B], 0, nccl_group.group_name)[1][0]
+            else:
+                A = torch.randn(m, k, device=dev, dtype=torch.bfloat16, generator=g)
+                product = A @ B
+                part = torch.empty(m // n, nn, device=dev, dtype=torch.bfloat16)
+
+                def matmul():
+                    return A @ B
+
+                def comm():
+                    dist.reduce_scatter_tensor(part, product, group=ferry_group)
+
+                def fused():
+                    return torch.ops.ferry.fused_matmul_reduce_scatter(A, B, "sum", 0, ferry_group.group_name)
+
+                def unfused():
+                    dist.reduce_scatter_tensor(part, A @ B, group=nccl_group)
+                    return part
+
+                def theirs():
+                    return torch.ops.symm_mem.fused_matmul_reduce_scatter(A, B, "sum", 0, nccl_group.group_name)
+
+            want = unfused().clone()
+            got = fused()
+            ok = bool(torch.allclose(got.float(), want.float(), rtol=2e-2, atol=2e-2))
+            row = {"ok": ok, "matmul": _median_us(matmul, iters, torch), "comm": _median_us(comm, iters, torch),
+                   "ferry": _median_us(fused, iters, torch), "unfused": _median_us(unfused, iters, torch),
+                   "torch": None}
+            if torch_symm is not None:
+                try:
+                    row["torch"] = _median_us(theirs, iters, torch)
+                except Exception as e:  # noqa: BLE001  (not every torch runs its fused ops everywhere)
+                    row["torch_error"] = f"{type(e).__name__}: {str(e)[:200]}"
+            dist.barrier()
+            out.append(row)
+        dist.destroy_process_group()
+        results.put((rank, out, None))
+    except BaseException:  # noqa: BLE001  (reported by the parent)
+        import traceback
+
+        results.put((rank, None, traceback.format_exc()))
+    results.close()
+    results.join_thread()
+    os._exit(0)
+
+
+def table(rows, per_rank, n, device_name):
+    """The printed table: per shape, the slowest rank's times as TFLOP/s."""
+    lines = [f"# fused tensor-parallel ops, bf16, {n} ranks, one per GPU ({device_name}); TFLOP/s "
+             f"(2 M K N / time, the slowest rank's); bound = max(matmul, comm); bound/ferry 1.00 is a perfect overlap",
+             f"{'model':>6} {'layer':>12} {'op':>3} {'M':>6} {'K':>6} {'N':>6} {'matmul':>8} {'comm us':>8} "
+             f"{'bound':>8} {'ferry':>8} {'unfused':>8} {'torch':>8} {'bound/ferry':>11} {'check':>6}"]
+    bad = False
+    for i, (model, layer, op, m, k, nn) in enumerate(rows):
+        rs = [per_rank[r][i] for r in range(n)]
+
+        def worst(key, rs=rs):
+            vals = [r[key] for r in rs]
+            return None if any(v is None for v in vals) else max(vals)
+
+        flops = 2.0 * m * k * nn
+        tf = lambda us: "-" if us is None else f"{flops / us / 1e6:.1f}"  # noqa: E731  (TFLOP/s from us)
+        mm, cm, fe = worst("matmul"), worst("comm"), worst("ferry")
+        bound = max(mm, cm)
+        ok = all(r["ok"] for r in rs)
+        bad |= not ok
+        lines.append(f"{model:>6} {layer:>12} {op:>3} {m:>6} {k:>6} {nn:>6} {tf(mm):>8} {cm:>8.1f} {tf(bound):>8} "
+                     f"{tf(fe):>8} {tf(worst('unfused')):>8} {tf(worst('torch')):>8} {bound / fe:>11.2f} "
+                     f"{'ok' if ok else 'WRONG':>6}")
+    errors = {r.get("torch_error") for rr in per_rank.values() for r in rr if r.get("torch_error")}
+    for e in sorted(errors):
+        lines.append(f"# torch's fused op did not run: {e}")
+    return lines, bad
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(prog="python -m ferry.torch.fused_bench", description=__doc__.split("\n\n")[0])
+    p.add_argument("-m", "--tokens", default="256,1024,4096,16384", help="M values, comma-separated")
+    p.add_argument("--models", default="8b,70b", help="comma-separated: " + ", ".join(MODELS))
+    p.add_argument("--iters", type=int, default=10)
+    a = p.parse_args(argv)
+    try:
+        import torch
+    except ImportError:
+        print("python -m ferry.torch.fused_bench: needs torch", file=sys.stderr)
+        return 2
+    n = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    if n < 2:
+        print(f"python -m ferry.torch.fused_bench: {n} GPU(s) here; the NCCL backend needs one GPU per rank and "
+              "tensor parallelism 2 at least: nothing to measure")
+        return 0
+    os.environ.setdefault("NCCL_NVLS_ENABLE", "0")  # architecture.md rule 1
+    os.environ.setdefault("TORCH_SYMM_MEM_DISABLE_MULTICAST", "1")
+    models = [x for x in a.models.split(",") if x]
+    unknown = [x for x in models if x not in MODELS]
+    if unknown:
+        p.error(f"unknown model(s) {unknown}: choose from {list(MODELS)}")
+    rows = shapes(models, n, [int(x) for x in a.tokens.split(",") if x])
+    ctx = multiprocessing.get_context("spawn")
+    results = ctx.Queue()
+    with tempfile.TemporaryDirectory() as d:
+        procs = [ctx.Process(target=_rank, args=(os.path.join(d, "init"), r, n, rows, a.iters, results))
+                 for r in range(n)]
+        for proc in procs:
+            proc.start()
+        per_rank = {}
+        for _ in range(n):
+            rank, out, error = results.get(timeout=3600)
+            if error:
+                print(f"rank {rank} failed:\n{error}", file=sys.stderr)
+                for proc in procs:
+                    proc.kill()
+                return 1
+            per_rank[rank] = out
+        for proc in procs:
+            proc.join()
+    lines, bad = table(rows, per_rank, n, torch.cuda.get_device_name(0))
+    print("\n".join(lines))
+    return 1 if bad else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

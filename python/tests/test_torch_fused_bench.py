@@ -1,0 +1,48 @@
+"""python -m ferry.torch.fused_bench without GPUs: the Llama 3 TP shapes it times, the table it
+prints from the ranks' times (bound, TFLOP/s, the check), and that it says there is nothing to
+measure where there are fewer than 2 GPUs."""
+
+import pytest
+
+pytest.importorskip("torch")
+
+from ferry.torch import fused_bench  # noqa: E402
+
+
+def test_the_llama_shapes_cut_for_tensor_parallelism():
+    rows = fused_bench.shapes(["70b"], 4, [2048])
+    assert rows == [
+        ("70b", "qkv", "ag", 2048, 8192, (64 + 16) * 128 // 4),
+        ("70b", "attn_out", "rs", 2048, 64 * 128 // 4, 8192),
+        ("70b", "mlp_up_gate", "ag", 2048, 8192, 2 * 28672 // 4),
+        ("70b", "mlp_down", "rs", 2048, 28672 // 4, 8192),
+    ]
+
+
+def test_the_table_takes_the_slowest_rank_and_the_larger_of_matmul_and_comm():
+    rows = [("8b", "qkv", "ag", 1024, 4096, 3072)]
+    flops = 2.0 * 1024 * 4096 * 3072
+    per_rank = {
+        0: [{"ok": True, "matmul": 100.0, "comm": 50.0, "ferry": 110.0, "unfused": 150.0, "torch": None}],
+        1: [{"ok": True, "matmul": 120.0, "comm": 40.0, "ferry": 100.0, "unfused": 140.0, "torch": None,
+             "torch_error": "RuntimeError: no"}],
+    }
+    lines, bad = fused_bench.table(rows, per_rank, 2, "GPU")
+    cells = lines[2].split()
+    assert not bad
+    assert cells[6] == f"{flops / 120.0 / 1e6:.1f}"  # matmul: the slowest rank's 120 us
+    assert cells[8] == cells[6]  # bound = max(matmul 120, comm 50)
+    assert cells[9] == f"{flops / 110.0 / 1e6:.1f}" and cells[11] == "-"
+    assert cells[12] == f"{120.0 / 110.0:.2f}" and cells[13] == "ok"
+    assert lines[-1] == "# torch's fused op did not run: RuntimeError: no"
+    per_rank[1][0]["ok"] = False
+    assert fused_bench.table(rows, per_rank, 2, "GPU")[1]
+
+
+def test_without_two_gpus_there_is_nothing_to_measure(capsys):
+    import torch
+
+    if torch.cuda.is_available() and torch.cuda.device_count() >= 2:
+        pytest.skip("GPUs here: the benchmark would run")
+    assert fused_bench.main(["-m", "256"]) == 0
+    assert "nothing to measure" in capsys.readouterr().out
