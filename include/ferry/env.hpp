@@ -29,6 +29,7 @@ struct FERRY_API Env {
   std::chrono::duration<double> deviceTimeout;     // FERRY_DEVICE_TIMEOUT
   std::chrono::duration<double> fdTimeout;         // FERRY_FD_TIMEOUT
   std::chrono::duration<double> connectionTimeout; // FERRY_CONNECTION_TIMEOUT
+  std::int64_t ethernetLanes;                      // FERRY_ETHERNET_LANES
   std::string checkPointers;                       // FERRY_CHECK_POINTERS
   std::string algo;                                // FERRY_ALGO
   std::string tuningFile;                          // FERRY_TUNING_FILE

@@ -60,8 +60,9 @@ class Hosts:
         for ns in self.ns:  # the veth pair goes with its namespaces
             subprocess.run(["ip", "netns", "del", ns], capture_output=True, timeout=30)
 
-    def start(self, i, uid_file, scenario):
+    def start(self, i, uid_file, scenario, lanes=1):
         env = dict(os.environ, FERRY_SOCKET_IFNAME=self.dev[i], FERRY_HOSTID=f"netns-host-{i}",
+                   FERRY_ETHERNET_LANES=str(lanes),
                    PYTHONPATH=os.pathsep.join(filter(None, [HERE, os.environ.get("PYTHONPATH")])),
                    PYTHONUNBUFFERED="1")
         return subprocess.Popen(["ip", "netns", "exec", self.ns[i], sys.executable, os.path.join(HERE, "netns_rank.py"),
@@ -91,10 +92,13 @@ def _finish(procs, timeout):
     return outs
 
 
-def test_transfers_between_two_hosts_land_byte_for_byte_before_their_signal(hosts):
+@pytest.mark.parametrize("lanes", [1, 4])
+def test_transfers_between_two_hosts_land_byte_for_byte_before_their_signal(hosts, lanes):
+    # With 4 lanes, the writes from 1 MiB up are cut across 4 TCP streams: the signal after them
+    # must still come last.
     with tempfile.TemporaryDirectory() as d:
         uid = os.path.join(d, "uid")
-        procs = [hosts.start(i, uid, "transfers") for i in range(2)]
+        procs = [hosts.start(i, uid, "transfers", lanes) for i in range(2)]
         outs = _finish(procs, 240)
     for i, (p, out) in enumerate(zip(procs, outs)):
         assert p.returncode == 0 and out.strip().endswith("ok"), f"rank {i}:\n{out[-3000:]}"
@@ -117,7 +121,7 @@ def _read_until(p, word, timeout):
 def test_a_sender_killed_mid_transfer_is_an_error_at_its_peer_not_a_hang(hosts):
     with tempfile.TemporaryDirectory() as d:
         uid = os.path.join(d, "uid")
-        procs = [hosts.start(i, uid, "killed") for i in range(2)]
+        procs = [hosts.start(i, uid, "killed", 4) for i in range(2)]
         try:
             _read_until(procs[0], "sending", 60)
             _read_until(procs[1], "waiting", 60)

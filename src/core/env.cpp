@@ -66,6 +66,10 @@ const Var kVars[] = {
     {"FERRY_CONNECTION_TIMEOUT", &Env::connectionTimeout, "60",
      "Bound on a connection's waits (Connection::flush() without an argument, a free staging slot for "
      "updateAndSync), in seconds."},
+    {"FERRY_ETHERNET_LANES", &Env::ethernetLanes, "1",
+     "TCP streams per Ethernet connection (1 to 16; the smaller of the two sides' values applies). Writes "
+     "of host memory into host memory from 1 MiB up are cut across them, so that several flows and "
+     "receiver threads carry one write; device memory and signals stay on the first."},
     {"FERRY_CHECK_POINTERS", &Env::checkPointers, "cached",
      "How a call checks that its buffers are device memory of the Comm's GPU: cached (CUDA is asked the "
      "first time an allocation is seen, its range then remembered), always (asked on every call, as "

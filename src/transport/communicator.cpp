@@ -3,6 +3,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstring>
 #include <map>
 #include <mutex>
@@ -72,6 +73,7 @@ struct Hello {
   bool hasEndpoint = false;
   SocketAddress address;
   wire::Nonce key{};
+  std::uint8_t lanes = 1;  // the TCP streams this side offers (FERRY_ETHERNET_LANES)
 
   std::vector<std::byte> encode() const {
     Writer w;
@@ -85,6 +87,7 @@ struct Hello {
     if (hasEndpoint) {
       address.serialize(w);
       w.putBytes(std::as_bytes(std::span(key)));
+      w.put(lanes);
     }
     return std::move(w).bytes();
   }
@@ -107,6 +110,9 @@ struct Hello {
       h.address = SocketAddress::deserialize(r);
       const auto key = r.getBytes(h.key.size());
       std::memcpy(h.key.data(), key.data(), h.key.size());
+      h.lanes = r.get<std::uint8_t>();
+      if (h.lanes < 1 || h.lanes > EthernetConnection::kMaxLanes)
+        throw Error(ErrorCode::ProtocolError, "connection handshake offers " + std::to_string(h.lanes) + " lanes");
     }
     r.expectEnd();
     return h;
@@ -148,7 +154,7 @@ std::shared_ptr<Connection> makeConnection(const Hello& mine, const Hello& their
       if (!theirs.hasEndpoint)
         throw Error(ErrorCode::ProtocolError, pair + ": rank " + std::to_string(peer) + "'s hello has no address");
       return EthernetConnection::establish(mine.rank, peer, std::move(*endpoint), theirs.address, theirs.key,
-                                           env().connectionTimeout);
+                                           std::min(mine.lanes, theirs.lanes), env().connectionTimeout);
     case Transport::InfiniBand: break;
   }
   throw Error(ErrorCode::NotSupported, pair + ": this transport is not implemented yet");
@@ -236,6 +242,8 @@ std::shared_future<std::shared_ptr<Connection>> Communicator::connect(int peer, 
     mine.hasEndpoint = true;
     mine.address = endpoint->address;
     mine.key = endpoint->key;
+    mine.lanes = static_cast<std::uint8_t>(
+        std::clamp<std::int64_t>(env().ethernetLanes, 1, EthernetConnection::kMaxLanes));
   }
   int btag = bootstrapTag(Channel::Connect, tag);
   std::vector<std::byte> hello = mine.encode();

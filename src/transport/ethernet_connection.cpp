@@ -23,14 +23,14 @@ namespace ferry {
 namespace {
 
 // Sender -> receiver: a fixed header, then (Write) the bytes.
-enum class Op : std::uint8_t { Write = 1, Store = 2, Flush = 3 };
+enum class Op : std::uint8_t { Write = 1, Store = 2, Flush = 3, Fence = 4 };
 struct FrameHeader {
   std::uint8_t op;
   std::uint8_t pad[7];
   std::uint64_t regId;
   FdToken regToken;
   std::uint64_t offset;
-  std::uint64_t arg;  // Write: bytes; Store: the value; Flush: the ticket
+  std::uint64_t arg;  // Write: bytes; Store: the value; Flush: the ticket; Fence: its number
 };
 static_assert(sizeof(FrameHeader) == 48);
 
@@ -110,15 +110,22 @@ int deviceOf(const void* p) {
 
 }  // namespace
 
-EthernetConnection::EthernetConnection(int rank, int remoteRank, Socket out, Socket in)
-    : Connection(rank, remoteRank, Transport::Ethernet), out_(std::move(out)), in_(std::move(in)) {
-  receiver_ = std::thread([this] { receive(); });
+EthernetConnection::EthernetConnection(int rank, int remoteRank, std::vector<Socket> out,
+                                       std::vector<Socket> in)
+    : Connection(rank, remoteRank, Transport::Ethernet),
+      outs_(std::move(out)),
+      ins_(std::move(in)),
+      laneFence_(ins_.size(), 0) {
+  for (std::size_t lane = 0; lane < ins_.size(); ++lane)
+    receivers_.emplace_back([this, lane] { receive(lane); });
 }
 
 EthernetConnection::~EthernetConnection() {
   stopping_.store(true);
-  ::shutdown(in_.fd(), SHUT_RDWR);
-  if (receiver_.joinable()) receiver_.join();
+  for (Socket& in : ins_) ::shutdown(in.fd(), SHUT_RDWR);
+  laneCv_.notify_all();
+  for (std::thread& t : receivers_)
+    if (t.joinable()) t.join();
   for (auto* streams : {&sendStreams_, &receiveStreams_})
     for (const auto& [device, stream] : *streams) {
       DeviceGuard guard(device);
@@ -144,7 +151,8 @@ void EthernetConnection::doUpdateAndSync(std::uint64_t*, bool, std::uint64_t) {
 
 void EthernetConnection::send(std::span<const std::byte> bytes) {
   try {
-    out_.sendAll(bytes, Clock::now() + std::chrono::duration_cast<Clock::duration>(env().connectionTimeout));
+    outs_[0].sendAll(bytes,
+                     Clock::now() + std::chrono::duration_cast<Clock::duration>(env().connectionTimeout));
   } catch (const Error& e) {
     // The receiver may have refused an earlier frame and closed: its reason is the real error.
     readAnswers(Clock::now());
@@ -154,9 +162,13 @@ void EthernetConnection::send(std::span<const std::byte> bytes) {
 
 void EthernetConnection::doWriteTo(const RegisteredMemory& dst, std::uint64_t dstOffset, const void* src,
                                    std::uint64_t bytes) {
+  const int device = deviceOf(src);
+  if (outs_.size() > 1 && bytes >= kStripeBytes && device < 0 && dst.device() < 0) {
+    sendStriped(dst, dstOffset, src, bytes);
+    return;
+  }
   const FrameHeader h = frameInto(Op::Write, dst, dstOffset, bytes);
   send(std::as_bytes(std::span(&h, 1)));
-  const int device = deviceOf(src);
   if (device < 0) {
     send(std::span(static_cast<const std::byte*>(src), bytes));
     return;
@@ -173,13 +185,88 @@ void EthernetConnection::doWriteTo(const RegisteredMemory& dst, std::uint64_t ds
   }
 }
 
+void EthernetConnection::sendStriped(const RegisteredMemory& dst, std::uint64_t dstOffset, const void* src,
+                                     std::uint64_t bytes) {
+  // Slices of whole 64 KiB, one per lane (fewer when the write is short); lane l's slice goes
+  // on lane l, so lane 0 keeps its order with the frames before and after.
+  const std::uint64_t n = outs_.size();
+  const std::uint64_t slice = ((bytes + n - 1) / n + 65535) / 65536 * 65536;
+  struct Part {
+    std::size_t lane;
+    FrameHeader header;
+    const std::byte* data;
+    std::uint64_t len;
+    std::uint64_t sent = 0;  // of header and data together
+  };
+  std::vector<Part> parts;
+  for (std::uint64_t lane = 0, at = 0; at < bytes; ++lane, at += slice) {
+    const std::uint64_t len = std::min(slice, bytes - at);
+    parts.push_back(
+        {lane, frameInto(Op::Write, dst, dstOffset + at, len), static_cast<const std::byte*>(src) + at, len});
+  }
+  const auto deadline = Clock::now() + std::chrono::duration_cast<Clock::duration>(env().connectionTimeout);
+  for (;;) {
+    std::vector<pollfd> fds;
+    std::vector<Part*> open;
+    for (Part& p : parts)
+      if (p.sent < sizeof(FrameHeader) + p.len) {
+        fds.push_back({outs_[p.lane].fd(), POLLOUT, 0});
+        open.push_back(&p);
+      }
+    if (fds.empty()) break;
+    if (Clock::now() >= deadline)
+      throw TimeoutError(describe() + ": rank " + std::to_string(remoteRank()) + " took no more of a " +
+                         std::to_string(bytes) + "-byte write within " +
+                         std::to_string(env().connectionTimeout.count()) + " s (FERRY_CONNECTION_TIMEOUT)");
+    if (::poll(fds.data(), fds.size(), 200) < 0 && errno != EINTR)
+      throw SysError(describe() + ": poll on the lanes of a write", errno);
+    for (std::size_t i = 0; i < fds.size(); ++i) {
+      if (fds[i].revents == 0) continue;
+      Part& p = *open[i];
+      const bool header = p.sent < sizeof(FrameHeader);
+      const std::byte* from = header ? reinterpret_cast<const std::byte*>(&p.header) + p.sent
+                                     : p.data + (p.sent - sizeof(FrameHeader));
+      const std::uint64_t left =
+          header ? sizeof(FrameHeader) - p.sent : p.len - (p.sent - sizeof(FrameHeader));
+      const ssize_t put = ::send(fds[i].fd, from, left, MSG_DONTWAIT | MSG_NOSIGNAL);
+      if (put < 0) {
+        if (errno == EINTR || errno == EAGAIN || errno == EWOULDBLOCK) continue;
+        const int err = errno;
+        readAnswers(Clock::now());  // a refusal is the real error
+        throw SysError(describe() + ": sending lane " + std::to_string(p.lane) + " of a write", err);
+      }
+      p.sent += static_cast<std::uint64_t>(put);
+    }
+  }
+  striped_ = true;
+}
+
+void EthernetConnection::fenceLanes() {
+  FrameHeader h{};
+  h.op = static_cast<std::uint8_t>(Op::Fence);
+  h.arg = ++fencesSent_;
+  const auto deadline = Clock::now() + std::chrono::duration_cast<Clock::duration>(env().connectionTimeout);
+  for (std::size_t lane = 1; lane < outs_.size(); ++lane) {
+    try {
+      outs_[lane].sendAll(std::as_bytes(std::span(&h, 1)), deadline);
+    } catch (const Error& e) {
+      readAnswers(Clock::now());
+      throw Error(e.code(), describe() + ": lane " + std::to_string(lane) + ": " + e.what());
+    }
+  }
+  send(std::as_bytes(std::span(&h, 1)));
+  striped_ = false;
+}
+
 void EthernetConnection::doUpdateAndSyncTo(const RegisteredMemory& dst, std::uint64_t dstOffset,
                                            std::uint64_t newValue) {
+  if (striped_) fenceLanes();
   const FrameHeader h = frameInto(Op::Store, dst, dstOffset, newValue);
   send(std::as_bytes(std::span(&h, 1)));
 }
 
 std::uint64_t EthernetConnection::doBeginFlush() {
+  if (striped_) fenceLanes();
   FrameHeader h{};
   h.op = static_cast<std::uint8_t>(Op::Flush);
   h.arg = ++ticketsSent_;
@@ -206,11 +293,11 @@ void EthernetConnection::doFlush(std::chrono::duration<double> timeout) {
 
 void EthernetConnection::readAnswers(Clock::time_point deadline) {
   // Whatever has arrived, waiting for the first byte until the deadline.
-  if (!waitForFd(out_.fd(), POLLIN, deadline)) return;
+  if (!waitForFd(outs_[0].fd(), POLLIN, deadline)) return;
   bool closed = false;
   for (;;) {
     std::byte chunk[4096];
-    const ssize_t got = ::recv(out_.fd(), chunk, sizeof chunk, MSG_DONTWAIT);
+    const ssize_t got = ::recv(outs_[0].fd(), chunk, sizeof chunk, MSG_DONTWAIT);
     if (got > 0) {
       answerBuffer_.insert(answerBuffer_.end(), chunk, chunk + got);
       continue;
@@ -244,9 +331,10 @@ void EthernetConnection::readAnswers(Clock::time_point deadline) {
   }
   answerBuffer_.erase(answerBuffer_.begin(), answerBuffer_.begin() + static_cast<std::ptrdiff_t>(at));
   if (closed)
-    throw Error(ErrorCode::RemoteError, describe() + ": rank " + std::to_string(remoteRank()) +
-                                            " closed the connection (it exited, or destroyed its side); what was "
-                                            "written since the last confirmed flush may be lost");
+    throw Error(ErrorCode::RemoteError,
+                describe() + ": rank " + std::to_string(remoteRank()) +
+                    " closed the connection (it exited, or destroyed its side); what was "
+                    "written since the last confirmed flush may be lost");
 }
 
 void EthernetConnection::answer(std::uint64_t kind, std::uint64_t value, const std::string& text) {
@@ -254,14 +342,28 @@ void EthernetConnection::answer(std::uint64_t kind, std::uint64_t value, const s
   const AnswerHeader a{kind, value};
   std::memcpy(bytes.data(), &a, sizeof a);
   std::memcpy(bytes.data() + sizeof a, text.data(), text.size());
-  in_.sendAll(bytes, Clock::now() + std::chrono::duration_cast<Clock::duration>(env().connectionTimeout));
+  ins_[0].sendAll(bytes, Clock::now() + std::chrono::duration_cast<Clock::duration>(env().connectionTimeout));
 }
 
-void EthernetConnection::receive() {
+bool EthernetConnection::waitForLanes(std::uint64_t fence) {
+  std::unique_lock lock(laneMu_);
+  for (;;) {
+    if (std::all_of(laneFence_.begin() + 1, laneFence_.end(), [&](std::uint64_t f) { return f >= fence; }))
+      return true;
+    if (stopping_.load()) return false;
+    if (failed_.load(std::memory_order_acquire)) {
+      lock.unlock();
+      throw Error(ErrorCode::RemoteError, failure());
+    }
+    laneCv_.wait_for(lock, std::chrono::milliseconds(200));
+  }
+}
+
+void EthernetConnection::receive(std::size_t lane) {
   std::vector<std::byte> staging;
   std::byte header[sizeof(FrameHeader)];
   try {
-    while (readExact(in_.fd(), header, sizeof header, stopping_)) serveFrame(header, staging);
+    while (readExact(ins_[lane].fd(), header, sizeof header, stopping_)) serveFrame(lane, header, staging);
     if (!stopping_.load())
       fail(pairName(rank(), remoteRank()) + ": rank " + std::to_string(remoteRank()) +
            " closed the connection (it ended, or its host is unreachable)");
@@ -270,19 +372,21 @@ void EthernetConnection::receive() {
     if (!stopping_.load()) {
       FERRY_LOG(Warn, Transport) << pairName(rank(), remoteRank()) + ": " + e.what();
       fail(e.what());
-      try {
-        answer(static_cast<std::uint64_t>(Answer::Refused), std::string_view(e.what()).size(), e.what());
+      try {  // the answers travel on lane 0; another lane's failure reaches lane 0 at its next fence
+        if (lane == 0)
+          answer(static_cast<std::uint64_t>(Answer::Refused), std::string_view(e.what()).size(), e.what());
       } catch (const Error&) {
       }
     }
   }
-  ::shutdown(in_.fd(), SHUT_RDWR);
+  ::shutdown(ins_[lane].fd(), SHUT_RDWR);
 }
 
 void EthernetConnection::fail(std::string why) {
   std::lock_guard lock(failureMu_);
   if (failure_.empty()) failure_ = std::move(why);
   failed_.store(true, std::memory_order_release);
+  laneCv_.notify_all();  // lane 0's receiver may wait at a fence for the lane that ended
 }
 
 std::string EthernetConnection::failure() const {
@@ -291,10 +395,25 @@ std::string EthernetConnection::failure() const {
   return failure_;
 }
 
-void EthernetConnection::serveFrame(const std::byte* bytes, std::vector<std::byte>& staging) {
+void EthernetConnection::serveFrame(std::size_t lane, const std::byte* bytes,
+                                    std::vector<std::byte>& staging) {
   FrameHeader h;
   std::memcpy(&h, bytes, sizeof h);
   const std::string who = pairName(rank(), remoteRank());
+  if (h.op == static_cast<std::uint8_t>(Op::Fence)) {
+    if (lane == 0) {
+      waitForLanes(h.arg);  // false: closing, and the loop ends at its next read
+    } else {
+      std::lock_guard lock(laneMu_);
+      laneFence_[lane] = h.arg;
+      laneCv_.notify_all();
+    }
+    return;
+  }
+  if (lane != 0 && h.op != static_cast<std::uint8_t>(Op::Write))
+    throw Error(ErrorCode::ProtocolError, who + ": lane " + std::to_string(lane) +
+                                              " carried a frame of kind " + std::to_string(h.op) +
+                                              " (only writes go there)");
   if (h.op == static_cast<std::uint8_t>(Op::Flush)) {
     answer(static_cast<std::uint64_t>(Answer::Flushed), h.arg);
     return;
@@ -311,24 +430,29 @@ void EthernetConnection::serveFrame(const std::byte* bytes, std::vector<std::byt
                                              toString(reg->transports) + ") was not registered for Ethernet");
   const std::uint64_t len = h.op == static_cast<std::uint8_t>(Op::Write) ? h.arg : sizeof(std::uint64_t);
   if (h.offset > reg->size || len > reg->size - h.offset)
-    throw Error(ErrorCode::ProtocolError, who + ": [" + std::to_string(h.offset) + ", +" + std::to_string(len) +
-                                              ") is outside the " + std::to_string(reg->size) +
-                                              "-byte registration " + std::to_string(h.regId));
+    throw Error(ErrorCode::ProtocolError,
+                who + ": [" + std::to_string(h.offset) + ", +" + std::to_string(len) + ") is outside the " +
+                    std::to_string(reg->size) + "-byte registration " + std::to_string(h.regId));
   char* dst = static_cast<char*>(reg->data) + h.offset;
   const bool device = reg->device >= 0;
   if (h.op == static_cast<std::uint8_t>(Op::Store)) {
     if (reinterpret_cast<std::uintptr_t>(dst) % alignof(std::uint64_t) != 0)
-      throw Error(ErrorCode::ProtocolError, who + ": a word at offset " + std::to_string(h.offset) + " is not aligned");
+      throw Error(ErrorCode::ProtocolError,
+                  who + ": a word at offset " + std::to_string(h.offset) + " is not aligned");
     if (device) {
       DeviceGuard guard(reg->device);
       copyOn(streamOf(receiveStreams_, reg->device), dst, &h.arg, sizeof h.arg, cudaMemcpyHostToDevice);
     } else {
-      std::atomic_ref<std::uint64_t>(*reinterpret_cast<std::uint64_t*>(dst)).store(h.arg, std::memory_order_release);
+      std::atomic_ref<std::uint64_t>(*reinterpret_cast<std::uint64_t*>(dst))
+          .store(h.arg, std::memory_order_release);
     }
     return;
   }
+  if (lane != 0 && device)
+    throw Error(ErrorCode::ProtocolError,
+                who + ": lane " + std::to_string(lane) + " carried a write into device memory");
   if (!device) {
-    if (!readExact(in_.fd(), dst, len, stopping_))
+    if (!readExact(ins_[lane].fd(), dst, len, stopping_))
       throw Error(ErrorCode::RemoteError, who + ": the connection closed inside a write");
     return;
   }
@@ -337,7 +461,7 @@ void EthernetConnection::serveFrame(const std::byte* bytes, std::vector<std::byt
   DeviceGuard guard(reg->device);
   for (std::uint64_t done = 0; done < len;) {
     const std::uint64_t n = std::min<std::uint64_t>(kStagingBytes, len - done);
-    if (!readExact(in_.fd(), staging.data(), n, stopping_))
+    if (!readExact(ins_[0].fd(), staging.data(), n, stopping_))
       throw Error(ErrorCode::RemoteError, who + ": the connection closed inside a write");
     copyOn(stream, dst + done, staging.data(), n, cudaMemcpyHostToDevice);
     done += n;

@@ -1,5 +1,5 @@
 // EthernetConnection's setup (ethernet_connection.hpp): the listener and its key, the proof each
-// side sends, and the accepting of the one connection that proves it among strangers.
+// side sends per lane, and the accepting of the connections that prove it among strangers.
 #include <poll.h>
 #include <sys/socket.h>
 
@@ -20,8 +20,9 @@ namespace {
 
 constexpr std::string_view kProofLabel = "ferry/ethernet/1/proof";
 
-wire::Tag proofOf(const wire::Nonce& key, int from, int to) {
-  const std::int32_t ranks[2] = {from, to};
+// The proof for one lane: a connection proves which lane it is, and can stand for no other.
+wire::Tag proofOf(const wire::Nonce& key, int from, int to, int lane) {
+  const std::int32_t ranks[3] = {from, to, lane};
   return handshake::mac(key, {std::as_bytes(std::span(kProofLabel)), std::as_bytes(std::span(ranks))});
 }
 
@@ -40,19 +41,27 @@ EthernetConnection::Endpoint EthernetConnection::Endpoint::open() {
 
 std::shared_ptr<EthernetConnection> EthernetConnection::establish(int rank, int remoteRank, Endpoint mine,
                                                                   const SocketAddress& theirAddress,
-                                                                  const wire::Nonce& theirKey,
+                                                                  const wire::Nonce& theirKey, int lanes,
                                                                   std::chrono::duration<double> timeout) {
   const auto deadline = Clock::now() + std::chrono::duration_cast<Clock::duration>(timeout);
-  const std::string who = "rank " + std::to_string(rank) + ": Ethernet connection to rank " + std::to_string(remoteRank);
-  // Out: to the peer's listener, with the proof that this rank got the peer's key.
-  Socket out = Socket::connect(theirAddress, deadline);
-  const wire::Tag proof = proofOf(theirKey, rank, remoteRank);
-  out.sendAll(std::as_bytes(std::span(proof)), deadline);
-  // In: the first connection on our listener that proves the peer got our key. Every connection
-  // is read as its bytes come, side by side, so that strangers (or anyone who found the port) can
-  // neither stall the real peer nor fill memory: a wrong proof or a close drops a connection at
-  // once, and beyond kMaxPending silent ones the oldest goes.
-  const wire::Tag expected = proofOf(mine.key, remoteRank, rank);
+  const std::string who =
+      "rank " + std::to_string(rank) + ": Ethernet connection to rank " + std::to_string(remoteRank);
+  // Out: to the peer's listener, once per lane, each with the proof that this rank got the peer's
+  // key (for that lane).
+  std::vector<Socket> outs;
+  for (int lane = 0; lane < lanes; ++lane) {
+    outs.push_back(Socket::connect(theirAddress, deadline));
+    const wire::Tag proof = proofOf(theirKey, rank, remoteRank, lane);
+    outs.back().sendAll(std::as_bytes(std::span(proof)), deadline);
+  }
+  // In: for each lane, the first connection on our listener that proves the peer got our key for
+  // that lane. Every connection is read as its bytes come, side by side, so that strangers (or
+  // anyone who found the port) can neither stall the real peer nor fill memory: a wrong proof or a
+  // close drops a connection at once, and beyond kMaxPending silent ones the oldest goes.
+  std::vector<wire::Tag> expected;
+  for (int lane = 0; lane < lanes; ++lane) expected.push_back(proofOf(mine.key, remoteRank, rank, lane));
+  std::vector<Socket> ins(static_cast<std::size_t>(lanes));
+  int proven = 0;
   struct Pending {
     Socket socket;
     wire::Tag got{};
@@ -78,8 +87,7 @@ std::shared_ptr<EthernetConnection> EthernetConnection::establish(int rank, int 
     }
     pending.erase(pending.begin() + static_cast<std::ptrdiff_t>(i));
   };
-  Socket in;
-  while (!in.valid()) {
+  while (proven < lanes) {
     const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count();
     if (left <= 0)
       throw TimeoutError(who + ": rank " + std::to_string(remoteRank) + " did not connect to " +
@@ -101,14 +109,18 @@ std::shared_ptr<EthernetConnection> EthernetConnection::establish(int rank, int 
       }
       p.have += static_cast<std::size_t>(got);
       if (p.have < p.got.size()) continue;
-      if (!handshake::tagsEqual(p.got, expected)) {
+      std::size_t lane = 0;
+      while (lane < expected.size() && (ins[lane].valid() || !handshake::tagsEqual(p.got, expected[lane])))
+        ++lane;
+      if (lane == expected.size()) {
         turnAway(i, "a wrong proof: not rank " + std::to_string(remoteRank) + " of this job");
         continue;
       }
-      in = std::move(p.socket);
-      break;
+      ins[lane] = std::move(p.socket);
+      pending.erase(pending.begin() + static_cast<std::ptrdiff_t>(i));
+      ++proven;
     }
-    if (in.valid() || !(fds[0].revents & POLLIN)) continue;
+    if (proven == lanes || !(fds[0].revents & POLLIN)) continue;
     for (;;) {
       Socket candidate(::accept4(mine.listener.fd(), nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK));
       if (!candidate.valid()) break;
@@ -116,13 +128,15 @@ std::shared_ptr<EthernetConnection> EthernetConnection::establish(int rank, int 
       if (pending.size() > kMaxPending) turnAway(0, "too many connections without a proof");
     }
   }
-  // Each side tells the other that its proof was taken, so that neither writes into a socket the
-  // other turned away.
+  // Each side tells the other that its proofs were taken, so that neither writes into a socket
+  // the other turned away.
   const std::byte ok{1};
-  in.sendAll(std::span(&ok, 1), deadline);
-  std::byte theirOk{};
-  out.recvAll(std::span(&theirOk, 1), deadline);
-  return std::make_shared<EthernetConnection>(rank, remoteRank, std::move(out), std::move(in));
+  for (Socket& in : ins) in.sendAll(std::span(&ok, 1), deadline);
+  for (Socket& out : outs) {
+    std::byte theirOk{};
+    out.recvAll(std::span(&theirOk, 1), deadline);
+  }
+  return std::make_shared<EthernetConnection>(rank, remoteRank, std::move(outs), std::move(ins));
 }
 
 }  // namespace ferry

@@ -23,9 +23,11 @@ namespace {
 
 using namespace std::chrono_literals;
 
-// Read once per process, before the ranks fork: the connections listen on loopback.
+// Read once per process, before the ranks fork: the connections listen on loopback, with 4 lanes
+// (writes from 1 MiB up are cut across them: the second round of every test is one such write).
 const bool kEnvironmentSet = [] {
   ::setenv("FERRY_SOCKET_IFNAME", "lo", 1);
+  ::setenv("FERRY_ETHERNET_LANES", "4", 1);
   return true;
 }();
 
@@ -159,7 +161,8 @@ TEST(EthernetConnection, WhatAPeerMayNotWriteIsRefused) {
 }
 
 // The setup itself, both ends in this process: a stranger on a listener (garbage, then silence) is
-// turned away while the real peer still gets in; a peer that never comes is a timeout naming it.
+// turned away while the real peer still gets in on each of its 3 lanes; a peer that never comes is
+// a timeout naming it.
 TEST(EthernetConnection, StrangersAreTurnedAwayAndAbsentPeersTimeOut) {
   auto a = EthernetConnection::Endpoint::open();
   auto b = EthernetConnection::Endpoint::open();
@@ -174,19 +177,20 @@ TEST(EthernetConnection, StrangersAreTurnedAwayAndAbsentPeersTimeOut) {
   for (int i = 0; i < 80; ++i) crowd.push_back(Socket::connect(aAddress, deadline));
   std::shared_ptr<EthernetConnection> fromA, fromB;
   const auto setup = Clock::now();
-  std::thread other([&] { fromB = EthernetConnection::establish(1, 0, std::move(b), aAddress, aKey, 20s); });
-  fromA = EthernetConnection::establish(0, 1, std::move(a), bAddress, bKey, 20s);
+  std::thread other([&] { fromB = EthernetConnection::establish(1, 0, std::move(b), aAddress, aKey, 3, 20s); });
+  fromA = EthernetConnection::establish(0, 1, std::move(a), bAddress, bKey, 3, 20s);
   other.join();
   ASSERT_TRUE(fromA && fromB);
   EXPECT_LT(Clock::now() - setup, 3s) << "the strangers held the real peer up";
   EXPECT_EQ(fromA->remoteRank(), 1);
   EXPECT_EQ(fromB->remoteRank(), 0);
+  EXPECT_EQ(fromA->lanes(), 3);
 
   auto lonely = EthernetConnection::Endpoint::open();
   auto absent = EthernetConnection::Endpoint::open();  // listens, but its rank never sets up
   const auto start = Clock::now();
   expectError(ErrorCode::Timeout, "rank 3 did not connect", [&] {
-    EthernetConnection::establish(2, 3, std::move(lonely), absent.address, absent.key, 1s);
+    EthernetConnection::establish(2, 3, std::move(lonely), absent.address, absent.key, 1, 1s);
   });
   EXPECT_LT(Clock::now() - start, 5s);
 }
