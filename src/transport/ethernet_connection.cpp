@@ -204,7 +204,9 @@ void EthernetConnection::sendStriped(const RegisteredMemory& dst, std::uint64_t 
     parts.push_back(
         {lane, frameInto(Op::Write, dst, dstOffset + at, len), static_cast<const std::byte*>(src) + at, len});
   }
-  const auto deadline = Clock::now() + std::chrono::duration_cast<Clock::duration>(env().connectionTimeout);
+  // The bound is on a stall, not on the whole write: any progress moves it.
+  const auto bound = std::chrono::duration_cast<Clock::duration>(env().connectionTimeout);
+  auto deadline = Clock::now() + bound;
   for (;;) {
     std::vector<pollfd> fds;
     std::vector<Part*> open;
@@ -236,6 +238,7 @@ void EthernetConnection::sendStriped(const RegisteredMemory& dst, std::uint64_t 
         throw SysError(describe() + ": sending lane " + std::to_string(p.lane) + " of a write", err);
       }
       p.sent += static_cast<std::uint64_t>(put);
+      deadline = Clock::now() + bound;
     }
   }
   striped_ = true;
