@@ -67,8 +67,8 @@ struct CommOptions {
   // pair must make matching connections (Communicator::connect does). Empty:
   // communicator.connect(peer, Transport::CudaIpc). A connection of any kind works, built-in or the
   // program's own (a class derived from Connection): the collectives never ask which it is. (Its
-  // transport() must be one the PortChannel semaphore supports: CudaIpc or HostMemory; and the
-  // Comm's buffers are GPU memory, which it must be able to write.)
+  // transport() must be one the PortChannel semaphore supports: CudaIpc, HostMemory or Ethernet;
+  // and the Comm's buffers are GPU memory, which it must be able to write.)
   using ConnectFn = std::function<std::shared_ptr<Connection>(Communicator& communicator, int peer)>;
   ConnectFn connect;
 };

@@ -94,7 +94,6 @@ std::shared_ptr<SymmetricMemory> SymmetricMemory::rendezvous(Communicator& comm,
   auto impl = std::make_unique<Impl>();
   impl->rank = boot.rank();
   impl->worldSize = boot.size();
-  FERRY_CUDA_CHECK(cudaGetDevice(&impl->device));
   impl->bufferBytes = bytes;
   impl->padBytes = signalPadBytes;
   const int n = impl->worldSize;
@@ -109,6 +108,7 @@ std::shared_ptr<SymmetricMemory> SymmetricMemory::rendezvous(Communicator& comm,
                     " bytes must be a multiple of 4 holding one channel of 4 bytes per rank (at least " +
                     std::to_string(4 * n) + ")");
   checkSameSizes(boot, {bytes, signalPadBytes});
+  FERRY_CUDA_CHECK(cudaGetDevice(&impl->device));
 
   impl->pad = gpuAlloc(signalPadBytes);
   const RegisteredMemory mine = comm.registerMemory(buffer, bytes, Transport::CudaIpc);
