@@ -18,6 +18,7 @@
 #include "platform/cuda_check.hpp"
 #include "platform/cuda_runtime_util.hpp"
 #include "platform/device_guard.hpp"
+#include "transport/pinned_staging.hpp"
 
 namespace ferry {
 namespace {
@@ -97,6 +98,13 @@ void copyOn(cudaStream_t stream, void* dst, const void* src, std::size_t n, cuda
   FERRY_CUDA_CHECK(cudaStreamSynchronize(stream));
 }
 
+// The staging buffers of `device` in `staging`, made at first use (with that device current).
+PinnedStaging& stagingOf(std::map<int, std::unique_ptr<PinnedStaging>>& staging, int device) {
+  auto& slot = staging[device];
+  if (!slot) slot = std::make_unique<PinnedStaging>(kStagingBytes);
+  return *slot;
+}
+
 // The device of device memory at p; -1 for host memory (or without a GPU).
 int deviceOf(const void* p) {
   if (!gpuPresent()) return -1;
@@ -173,15 +181,28 @@ void EthernetConnection::doWriteTo(const RegisteredMemory& dst, std::uint64_t ds
     send(std::span(static_cast<const std::byte*>(src), bytes));
     return;
   }
-  // Device memory: through a host buffer, a chunk at a time.
-  if (sendStaging_.empty()) sendStaging_.resize(kStagingBytes);
-  const cudaStream_t stream = streamOf(sendStreams_, device);
+  // Device memory: through two page-locked host buffers, a chunk at a time; the copy of chunk k+1
+  // runs while chunk k goes out (send() returns once the socket took it, so its buffer is free).
   DeviceGuard guard(device);
-  for (std::uint64_t done = 0; done < bytes;) {
-    const std::uint64_t n = std::min<std::uint64_t>(kStagingBytes, bytes - done);
-    copyOn(stream, sendStaging_.data(), static_cast<const char*>(src) + done, n, cudaMemcpyDeviceToHost);
-    send(std::span(sendStaging_.data(), n));
-    done += n;
+  const cudaStream_t stream = streamOf(sendStreams_, device);
+  PinnedStaging& staging = stagingOf(sendStaging_, device);
+  const auto* from = static_cast<const char*>(src);
+  const auto chunkAt = [&](std::uint64_t k) {
+    return std::min<std::uint64_t>(kStagingBytes, bytes - k * kStagingBytes);
+  };
+  const std::uint64_t chunks = (bytes + kStagingBytes - 1) / kStagingBytes;
+  const auto fill = [&](std::uint64_t k) {
+    const int b = static_cast<int>(k % 2);
+    FERRY_CUDA_CHECK(cudaMemcpyAsync(staging.buffer(b), from + k * kStagingBytes, chunkAt(k),
+                                     cudaMemcpyDeviceToHost, stream));
+    staging.recordAfter(b, stream);
+  };
+  fill(0);
+  for (std::uint64_t k = 0; k < chunks; ++k) {
+    if (k + 1 < chunks) fill(k + 1);
+    const int b = static_cast<int>(k % 2);
+    staging.waitFor(b);
+    send(std::span(staging.buffer(b), chunkAt(k)));
   }
 }
 
@@ -363,10 +384,9 @@ bool EthernetConnection::waitForLanes(std::uint64_t fence) {
 }
 
 void EthernetConnection::receive(std::size_t lane) {
-  std::vector<std::byte> staging;
   std::byte header[sizeof(FrameHeader)];
   try {
-    while (readExact(ins_[lane].fd(), header, sizeof header, stopping_)) serveFrame(lane, header, staging);
+    while (readExact(ins_[lane].fd(), header, sizeof header, stopping_)) serveFrame(lane, header);
     if (!stopping_.load())
       fail(pairName(rank(), remoteRank()) + ": rank " + std::to_string(remoteRank()) +
            " closed the connection (it ended, or its host is unreachable)");
@@ -398,8 +418,7 @@ std::string EthernetConnection::failure() const {
   return failure_;
 }
 
-void EthernetConnection::serveFrame(std::size_t lane, const std::byte* bytes,
-                                    std::vector<std::byte>& staging) {
+void EthernetConnection::serveFrame(std::size_t lane, const std::byte* bytes) {
   FrameHeader h;
   std::memcpy(&h, bytes, sizeof h);
   const std::string who = pairName(rank(), remoteRank());
@@ -459,16 +478,24 @@ void EthernetConnection::serveFrame(std::size_t lane, const std::byte* bytes,
       throw Error(ErrorCode::RemoteError, who + ": the connection closed inside a write");
     return;
   }
-  if (staging.empty()) staging.resize(kStagingBytes);
-  const cudaStream_t stream = streamOf(receiveStreams_, reg->device);
+  // Through two page-locked host buffers: chunk k+1 is read from the socket while chunk k is
+  // copied to the device; the write counts as applied (for the frames after it, a flush's answer
+  // included) once every copy has finished.
   DeviceGuard guard(reg->device);
-  for (std::uint64_t done = 0; done < len;) {
+  const cudaStream_t stream = streamOf(receiveStreams_, reg->device);
+  PinnedStaging& pinned = stagingOf(receiveStaging_, reg->device);
+  std::uint64_t k = 0;
+  for (std::uint64_t done = 0; done < len; ++k) {
     const std::uint64_t n = std::min<std::uint64_t>(kStagingBytes, len - done);
-    if (!readExact(ins_[0].fd(), staging.data(), n, stopping_))
+    const int b = static_cast<int>(k % 2);
+    pinned.waitFor(b);  // its copy from two chunks ago has drained it
+    if (!readExact(ins_[0].fd(), pinned.buffer(b), n, stopping_))
       throw Error(ErrorCode::RemoteError, who + ": the connection closed inside a write");
-    copyOn(stream, dst + done, staging.data(), n, cudaMemcpyHostToDevice);
+    FERRY_CUDA_CHECK(cudaMemcpyAsync(dst + done, pinned.buffer(b), n, cudaMemcpyHostToDevice, stream));
+    pinned.recordAfter(b, stream);
     done += n;
   }
+  FERRY_CUDA_CHECK(cudaStreamSynchronize(stream));
 }
 
 }  // namespace ferry

@@ -3,12 +3,14 @@
 // write() sends the bytes with the peer's registration (id and token, from its descriptor), and the
 // peer's receiver (a thread of the peer's own EthernetConnection to this rank) finds that live
 // registration, checks that it was registered for Ethernet and that the range is inside it, and
-// copies the bytes in: host memory straight from the socket, device memory through a host
-// staging buffer, 4 MiB at a time (the sender stages device sources the same way). updateAndSync sends the
-// word after the data on the same stream; the receiver applies frames in order, so it stores the word (a
-// release store, or a copy after the earlier copies for device memory) only after every earlier write landed.
-// flush sends a marker the receiver answers once everything before it landed. A receiver that refuses a frame
-// answers with its reason and closes: the sender's next flush throws it, naming the peer.
+// copies the bytes in: host memory straight from the socket, device memory 4 MiB at a time through
+// two page-locked buffers, so that the GPU copy of one chunk overlaps the socket transfer of the
+// next (the sender stages device sources the same way; pinned_staging.hpp). updateAndSync sends
+// the word after the data on the same stream; the receiver applies frames in order, so it stores
+// the word (a release store, or a copy after the earlier copies for device memory) only after
+// every earlier write landed. flush sends a marker the receiver answers once everything before it
+// landed. A receiver that refuses a frame answers with its reason and closes: the sender's next
+// flush throws it, naming the peer.
 //
 // Setup (Communicator::connect): each side listens on an ephemeral port of the interface the
 // bootstrap would use (FERRY_SOCKET_IFNAME) and sends, in its connect hello over the bootstrap,
@@ -32,6 +34,7 @@
 #include <condition_variable>
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <mutex>
 #include <string>
 #include <thread>
@@ -40,6 +43,7 @@
 #include "core/bootstrap_wire.hpp"
 #include "core/socket.hpp"
 #include "ferry/connection.hpp"
+#include "transport/pinned_staging.hpp"
 
 namespace ferry {
 
@@ -98,7 +102,7 @@ class EthernetConnection final : public Connection {
   bool waitForLanes(std::uint64_t fence);
   void receive(
       std::size_t lane);  // a lane's receiver thread: applies the peer's frames to this process's memory
-  void serveFrame(std::size_t lane, const std::byte* header, std::vector<std::byte>& staging);
+  void serveFrame(std::size_t lane, const std::byte* header);
   void answer(std::uint64_t kind, std::uint64_t value, const std::string& text = {});
   // The receiver thread ended for another reason than this side's close: records why (the first).
   void fail(std::string why);
@@ -117,7 +121,9 @@ class EthernetConnection final : public Connection {
   std::string failure_;  // guarded by failureMu_
   std::uint64_t ticketsSent_ = 0, ticketsAnswered_ = 0;
   std::vector<std::byte> answerBuffer_;
-  std::vector<std::byte> sendStaging_;  // device sources, copied to the host first
+  // Device memory crosses through page-locked buffers, per device: the sender's (device sources)
+  // and lane 0's receiver's (device destinations).
+  std::map<int, std::unique_ptr<PinnedStaging>> sendStaging_, receiveStaging_;
   // Device copies run on non-blocking streams of their own (one per device, each side's), never on
   // the legacy default stream: a copy there would wait for a kernel on a blocking stream that may
   // be the very kernel spinning on this connection's signal.
