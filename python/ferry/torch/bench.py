@@ -88,6 +88,30 @@ def _rank(init_file, rank, n, sizes, iters, results):
     os._exit(0)
 
 
+def run_gpu_ranks(target, n, args, timeout):
+    """Spawns n ranks running target(init_file, rank, n, *args, results), each of which puts
+    (rank, rows, traceback or None) on `results`; returns {rank: rows}, or None after printing the
+    first rank's failure (and killing the others). ferry.torch.fused_bench uses it too."""
+    ctx = multiprocessing.get_context("spawn")
+    results = ctx.Queue()
+    with tempfile.TemporaryDirectory() as d:
+        procs = [ctx.Process(target=target, args=(os.path.join(d, "init"), r, n, *args, results)) for r in range(n)]
+        for p in procs:
+            p.start()
+        got = {}
+        for _ in range(n):
+            rank, rows, error = results.get(timeout=timeout)
+            if error:
+                print(f"rank {rank} failed:\n{error}", file=sys.stderr)
+                for p in procs:
+                    p.kill()
+                return None
+            got[rank] = rows
+        for p in procs:
+            p.join()
+    return got
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(prog="python -m ferry.torch.bench", description=__doc__.split("\n\n")[0])
     parser.add_argument("-b", "--begin", type=parse_size, default=parse_size("1K"))
@@ -112,24 +136,9 @@ def main(argv=None):
     while s <= args.end:
         sizes.append(s)
         s *= max(2, args.factor)
-    ctx = multiprocessing.get_context("spawn")
-    results = ctx.Queue()
-    with tempfile.TemporaryDirectory() as d:
-        procs = [ctx.Process(target=_rank, args=(os.path.join(d, "init"), r, n, sizes, args.iters, results))
-                 for r in range(n)]
-        for p in procs:
-            p.start()
-        got = {}
-        for _ in range(n):
-            rank, rows, error = results.get(timeout=1800)
-            if error:
-                print(f"rank {rank} failed:\n{error}", file=sys.stderr)
-                for p in procs:
-                    p.kill()
-                return 1
-            got[rank] = rows
-        for p in procs:
-            p.join()
+    got = run_gpu_ranks(_rank, n, (sizes, args.iters), timeout=1800)
+    if got is None:
+        return 1
     print(f"# dist.all_reduce, float32, in place, synchronous: {n} ranks, one per GPU "
           f"({torch.cuda.get_device_name(0)}); microseconds per call, the slowest rank's")
     print(f"# eager: issued from Python back to back (GPU time per call); graph: replayed from a CUDA graph; "

@@ -17,10 +17,10 @@ shape is checked first: ferry's result against the unfused one. The columns are 
 """
 
 import argparse
-import multiprocessing
 import os
 import sys
-import tempfile
+
+from ferry.torch.bench import run_gpu_ranks
 
 # Llama 3: hidden size, MLP size, attention heads, key-value heads, head dim.
 MODELS = {
@@ -201,24 +201,9 @@ def main(argv=None):
     if unknown:
         p.error(f"unknown model(s) {unknown}: choose from {list(MODELS)}")
     rows = shapes(models, n, [int(x) for x in a.tokens.split(",") if x])
-    ctx = multiprocessing.get_context("spawn")
-    results = ctx.Queue()
-    with tempfile.TemporaryDirectory() as d:
-        procs = [ctx.Process(target=_rank, args=(os.path.join(d, "init"), r, n, rows, a.iters, results))
-                 for r in range(n)]
-        for proc in procs:
-            proc.start()
-        per_rank = {}
-        for _ in range(n):
-            rank, out, error = results.get(timeout=3600)
-            if error:
-                print(f"rank {rank} failed:\n{error}", file=sys.stderr)
-                for proc in procs:
-                    proc.kill()
-                return 1
-            per_rank[rank] = out
-        for proc in procs:
-            proc.join()
+    per_rank = run_gpu_ranks(_rank, n, (rows, a.iters), timeout=3600)
+    if per_rank is None:
+        return 1
     lines, bad = table(rows, per_rank, n, torch.cuda.get_device_name(0))
     print("\n".join(lines))
     return 1 if bad else 0

@@ -103,7 +103,7 @@ class _Segment:
 
 
 def _itemsize(dtype):
-    return torch.empty((), dtype=dtype).element_size()
+    return dtype.itemsize
 
 
 def _tensor_at(address, sizes, dtype, device_index, owner):
