@@ -50,6 +50,7 @@ class Hosts:
                 _ip("-n", self.ns[i], "addr", "add", f"{self.addr[i]}/24", "dev", self.dev[i])
                 _ip("-n", self.ns[i], "link", "set", self.dev[i], "up")
                 _ip("-n", self.ns[i], "link", "set", "lo", "up")
+            _ip("netns", "exec", self.ns[0], "true")  # some sandboxes make namespaces but cannot enter them
         except (subprocess.CalledProcessError, subprocess.TimeoutExpired) as e:
             self.__exit__()
             err = getattr(e, "stderr", "") or str(e)
