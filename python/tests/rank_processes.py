@@ -44,3 +44,12 @@ def run_ranks(target, n, args_of, *, method="fork", timeout=60):
         if p.is_alive():
             p.kill()
     return got, [p.exitcode for p in procs]
+
+
+def report(results, item):
+    """A rank's last word: puts item on the queue and waits until it has reached the pipe, so that
+    the parent gets it even when the rank's process ends right after (a queue's feeder thread would
+    otherwise be cut off)."""
+    results.put(item)
+    results.close()
+    results.join_thread()

@@ -5,6 +5,8 @@ product of every rank's seeded inputs."""
 
 import traceback
 
+from rank_processes import report
+
 
 def run_rank(init_file, rank, n, results):
     errors = []
@@ -46,6 +48,4 @@ def run_rank(init_file, rank, n, results):
         dist.destroy_process_group()
     except Exception:
         errors.append(f"rank {rank}: {traceback.format_exc()}")
-    results.put((rank, errors))
-    results.close()
-    results.join_thread()
+    report(results, (rank, errors))

@@ -6,6 +6,8 @@ import os
 import sys
 import traceback
 
+from rank_processes import report
+
 _rank = None
 
 
@@ -296,11 +298,9 @@ def run_rank(init_file, rank, n, results):
     except BaseException:  # reported to the parent, which fails the test
         errors.append(f"rank {rank}: {traceback.format_exc()}")
         _step(f"FAILED: {errors[-1]}")
-    results.put((rank, errors))
     # os._exit skips the interpreter's teardown (torch's and ferry's atexit work after the group is
-    # gone), so the queue's feeder thread must have written the result before it.
-    results.close()
-    results.join_thread()
+    # gone), so the result must have reached the pipe before it.
+    report(results, (rank, errors))
     os._exit(0)
 
 
@@ -331,7 +331,5 @@ def mismatch_rank(init_file, rank, n, results):
     except BaseException:
         outcome = f"setup failed: {traceback.format_exc()}"
     _step(f"outcome: {outcome[:300]}")
-    results.put((rank, outcome))
-    results.close()
-    results.join_thread()
+    report(results, (rank, outcome))
     os._exit(0)  # the CUDA context may be unusable after a trap: no teardown

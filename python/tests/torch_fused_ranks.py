@@ -6,6 +6,8 @@ tensors (what torch.compile does) for their shapes."""
 import os
 import traceback
 
+from rank_processes import report
+
 
 def _seeded(torch, rank, shape, seed, dtype=None):
     g = torch.Generator().manual_seed(seed * 1000 + rank)
@@ -147,6 +149,4 @@ def run_rank(init_file, rank, n, device, results):
         dist.destroy_process_group()
     except Exception:
         errors.append(f"rank {rank}: {traceback.format_exc()}")
-    results.put((rank, errors))
-    results.close()
-    results.join_thread()  # the result reaches the parent before this process ends
+    report(results, (rank, errors))

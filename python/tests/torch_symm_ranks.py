@@ -6,6 +6,8 @@ its list of errors. SYMM_ONLY=<check function name> runs that check alone (to fi
 import os
 import traceback
 
+from rank_processes import report
+
 
 def _seeded(torch, rank, n, seed, dtype, dev):
     g = torch.Generator().manual_seed(seed * 1000 + rank)
@@ -153,6 +155,4 @@ def run_rank(init_file, rank, n, results):
         dist.destroy_process_group()
     except Exception:
         errors.append(f"rank {rank}: {traceback.format_exc()}")
-    results.put((rank, errors))
-    results.close()
-    results.join_thread()
+    report(results, (rank, errors))

@@ -40,22 +40,32 @@ def _timed(call, iters, torch):
     return start.elapsed_time(stop) * 1e3 / iters, host * 1e6 / iters
 
 
+def init_ferry_and_nccl(init_file, rank, n, timeout_s):
+    """A benchmark rank's groups, on GPU `rank`: the default group "cpu:gloo,cuda:ferry" and a
+    second on NCCL, to time the same calls on both. Returns (device, ferry group, NCCL group).
+    ferry.torch.fused_bench uses it too."""
+    import datetime
+
+    import torch
+    import torch.distributed as dist
+
+    import ferry.torch  # noqa: F401  (registers "ferry")
+
+    torch.cuda.set_device(rank)
+    # Not bound to the device (device_id): torch 2.11 would then hand ferry's backend to the new
+    # NCCL group below as the group to split from (docs/pytorch.md).
+    dist.init_process_group("cpu:gloo,cuda:ferry", init_method=f"file://{init_file}", rank=rank, world_size=n,
+                            timeout=datetime.timedelta(seconds=timeout_s))
+    return torch.device("cuda", rank), dist.group.WORLD, dist.new_group(backend="nccl")
+
+
 def _rank(init_file, rank, n, sizes, iters, results):
     try:
-        import datetime
-
         import torch
         import torch.distributed as dist
 
-        import ferry.torch  # noqa: F401  (registers "ferry")
-
-        torch.cuda.set_device(rank)
-        dev = torch.device("cuda", rank)
-        # Not bound to the device (device_id): torch 2.11 would then hand ferry's backend to the new
-        # NCCL group below as the group to split from (docs/pytorch.md).
-        dist.init_process_group("cpu:gloo,cuda:ferry", init_method=f"file://{init_file}", rank=rank, world_size=n,
-                                timeout=datetime.timedelta(seconds=300))
-        groups = {"ferry": dist.group.WORLD, "nccl": dist.new_group(backend="nccl")}
+        dev, ferry_group, nccl_group = init_ferry_and_nccl(init_file, rank, n, timeout_s=300)
+        groups = {"ferry": ferry_group, "nccl": nccl_group}
         rows = []
         for nbytes in sizes:
             x = torch.empty(max(1, nbytes // 4), device=dev)

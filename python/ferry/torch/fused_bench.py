@@ -20,7 +20,7 @@ import argparse
 import os
 import sys
 
-from ferry.torch.bench import run_gpu_ranks
+from ferry.torch.bench import init_ferry_and_nccl, run_gpu_ranks
 
 # Llama 3: hidden size, MLP size, attention heads, key-value heads, head dim.
 MODELS = {
@@ -62,19 +62,10 @@ def _median_us(call, iters, torch):
 
 def _rank(init_file, rank, n, rows, iters, results):
     try:
-        import datetime
-
         import torch
         import torch.distributed as dist
 
-        import ferry.torch  # noqa: F401  (the backend and torch.ops.ferry.*)
-
-        torch.cuda.set_device(rank)
-        dev = torch.device("cuda", rank)
-        dist.init_process_group("cpu:gloo,cuda:ferry", init_method=f"file://{init_file}", rank=rank, world_size=n,
-                                timeout=datetime.timedelta(seconds=600))
-        ferry_group = dist.group.WORLD
-        nccl_group = dist.new_group(backend="nccl")
+        dev, ferry_group, nccl_group = init_ferry_and_nccl(init_file, rank, n, timeout_s=600)
         try:
             import torch.distributed._symmetric_memory as torch_symm
 
