@@ -11,8 +11,11 @@ eager call to return (what the backend adds on the CPU). Ratios are NCCL's time 
 """
 
 import argparse
+import faulthandler
 import multiprocessing
 import os
+import queue
+import signal
 import sys
 import tempfile
 import time
@@ -98,21 +101,47 @@ def _rank(init_file, rank, n, sizes, iters, results):
     os._exit(0)
 
 
+def _traced_rank(target, *args):
+    """A rank's process: SIGUSR1 prints where every thread of it stands (run_gpu_ranks sends it to
+    the others when one rank fails, so that a rank stuck elsewhere says where)."""
+    faulthandler.register(signal.SIGUSR1, all_threads=True)
+    target(*args)
+
+
 def run_gpu_ranks(target, n, args, timeout):
     """Spawns n ranks running target(init_file, rank, n, *args, results), each of which puts
     (rank, rows, traceback or None) on `results`; returns {rank: rows}, or None after printing the
-    first rank's failure (and killing the others). ferry.torch.fused_bench uses it too."""
+    first rank's failure, then the stacks of the others (SIGUSR1), and killing them.
+    ferry.torch.fused_bench uses it too."""
     ctx = multiprocessing.get_context("spawn")
     results = ctx.Queue()
     with tempfile.TemporaryDirectory() as d:
-        procs = [ctx.Process(target=target, args=(os.path.join(d, "init"), r, n, *args, results)) for r in range(n)]
+        procs = [ctx.Process(target=_traced_rank, args=(target, os.path.join(d, "init"), r, n, *args, results))
+                 for r in range(n)]
         for p in procs:
             p.start()
         got = {}
         for _ in range(n):
-            rank, rows, error = results.get(timeout=timeout)
+            try:
+                rank, rows, error = results.get(timeout=timeout)
+            except queue.Empty:
+                rank, rows, error = None, None, f"no rank reported within {timeout} s"
             if error:
                 print(f"rank {rank} failed:\n{error}", file=sys.stderr)
+                reported = {rank}
+                try:  # the other ranks' reports, failures included, that come within a few seconds
+                    while True:
+                        other, _, other_error = results.get(timeout=5)
+                        reported.add(other)
+                        if other_error:
+                            print(f"rank {other} failed too:\n{other_error}", file=sys.stderr)
+                except queue.Empty:
+                    pass
+                for r, p in enumerate(procs):
+                    if r not in reported and p.is_alive():
+                        print(f"--- where rank {r} stands:", file=sys.stderr, flush=True)
+                        os.kill(p.pid, signal.SIGUSR1)
+                        time.sleep(1)
                 for p in procs:
                     p.kill()
                 return None

@@ -11,8 +11,8 @@ PyTorch's schemas, so that code and compiler passes port by changing the namespa
 `group_name` is a process group's name (`group.group_name`). Every op runs on any device and any
 backend of that group (the CPU tests use gloo). What runs here is the unfused composition: the
 collective through torch's functional collectives (on the group's backend: ferry's for CUDA
-tensors under "cuda:ferry"), then the matmuls; the reduction of fused_matmul_reduce_scatter
-accumulates in float32 and rounds once. The same functions are the ops' Meta implementations, so
+tensors under "cuda:ferry"), then the matmuls; fused_matmul_reduce_scatter exchanges the product's
+rows in their own dtype (an all-to-all) and sums what it receives in float32, rounding once. The same functions are the ops' Meta implementations, so
 torch.compile traces them with fake tensors. With FERRY_FUSED_PIPELINE=1, CUDA calls gathered or
 scattered along dim 0 run pipelined on symmetric memory instead (fused_pipeline.py; opt-in until
 it has been measured against this composition).
@@ -104,11 +104,18 @@ def _reduce_scatter(full: torch.Tensor, op: str, reduce_op: str, dim: int, size:
             f"ferry::{op}: the result's dim {dim} has {full.shape[dim]} rows, not a multiple of the group's "
             f"{size} ranks"
         )
-    acc = full.float() if full.dtype in (torch.float16, torch.bfloat16) else full
-    # reduce_scatter_tensor splits along dim 0: bring `dim` there, and back after.
-    moved = acc.movedim(dim, 0).contiguous()
-    part = torch.ops._c10d_functional.reduce_scatter_tensor(moved, reduce_op, size, group_name)
-    part = torch.ops._c10d_functional.wait_tensor(part)
+    # Rows travel in their own dtype (a float32 reduce-scatter would move twice the bytes of a
+    # 16-bit product): one all-to-all brings this rank the n blocks of its rows, which it then sums
+    # in float32 in one kernel, rounding once. Split along dim 0: bring `dim` there, and back after.
+    moved = full.movedim(dim, 0).contiguous()
+    blocks = moved.reshape(size, -1)  # block j: the rows rank j keeps
+    # As bytes: the exchange copies bits, and not every backend knows every type (gloo and fp8).
+    got = torch.ops._c10d_functional.all_to_all_single(blocks.view(torch.uint8), [1] * size, [1] * size, group_name)
+    got = torch.ops._c10d_functional.wait_tensor(got).view(full.dtype)
+    acc = got.sum(dim=0, dtype=torch.float32)
+    if reduce_op == "avg":
+        acc = acc.div_(size)
+    part = acc.view(moved.shape[0] // size, *moved.shape[1:])
     return part.movedim(0, dim).to(full.dtype)
 
 

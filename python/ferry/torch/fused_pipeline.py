@@ -1,21 +1,23 @@
 """The pipelined forms of fused_all_gather_matmul and fused_matmul_reduce_scatter, on symmetric
 memory (symm.py), for CUDA tensors: the matmul of each rank's chunk runs as soon as that chunk is
-there, while copies of the next chunks run beside it on a second stream (the copy engine: a copy
+there, while copies of the next chunks run beside it on side streams (the copy engines: a copy
 between this GPU and a peer's mapped memory).
 
 All-gather + matmul: every rank puts its shard in the group's symmetric workspace and the ranks
 meet once (a signal-pad barrier); then this rank multiplies its own shard at once, and each peer's
-shard after the side stream has pulled it (a stream waits on an event, the host never waits).
+shard after a side stream has pulled it (a stream waits on an event, the host never waits).
 A closing barrier keeps a rank from rewriting its workspace while a peer still reads it.
 
 Matmul + reduce-scatter: for each other rank, the rows that rank keeps are multiplied and the
 product pushed into that rank's workspace (slot = this rank) while the next rows are multiplied;
-after a barrier every rank sums the n partial products of its rows in float32, in rank order, and
-rounds once.
+this rank's own rows are multiplied into its own slot. After a barrier every rank sums the n
+partial products of its rows in float32 (one reduction kernel) and rounds once.
 
-Opt-in while it is being measured: FERRY_FUSED_PIPELINE=1. It applies to 2-D and 3-D A gathered or
-scattered along dim 0, contiguous; fused_ops.py runs the unfused composition everywhere else.
-Not run on a GPU yet (docs/pytorch.md).
+The copies to or from each peer run on a stream of their own, so that they share the copy engines.
+
+Opt-in: FERRY_FUSED_PIPELINE=1. It applies to 2-D and 3-D A gathered or scattered along dim 0,
+contiguous; fused_ops.py runs the unfused composition everywhere else. docs/fused.md has what it
+measured: it is not yet faster than the composition where it matters, so it stays off by default.
 """
 
 from __future__ import annotations
@@ -26,17 +28,19 @@ import torch
 import torch.distributed as dist
 from torch.distributed import distributed_c10d as c10d
 
-_side_streams = {}  # device index -> the copy stream
+_side_streams = {}  # (device index, step) -> a copy stream
 
 
 def enabled() -> bool:
     return os.environ.get("FERRY_FUSED_PIPELINE") == "1"
 
 
-def _side(device):
-    s = _side_streams.get(device.index)
+def _side(device, step):
+    """The copy stream of one peer step: a stream per peer, so that the copies to (or from)
+    different peers run side by side on the GPU's copy engines instead of one after another."""
+    s = _side_streams.get((device.index, step))
     if s is None:
-        s = _side_streams[device.index] = torch.cuda.Stream(device)
+        s = _side_streams[(device.index, step)] = torch.cuda.Stream(device)
     return s
 
 
@@ -57,21 +61,21 @@ def all_gather_matmul(A_shard, Bs, group_name, return_A):
     n, r = group.size(), dist.get_rank(group)
     m = A_shard.shape[0]
     ws = _workspace(group, A_shard.numel() * A_shard.element_size())
-    cur, side = torch.cuda.current_stream(A_shard.device), _side(A_shard.device)
+    cur = torch.cuda.current_stream(A_shard.device)
     ws.get_buffer(r, A_shard.shape, A_shard.dtype).copy_(A_shard)
     ws.barrier(channel=0)  # every rank's shard is in its workspace
     A = A_shard.new_empty((n * m, *A_shard.shape[1:]))
     outs = [A_shard.new_empty((n * m, *A_shard.shape[1:-1], B.shape[-1])) for B in Bs]
-    side.wait_stream(cur)
     pulled = []
-    with torch.cuda.stream(side):
-        for step in range(1, n):
-            src = (r + step) % n
+    for step in range(1, n):
+        src, side = (r + step) % n, _side(A_shard.device, step)
+        side.wait_stream(cur)
+        with torch.cuda.stream(side):
             A[src * m:(src + 1) * m].copy_(ws.get_buffer(src, A_shard.shape, A_shard.dtype))
             done = torch.cuda.Event()
             done.record(side)
-            pulled.append((src, done))
-    A.record_stream(side)  # the caching allocator must not reuse A while the side stream writes it
+        pulled.append((src, done))
+        A.record_stream(side)  # the caching allocator must not reuse A while a side stream writes it
     if return_A:
         A[r * m:(r + 1) * m].copy_(A_shard)
     for B, out in zip(Bs, outs):
@@ -91,26 +95,25 @@ def matmul_reduce_scatter(A, B, reduce_op, group_name):
     part_shape = (m, *A.shape[1:-1], B.shape[-1])
     part_elems = torch.Size(part_shape).numel()
     ws = _workspace(group, n * part_elems * A.element_size())
-    cur, side = torch.cuda.current_stream(A.device), _side(A.device)
+    cur = torch.cuda.current_stream(A.device)
     ws.barrier(channel=0)  # every rank has summed what the previous call put in its workspace
-    side.wait_stream(cur)
+    sides = []
     for step in range(1, n):
-        dst = (r + step) % n
+        dst, side = (r + step) % n, _side(A.device, step)
         product = torch.matmul(A[dst * m:(dst + 1) * m], B)
-        made = torch.cuda.Event()
-        made.record(cur)
-        side.wait_event(made)
+        side.wait_stream(cur)  # the product is made
         with torch.cuda.stream(side):
             ws.get_buffer(dst, part_shape, A.dtype, storage_offset=r * part_elems).copy_(product)
         product.record_stream(side)
-    own = torch.matmul(A[r * m:(r + 1) * m], B)
-    cur.wait_stream(side)
+        sides.append(side)
+    # This rank's own product goes straight into its slot of its own workspace.
+    own = ws.get_buffer(r, part_shape, A.dtype, storage_offset=r * part_elems)
+    torch.matmul(A[r * m:(r + 1) * m], B, out=own)
+    for side in sides:
+        cur.wait_stream(side)
     ws.barrier(channel=0)  # every rank's product for this rank's rows is in this rank's workspace
-    acc = None
-    for src in range(n):  # rank order, in float32 for 16-bit types
-        p = own if src == r else ws.get_buffer(r, part_shape, A.dtype, storage_offset=src * part_elems)
-        p = p.float() if p.dtype in (torch.float16, torch.bfloat16) else p
-        acc = p.clone() if acc is None else acc.add_(p)
+    # The n products of this rank's rows lie side by side: one kernel sums them in float32.
+    acc = ws.get_buffer(r, (n, *part_shape), A.dtype).sum(dim=0, dtype=torch.float32)
     if reduce_op == "avg":
         acc.div_(n)
     return acc.to(A.dtype)
