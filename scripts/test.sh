@@ -148,7 +148,7 @@ python_package() {
   local torch_tests=()
   if "$venv/bin/python" -c "import torch" >/dev/null 2>&1; then
     torch_tests=(python/tests/test_torch_backend.py python/tests/test_torch_fused_ops.py python/tests/test_torch_symm.py
-      python/tests/test_torch_async_tp.py python/tests/test_torch_fused_bench.py)
+      python/tests/test_torch_async_tp.py python/tests/test_torch_fused_bench.py python/tests/test_torch_bench_ranks.py)
   fi
   FERRY_REQUIRE_NATIVE=1 FERRY_REQUIRE_TORCH_BACKEND=$((${#torch_tests[@]} > 0)) run_python_tests "installed package" \
     "$venv/bin/python" "" python/tests/test_native_*.py "${torch_tests[@]}"
