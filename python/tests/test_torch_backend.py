@@ -46,6 +46,27 @@ def test_without_cuda_a_group_on_ferry_is_refused_saying_why(tmp_path):
         dist.init_process_group("cpu:gloo,cuda:ferry", init_method=f"file://{tmp_path}/init", rank=0, world_size=1)
 
 
+def test_register_tensor_says_what_it_needs():
+    """Before init_process_group; then (in a process of its own, so that this one stays
+    uninitialized) a CPU tensor, and a group whose backend for it is gloo."""
+    import subprocess
+    import sys
+
+    if not dist.is_initialized():
+        with pytest.raises(RuntimeError, match="init_process_group"):
+            ferry.torch.register_tensor(torch.ones(2))
+    code = """
+import torch, torch.distributed as dist, ferry.torch as ft
+dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
+try:
+    ft.register_tensor(torch.ones(2))
+except ValueError as e:
+    print(e)
+"""
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert "rank 0: a cpu tensor: only CUDA tensors go to the ferry backend" in out.stdout, out.stdout + out.stderr
+
+
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="no GPU")
 def test_every_op_on_every_gpu():
     import torch_backend_ranks

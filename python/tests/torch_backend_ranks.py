@@ -121,6 +121,7 @@ def _checks(torch, dist, rank, n, dev, errors):
     _rooted(torch, dist, rank, n, dev, errors)
     _streams_and_graphs(torch, dist, rank, n, dev, errors)
     _groups(torch, dist, rank, n, dev, errors)
+    _registered(torch, dist, rank, n, dev, errors)
     _step("barrier")
     dist.barrier()
 
@@ -234,6 +235,45 @@ def _streams_and_graphs(torch, dist, rank, n, dev, errors):
         total = torch.stack(vals).sum(0)
         _close(torch, static, total, f"graph replay {replay}: all_reduce", errors, rank)
         _close(torch, gathered, torch.cat([total] * n), f"graph replay {replay}: all_gather", errors, rank)
+    torch.cuda.synchronize()
+
+
+def _registered(torch, dist, rank, n, dev, errors):
+    """ferry.torch.register_tensor: ops on registered tensors (sizes past the LL range, so that the
+    zero-copy algorithms run) give the same answers; views inside a registration count; after
+    deregister the same tensors still work (staged again)."""
+    import ferry.torch as ft
+
+    _step("register_tensor")
+    count = 1 << 20
+    ins = _all(torch, n, (count,), torch.float32, 900, dev)
+    want = torch.stack(ins).sum(0)
+    buf = torch.empty(2 * count, device=dev)  # [0, count): all_reduce; the whole: all_gather's output
+    src = ins[rank].clone()
+    with ft.register_tensor(buf), ft.register_tensor(src):
+        x = buf[:count]
+        x.copy_(ins[rank])
+        dist.all_reduce(x)
+        _close(torch, x, want, "all_reduce on a registered tensor", errors, rank)
+        gathered = buf.view(2, count)[1][: count // n * n].view(n, count // n)
+        gathered.fill_(float("nan"))
+        dist.all_gather_into_tensor(gathered, src[: count // n])
+        _close(torch, gathered, torch.stack([i[: count // n] for i in ins]), "all_gather into a registered view",
+               errors, rank)
+        out = _poisoned(torch, src[: count // n])
+        dist.reduce_scatter_tensor(out, src)  # input registered, output not: staged, on every rank alike
+        _close(torch, out, want[rank * (count // n):(rank + 1) * (count // n)], "reduce_scatter, input registered",
+               errors, rank)
+    x = buf[:count]
+    x.copy_(ins[rank])
+    dist.all_reduce(x)
+    _close(torch, x, want, "all_reduce after deregister", errors, rank)
+    try:
+        ft.register_tensor(torch.ones(4))
+        errors.append(f"rank {rank}: register_tensor took a CPU tensor")
+    except ValueError as e:
+        if "CUDA" not in str(e):
+            errors.append(f"rank {rank}: register_tensor of a CPU tensor: {e} does not say CUDA")
     torch.cuda.synchronize()
 
 

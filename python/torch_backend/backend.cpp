@@ -4,6 +4,7 @@
 
 #include <ATen/cuda/CUDAEvent.h>
 #include <c10/cuda/CUDACachingAllocator.h>
+#include <c10/cuda/CUDAGraphsC10Utils.h>
 #include <c10/cuda/CUDAGuard.h>
 #include <c10/util/Exception.h>
 
@@ -143,6 +144,42 @@ c10::intrusive_ptr<c10d::Backend> FerryBackend::split(const c10::intrusive_ptr<c
   }
   if (!sub) return nullptr;
   return c10::make_intrusive<FerryBackend>(std::move(sub), device_, opts ? opts->timeout : timeout_);
+}
+
+int64_t FerryBackend::registerTensor(const at::Tensor& tensor) {
+  std::lock_guard lock(mu_);
+  c10::cuda::CUDAGuard guard(static_cast<c10::DeviceIndex>(device_));
+  Comm& c = comm("register_tensor");
+  check(tensor, "register_tensor");
+  // Registering maps memory into the peers and meets them: nothing a graph can replay.
+  TORCH_CHECK(c10::cuda::currentStreamCaptureStatusMayInitCtx() == c10::cuda::CaptureStatus::None,
+              "ferry backend: rank ", rank_,
+              ": register_tensor while a CUDA graph is being captured: register before the capture");
+  // The whole storage: views of it (and the op's own views) then lie inside the registration.
+  const auto& storage = tensor.storage();
+  try {
+    const BufferRegistration r = c.registerBuffer(storage.mutable_data(), storage.nbytes());
+    registrations_.emplace(nextRegistration_, r);
+  } catch (const Error& e) {
+    C10_THROW_ERROR(DistBackendError, std::string("ferry backend: register_tensor: ") + e.what());
+  }
+  return nextRegistration_++;
+}
+
+void FerryBackend::deregisterTensor(int64_t id) {
+  std::lock_guard lock(mu_);
+  c10::cuda::CUDAGuard guard(static_cast<c10::DeviceIndex>(device_));
+  const auto it = registrations_.find(id);
+  TORCH_CHECK(it != registrations_.end(), "ferry backend: rank ", rank_, ": deregister_tensor: no registration ",
+              id, " on this group (already deregistered, or made on another group)");
+  const BufferRegistration r = it->second;
+  registrations_.erase(it);
+  if (!comm_) return;  // aborted or shut down: the Comm and its registrations are gone
+  try {
+    comm_->deregisterBuffer(r);
+  } catch (const Error& e) {
+    C10_THROW_ERROR(DistBackendError, std::string("ferry backend: deregister_tensor: ") + e.what());
+  }
 }
 
 void FerryBackend::abort() {

@@ -16,6 +16,7 @@
 
 #include <chrono>
 #include <functional>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -95,6 +96,15 @@ class FerryBackend : public c10d::Backend {
   c10::intrusive_ptr<c10d::Backend> split(const c10::intrusive_ptr<c10d::Store>& store, const std::vector<int>& ranks,
                                           const c10::intrusive_ptr<Options>& opts) override;
 
+  // Collective over this group's ranks, outside graph capture (docs/pytorch.md, "Registered
+  // tensors"): registers the storage of `tensor` (this group's GPU) with the group's Comm, so that
+  // ops whose tensors lie inside registrations on every rank run zero-copy. Every rank registers
+  // its tensor of the same role, in the same order. Returns the id deregisterTensor takes.
+  int64_t registerTensor(const at::Tensor& tensor);
+  // Local: waits for this group's queued work, then forgets the registration. Deregister on every
+  // rank before the next op that used it.
+  void deregisterTensor(int64_t id);
+
   // abort: stops the Comm on every rank at once (its kernels give up their waits; no hang), then
   // frees it. shutdown: waits for this group's work, then frees the Comm. Later ops are errors.
   void abort() override;
@@ -135,6 +145,8 @@ class FerryBackend : public c10d::Backend {
   uint64_t sequence_ = 0;
   // The works of the open coalescing block: their end is recorded after its group is queued.
   std::vector<c10::intrusive_ptr<FerryWork>> pending_;
+  std::map<int64_t, BufferRegistration> registrations_;  // registerTensor's, by the id it returned
+  int64_t nextRegistration_ = 1;
   // Ops may come from several threads (DDP queues its all-reduces from autograd's); a Comm queues
   // one call at a time.
   std::recursive_mutex mu_;

@@ -20,5 +20,10 @@ PYBIND11_MODULE(_torch, m) {
            py::arg("unique_id_hex"), py::arg("rank"), py::arg("size"), py::arg("device"), py::arg("timeout_seconds"),
            py::call_guard<py::gil_scoped_release>())
       // The group's timeout (a datetime.timedelta), for the options python/ferry/torch builds.
-      .def_property_readonly("_timeout", [](FerryBackend& b) { return b.timeout(); });
+      .def_property_readonly("_timeout", [](FerryBackend& b) { return b.timeout(); })
+      // ferry.torch.register_tensor's (collective: it meets the other ranks, so the GIL is released).
+      .def("_register_tensor", &FerryBackend::registerTensor, py::arg("tensor"),
+           py::call_guard<py::gil_scoped_release>())
+      .def("_deregister_tensor", &FerryBackend::deregisterTensor, py::arg("id"),
+           py::call_guard<py::gil_scoped_release>());
 }

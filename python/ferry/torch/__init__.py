@@ -93,6 +93,57 @@ _register()
 from ferry.torch import fused_ops  # noqa: E402,F401
 
 
+class Registration:
+    """A tensor registered with a group's ferry backend (register_tensor). It keeps the tensor alive
+    until deregister() (or the end of a `with` block), so that its memory is not handed out again
+    while the group's Comm has it mapped."""
+
+    def __init__(self, backend, rid, tensor):
+        self._backend, self._id, self.tensor = backend, rid, tensor
+
+    def deregister(self):
+        """Local: waits for the group's queued work, then forgets the registration. Every rank
+        deregisters before the next op that used the tensor."""
+        if self._id is not None:
+            rid, self._id = self._id, None
+            self._backend._deregister_tensor(rid)
+            self.tensor = None
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.deregister()
+
+
+def register_tensor(tensor, group=None):
+    """Registers `tensor`'s memory (its whole storage) with the ferry backend of `group` (default:
+    the world), so that ops on the group whose tensors lie inside registrations on every rank run
+    zero-copy: peers read and write them directly instead of staging through the Comm's scratch.
+    Collective: every rank of the group registers its tensor of the same role, in the same order,
+    outside CUDA graph capture (as NCCL's window registration). An op registered on some ranks but
+    not on others fails with an error naming them. Returns a Registration (deregister(), or use it
+    in a `with` block)."""
+    if not dist.is_initialized():
+        raise RuntimeError("ferry.torch.register_tensor: torch.distributed is not initialized (call "
+                           "init_process_group first)")
+    if group is None:
+        group = dist.group.WORLD
+    if not tensor.is_cuda:
+        raise ValueError(f"ferry.torch.register_tensor: rank {dist.get_rank()}: a {tensor.device} tensor: only CUDA "
+                         f"tensors go to the ferry backend")
+    try:
+        backend = group._get_backend(tensor.device)
+    except RuntimeError as e:
+        raise ValueError(f"ferry.torch.register_tensor: rank {dist.get_rank()}: the group has no backend for "
+                         f"{tensor.device} ({e})") from e
+    if _torch is None or not isinstance(backend, _torch.FerryBackend):
+        raise ValueError(f"ferry.torch.register_tensor: rank {dist.get_rank()}: the group's backend for "
+                         f"{tensor.device} is {type(backend).__name__}, not ferry's (make the group with "
+                         f"'cpu:gloo,cuda:ferry')")
+    return Registration(backend, backend._register_tensor(tensor), tensor)
+
+
 def enable_async_tp(group=None):
     """torch.compile's async tensor parallelism with ferry's fused ops for `group` (default the
     world): see async_tp.py. Imported on first use, so that `import ferry.torch` stays light."""

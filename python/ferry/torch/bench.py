@@ -6,7 +6,8 @@
 The ranks join one default group "cpu:gloo,cuda:ferry" and a second group on "nccl"; for each size
 and each backend it prints the GPU time per call of a synchronous dist.all_reduce (float32, in
 place) issued eagerly from Python, the same replayed from a CUDA graph, and the host time for the
-eager call to return (what the backend adds on the CPU). Ratios are NCCL's time over ferry's
+eager call to return (what the backend adds on the CPU); on ferry also the eager call with the
+tensor registered (ferry.torch.register_tensor: zero-copy). Ratios are NCCL's time over ferry's
 (above 1: ferry is faster). Every size is checked on both backends before it is timed.
 """
 
@@ -67,6 +68,8 @@ def _rank(init_file, rank, n, sizes, iters, results):
         import torch
         import torch.distributed as dist
 
+        import ferry.torch as ferry_torch
+
         dev, ferry_group, nccl_group = init_ferry_and_nccl(init_file, rank, n, timeout_s=300)
         groups = {"ferry": ferry_group, "nccl": nccl_group}
         rows = []
@@ -88,6 +91,16 @@ def _rank(init_file, rank, n, sizes, iters, results):
                 row[name + "_eager"], row[name + "_host"] = _timed(call, it, torch)
                 dist.barrier()
                 row[name + "_graph"] = graph_us(call, it, torch)
+            # The same on ferry with x registered (ferry.torch.register_tensor): zero-copy.
+            with ferry_torch.register_tensor(x, ferry_group):
+                x.fill_(float(rank + 1))
+                dist.all_reduce(x, group=ferry_group)
+                torch.cuda.synchronize()
+                row["ferry_ok"] &= bool(torch.all(x == float(n * (n + 1) // 2)))
+                x.zero_()
+                dist.barrier()
+                row["registered_eager"], _ = _timed(lambda: dist.all_reduce(x, group=ferry_group), it, torch)
+                torch.cuda.synchronize()
             rows.append(row)
             del x
         dist.destroy_process_group()
@@ -151,6 +164,35 @@ def run_gpu_ranks(target, n, args, timeout):
     return got
 
 
+def table(sizes, got, n, device_name):
+    """The printed table from the ranks' rows ({rank: rows}): per size, the slowest rank's times.
+    Returns (lines, whether any check failed)."""
+    lines = [f"# dist.all_reduce, float32, in place, synchronous: {n} ranks, one per GPU ({device_name}); "
+             f"microseconds per call, the slowest rank's",
+             "# eager: issued from Python back to back (GPU time per call); reg: the same with the tensor registered "
+             "(ferry.torch.register_tensor); graph: replayed from a CUDA graph; host: until the eager call returns; "
+             "ratio: nccl / ferry"]
+    cols = ["bytes", "ferry eager", "nccl eager", "ratio", "ferry reg", "ratio", "ferry graph", "nccl graph",
+            "ratio", "ferry host", "nccl host", "check"]
+    lines.append(" ".join(f"{c:>12}" for c in cols))
+    bad = False
+    for i, nbytes in enumerate(sizes):
+        rows = [got[r][i] for r in range(n)]
+
+        def worst(key, rows=rows):
+            return max(r[key] for r in rows)
+
+        ok = all(r["ferry_ok"] and r["nccl_ok"] for r in rows)
+        bad |= not ok
+        fe, ne, fr, fg, ng = (worst(k) for k in ("ferry_eager", "nccl_eager", "registered_eager", "ferry_graph",
+                                                  "nccl_graph"))
+        cells = [f"{nbytes:>12}", f"{fe:>12.2f}", f"{ne:>12.2f}", f"{ne / fe:>12.2f}", f"{fr:>12.2f}",
+                 f"{ne / fr:>12.2f}", f"{fg:>12.2f}", f"{ng:>12.2f}", f"{ng / fg:>12.2f}",
+                 f"{worst('ferry_host'):>12.2f}", f"{worst('nccl_host'):>12.2f}", f"{'ok' if ok else 'WRONG':>12}"]
+        lines.append(" ".join(cells))
+    return lines, bad
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(prog="python -m ferry.torch.bench", description=__doc__.split("\n\n")[0])
     parser.add_argument("-b", "--begin", type=parse_size, default=parse_size("1K"))
@@ -178,27 +220,8 @@ def main(argv=None):
     got = run_gpu_ranks(_rank, n, (sizes, args.iters), timeout=1800)
     if got is None:
         return 1
-    print(f"# dist.all_reduce, float32, in place, synchronous: {n} ranks, one per GPU "
-          f"({torch.cuda.get_device_name(0)}); microseconds per call, the slowest rank's")
-    print(f"# eager: issued from Python back to back (GPU time per call); graph: replayed from a CUDA graph; "
-          f"host: until the eager call returns; ratio: nccl / ferry")
-    cols = ["bytes", "ferry eager", "nccl eager", "ratio", "ferry graph", "nccl graph", "ratio", "ferry host",
-            "nccl host", "check"]
-    print(" ".join(f"{c:>12}" for c in cols))
-    bad = False
-    for i, nbytes in enumerate(sizes):
-        rows = [got[r][i] for r in range(n)]
-
-        def worst(key, rows=rows):
-            return max(r[key] for r in rows)
-
-        ok = all(r["ferry_ok"] and r["nccl_ok"] for r in rows)
-        bad |= not ok
-        fe, ne, fg, ng = worst("ferry_eager"), worst("nccl_eager"), worst("ferry_graph"), worst("nccl_graph")
-        cells = [f"{nbytes:>12}", f"{fe:>12.2f}", f"{ne:>12.2f}", f"{ne / fe:>12.2f}", f"{fg:>12.2f}",
-                 f"{ng:>12.2f}", f"{ng / fg:>12.2f}", f"{worst('ferry_host'):>12.2f}", f"{worst('nccl_host'):>12.2f}",
-                 f"{'ok' if ok else 'WRONG':>12}"]
-        print(" ".join(cells))
+    lines, bad = table(sizes, got, n, torch.cuda.get_device_name(0))
+    print("\n".join(lines))
     return 1 if bad else 0
 
 
