@@ -7,7 +7,7 @@ For each shape (a layer of Llama 3 8B or 70B cut for tensor parallelism over the
 all) it times, on every rank, the median of `iters` eager calls:
 - matmul: the layer's matmul alone (the full A @ B of one rank);
 - comm: its collective alone on the ferry backend (all_gather_into_tensor of A's shard, or
-  reduce_scatter_tensor of the product);
+  reduce_scatter_tensor of the product), and (nccl) the same on the NCCL backend, in microseconds;
 - bound: the larger of the two, what a perfect overlap would take;
 - ferry: torch.ops.ferry.fused_* on the ferry backend, as shipped (the unfused composition on ferry);
 - pipelined: the same call with FERRY_FUSED_PIPELINE=1 (fused_pipeline.py: chunks multiplied as the
@@ -88,8 +88,8 @@ def _rank(init_file, rank, n, rows, iters, results):
                 def matmul():
                     return full @ B
 
-                def comm():
-                    dist.all_gather_into_tensor(full, shard, group=ferry_group)
+                def comm(group=ferry_group):
+                    dist.all_gather_into_tensor(full, shard, group=group)
 
                 def fused():
                     return torch.ops.ferry.fused_all_gather_matmul(shard, [B], 0, ferry_group.group_name)[1][0]
@@ -112,8 +112,8 @@ def _rank(init_file, rank, n, rows, iters, results):
                 def matmul():
                     return A @ B
 
-                def comm():
-                    dist.reduce_scatter_tensor(part, product, group=ferry_group)
+                def comm(group=ferry_group):
+                    dist.reduce_scatter_tensor(part, product, group=group)
 
                 def fused():
                     return torch.ops.ferry.fused_matmul_reduce_scatter(A, B, "sum", 0, ferry_group.group_name)
@@ -145,6 +145,7 @@ def _rank(init_file, rank, n, rows, iters, results):
             wrong = [name for name, f in (("ferry", fused), ("pipelined", pipelined))
                      if not torch.allclose(f().float(), want, rtol=2e-2, atol=2e-2)]
             row = {"wrong": wrong, "matmul": _median_us(matmul, iters, torch), "comm": _median_us(comm, iters, torch),
+                   "nccl_comm": _median_us(lambda: comm(nccl_group), iters, torch),
                    "ferry": _median_us(fused, iters, torch), "pipelined": _median_us(pipelined, iters, torch),
                    "unfused": _median_us(unfused, iters, torch), "torch": None}
             if torch_symm is not None:
@@ -170,7 +171,7 @@ def table(rows, per_rank, n, device_name):
     lines = [f"# fused tensor-parallel ops, bf16, {n} ranks, one per GPU ({device_name}); TFLOP/s "
              f"(2 M K N / time, the slowest rank's); bound = max(matmul, comm); bound/best (best: the faster of ferry and pipelined) 1.00 is a perfect overlap",
              f"{'model':>6} {'layer':>12} {'op':>3} {'M':>6} {'K':>6} {'N':>6} {'matmul':>8} {'comm us':>8} "
-             f"{'bound':>8} {'ferry':>8} {'pipelined':>9} {'unfused':>8} {'torch':>8} {'bound/best':>10} {'check':>6}"]
+             f"{'nccl us':>8} {'bound':>8} {'ferry':>8} {'pipelined':>9} {'unfused':>8} {'torch':>8} {'bound/best':>10} {'check':>6}"]
     bad = False
     for i, (model, layer, op, m, k, nn) in enumerate(rows):
         rs = [per_rank[r][i] for r in range(n)]
@@ -185,7 +186,7 @@ def table(rows, per_rank, n, device_name):
         bound = max(mm, cm)
         wrong = sorted({w for r in rs for w in r["wrong"]})
         bad |= bool(wrong)
-        lines.append(f"{model:>6} {layer:>12} {op:>3} {m:>6} {k:>6} {nn:>6} {tf(mm):>8} {cm:>8.1f} {tf(bound):>8} "
+        lines.append(f"{model:>6} {layer:>12} {op:>3} {m:>6} {k:>6} {nn:>6} {tf(mm):>8} {cm:>8.1f} {worst('nccl_comm'):>8.1f} {tf(bound):>8} "
                      f"{tf(fe):>8} {tf(pi):>9} {tf(worst('unfused')):>8} {tf(worst('torch')):>8} {bound / min(fe, pi):>10.2f} "
                      f"{'WRONG: ' + ','.join(wrong) if wrong else 'ok':>6}")
     errors = {r.get("torch_error") for rr in per_rank.values() for r in rr if r.get("torch_error")}
