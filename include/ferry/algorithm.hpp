@@ -82,6 +82,10 @@ class FERRY_API NativeAlgorithm {
   virtual void launch(const CollectiveArgs& call) = 0;
   // A short description of what the algorithm can run, for Comm::algorithms().
   virtual std::string constraints() const { return {}; }
+  // True only if a reduction it runs equals the one taken in rank order (rank 0's value first), bit
+  // for bit: tests and ferry-bench then compare floats exactly, and otherwise with the tolerance of
+  // a sum in another order.
+  virtual bool reducesInRankOrder() const { return false; }
 };
 
 // A collective program (docs/executor.md): loaded, checked against the executor's rules and
@@ -121,6 +125,9 @@ struct AlgorithmInfo {
   AlgorithmKind kind = AlgorithmKind::Builtin;
   std::string constraints;  // what it can run, in words ("registered buffers only", ...)
   bool forced = false;      // forced for its collective (Comm::setAlgorithm, FERRY_ALGO)
+  // A reduction it runs equals the one in rank order bit for bit (NativeAlgorithm::reducesInRankOrder);
+  // false for rings and plans, whose sums start elsewhere: compare their floats with a tolerance.
+  bool reducesInRankOrder = true;
 };
 
 }  // namespace ferry

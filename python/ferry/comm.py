@@ -247,7 +247,8 @@ class Comm:
         return Registration(self, self._native.register_buffer(address, size))
 
     def algorithms(self):
-        """Every algorithm of this Comm (AlgorithmInfo: name, collective, kind, constraints, forced)."""
+        """Every algorithm of this Comm (AlgorithmInfo: name, collective, kind, constraints, forced,
+        reduces_in_rank_order)."""
         return self._native.algorithms()
 
     def set_algorithm(self, collective, name):

@@ -5,8 +5,8 @@
 // once per call shape and prefers it for every shape it accepts.
 //
 // The GIL: the Comm calls these methods with or without it (add_algorithm releases it while the
-// ranks agree; a collective call keeps it), so each override takes it. name(), collective() and
-// constraints() are asked once and remembered: the Comm may ask for a name where Python cannot be
+// ranks agree; a collective call keeps it), so each override takes it. name(), collective(),
+// constraints() and reduces_in_rank_order() are asked once and remembered: the Comm may ask for a name where Python cannot be
 // entered any more (a Comm destroyed at interpreter exit).
 #include <nanobind/stl/string.h>
 #include <nanobind/trampoline.h>
@@ -44,6 +44,14 @@ class PyNativeAlgorithm : public NativeAlgorithm {
     }
     return *constraints_;
   }
+  bool reducesInRankOrder() const override {
+    if (!inRankOrder_) {
+      nb::gil_scoped_acquire locked;
+      nb::object method = optionalMethod("reduces_in_rank_order");
+      inRankOrder_ = method.is_valid() && nb::cast<bool>(method());
+    }
+    return *inRankOrder_;
+  }
   void setup(Comm& comm) override {
     nb::gil_scoped_acquire locked;
     nb::object method = optionalMethod("setup");
@@ -80,6 +88,7 @@ class PyNativeAlgorithm : public NativeAlgorithm {
   mutable std::optional<std::string> name_;
   mutable std::optional<Collective> collective_;
   mutable std::optional<std::string> constraints_;
+  mutable std::optional<bool> inRankOrder_;
 };
 
 }  // namespace

@@ -70,6 +70,8 @@ void bindComm(nb::module_& m) {
       .def_prop_ro("kind", [](const AlgorithmInfo& a) { return std::string(toString(a.kind)); })
       .def_ro("constraints", &AlgorithmInfo::constraints)
       .def_ro("forced", &AlgorithmInfo::forced)
+      .def_ro("reduces_in_rank_order", &AlgorithmInfo::reducesInRankOrder,
+              "A reduction it runs equals the one in rank order bit for bit (false: rings, plans)")
       .def("__repr__", [](const AlgorithmInfo& a) {
         return "AlgorithmInfo(" + a.name + ", " + std::string(toString(a.kind)) +
                (a.constraints.empty() ? "" : ", " + a.constraints) + (a.forced ? ", forced" : "") + ")";

@@ -242,6 +242,7 @@ class AllReduceRing final : public Algorithm {
  public:
   const char* name() const override { return "allreduce_ring"; }
   Collective collective() const override { return Collective::AllReduce; }
+  bool reducesInRankOrder() const override { return false; }  // each chunk's sum starts at its own rank
   std::string whyNot(const CollectiveCall& call, const CommLimits& limits) const override {
     const std::uint64_t slot = slotBytes(limits);
     if (slot < 16) return "the scratch is too small (FERRY_SCRATCH_BYTES)";

@@ -18,7 +18,7 @@ std::vector<AlgorithmInfo> Comm::algorithms() const {
   for (const auto& e : impl_->selector.registry().entries()) {
     const Algorithm& a = *e.algorithm;
     out.push_back({a.name(), a.collective(), e.kind, a.constraints(limits),
-                   impl_->selector.forced(a.collective()) == a.name()});
+                   impl_->selector.forced(a.collective()) == a.name(), a.reducesInRankOrder()});
   }
   return out;
 }

@@ -22,6 +22,7 @@ class NativeAlgorithmAdapter final : public Algorithm {
   std::string whyNot(const CollectiveCall& call, const CommLimits& limits) const override;
   void launch(const CollectiveCall& call, const CollectiveContext& context, void*) const override;
   std::string constraints(const CommLimits& limits) const override;
+  bool reducesInRankOrder() const override { return algorithm_->reducesInRankOrder(); }
   NativeAlgorithm& user() const { return *algorithm_; }
 
  private:

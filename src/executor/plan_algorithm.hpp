@@ -38,6 +38,7 @@ class PlanAlgorithm final : public Algorithm {
   // Plans that reach into the peers' input or output: unregistered calls run staged.
   bool needsRegisteredBuffers(const CollectiveCall& call) const override;
   std::string constraints(const CommLimits& limits) const override;
+  bool reducesInRankOrder() const override { return false; }  // in the order the program wrote
   void preload() const override;
 
   // nullptr when there is no plan for this world size.

@@ -57,6 +57,10 @@ class Algorithm {
     (void)limits;
     return {};
   }
+  // Whether a reduction it runs gives exactly the sum (or product, ...) taken in rank order, rank 0
+  // first, as the tests' references do; false where it starts each chunk at another rank (a ring)
+  // or sums in an order a program chose (a plan): the last bits of floats may then differ.
+  virtual bool reducesInRankOrder() const { return true; }
   // Loads every kernel the algorithm may launch into the current device's context (launch.hpp,
   // preloadKernel). Comm calls it once per device, when it is made.
   virtual void preload() const {}

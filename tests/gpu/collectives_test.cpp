@@ -116,6 +116,14 @@ struct CheckOptions {
   bool factorOnDevice = false;  // a PreMulSum shape's factor is read from device memory
 };
 
+// Whether the Comm's algorithm `algo` reduces in another order than rank order (a ring, a plan):
+// its floats are then checked with a tolerance (AlgorithmInfo::reducesInRankOrder).
+bool reorders(const Comm& comm, const std::string& algo) {
+  for (const AlgorithmInfo& a : comm.algorithms())
+    if (a.name == algo) return !a.reducesInRankOrder;
+  return true;
+}
+
 // Fills, poisons, runs one call and checks it; returns the number of wrong elements.
 std::size_t runAndCheck(Rank& r, const CallShape& s, bool inPlace, CheckOptions options = {}) {
   const std::size_t es = sizeOf(s.type);
@@ -235,7 +243,7 @@ TEST_P(GpuCollectives, EveryAlgorithmTypeOpAndPlacement) {
                             static_cast<int>((count + t) % n), 1000u + calls};
                 try {
                   const std::size_t wrong =
-                      runAndCheck(r, s, inPlace, {.reordered = algo == "allreduce_ring", .registered = direct});
+                      runAndCheck(r, s, inPlace, {.reordered = reorders(*r.comm, algo), .registered = direct});
                   EXPECT_EQ(wrong, 0u) << label(s, algo, inPlace);
                   ++calls;
                 } catch (const Error& e) {
@@ -283,7 +291,7 @@ TEST_P(GpuCollectives, ManyRoundsEndingShort) {
                 4'900'000 / sizeOf(t) / (coll == Collective::AllGather ? n : 1) + 7 * repeat;
             CallShape s{coll, t, ReduceOp::Sum, count, rank, n, repeat % n, 5000u + calls};
             const std::size_t wrong =
-                runAndCheck(r, s, repeat % 2 == 1, {.reordered = algo == "allreduce_ring"});
+                runAndCheck(r, s, repeat % 2 == 1, {.reordered = reorders(*r.comm, algo)});
             EXPECT_EQ(wrong, 0u) << label(s, algo, repeat % 2 == 1);
             ++calls;
             if (::testing::Test::HasFailure()) return;
@@ -582,7 +590,7 @@ TEST_P(GpuCollectives, EveryAlgorithmWithinBlockBounds) {
               const CallShape s{coll, t, ReduceOp::Sum, count, rank, n, 1 % n, 700u + calls + refused};
               try {
                 const std::size_t wrong =
-                    runAndCheck(r, s, false, {.reordered = algo == "allreduce_ring", .registered = direct});
+                    runAndCheck(r, s, false, {.reordered = reorders(*r.comm, algo), .registered = direct});
                 EXPECT_EQ(wrong, 0u) << label(s, algo, false) << " bounds variant " << variant;
                 ++calls;
               } catch (const Error& e) {
@@ -668,7 +676,7 @@ TEST_P(GpuCollectives, MixedAlgorithmsBackToBack) {
       tools::expectedRecv(s, want.data());
       const char* out = got.data() + calls[k].recvAt;
       const std::size_t wrong =
-          calls[k].algo == "allreduce_ring"
+          reorders(*r.comm, calls[k].algo)
               ? tools::countWrongReordered(s.type, s.op, n, out, want.data(), s.recvCount())
               : tools::countWrong(s.type, out, want.data(), s.recvCount());
       EXPECT_EQ(wrong, 0u) << "call " << k << ": " << label(s, calls[k].algo, false);

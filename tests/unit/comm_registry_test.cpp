@@ -227,5 +227,31 @@ TEST(PlanObject, AddedToASelectorItIsPreferredWhereItCanRun) {
   EXPECT_NE(std::string(s.select(call, two).name()), "plan:tiny_allgather");
 }
 
+// AlgorithmInfo::reducesInRankOrder, which checks use to pick exact or tolerant float compares.
+class InOrder final : public NativeAlgorithm {
+ public:
+  std::string name() const override { return "in_order"; }
+  Collective collective() const override { return Collective::AllReduce; }
+  void launch(const CollectiveArgs&) override {}
+  bool reducesInRankOrder() const override { return true; }
+};
+
+TEST(CommRegistry, RingsPlansAndUnknownUserAlgorithmsReduceInAnotherOrder) {
+  Selector s(defaultTuning());
+  const Algorithm* ring = nullptr;
+  const Algorithm* twoShot = nullptr;
+  for (const auto& e : s.registry().entries()) {
+    if (std::string(e.algorithm->name()) == "allreduce_ring") ring = e.algorithm;
+    if (std::string(e.algorithm->name()) == "allreduce_two_shot") twoShot = e.algorithm;
+  }
+  ASSERT_NE(ring, nullptr);
+  ASSERT_NE(twoShot, nullptr);
+  EXPECT_FALSE(ring->reducesInRankOrder());  // each chunk's sum starts at its own rank
+  EXPECT_TRUE(twoShot->reducesInRankOrder());
+  EXPECT_FALSE(executor::algorithmOf(Plan::fromJson(kPlanJson)).reducesInRankOrder());
+  EXPECT_FALSE(adapted(std::make_shared<Probe>("p", 1))->reducesInRankOrder());  // unless it says so
+  EXPECT_TRUE(NativeAlgorithmAdapter(std::make_shared<InOrder>()).reducesInRankOrder());
+}
+
 }  // namespace
 }  // namespace ferry

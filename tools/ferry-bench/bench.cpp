@@ -427,12 +427,13 @@ class Runner {
   }
 
   // Whether the algorithm that runs call c sums in rank order, as the reference does (so its floats
-  // must match exactly). A ring starts each chunk's sum at another rank, and a plan sums in the
-  // order its program wrote: those get the tolerance of a reduction in another order.
+  // must match exactly); the others (rings, plans) get the tolerance of a reduction in another order.
   bool reducesInRankOrder(const Call& c) {
     if (c.sendRecv()) return true;
     const std::string algo = comm_->algorithmFor(c.shape.collective, c.bytes(), c.shape.type, o_.registered);
-    return !algo.starts_with("plan:") && algo != "allreduce_ring";
+    for (const AlgorithmInfo& a : comm_->algorithms())
+      if (a.name == algo) return a.reducesInRankOrder;
+    return false;
   }
 
   Measure measureFerry(const Call& c, const Buffers& b, bool inPlace) {
