@@ -1,7 +1,7 @@
 """The torch.distributed backend "ferry" (ferry.torch). Without a GPU: it registers, and a group
 that asks for it on a machine without CUDA is refused with a message saying so. With GPUs: a rank per
 GPU (2 sharing a lone GPU) run every op of torch_backend_ranks.py, checked element by
-element. Skips without torch or without the backend built, unless FERRY_REQUIRE_GPU=1 or
+element; on 2 GPUs, a group whose ranks say they are on two hosts runs on NCCL. Skips without torch or without the backend built, unless FERRY_REQUIRE_GPU=1 or
 FERRY_REQUIRE_TORCH_BACKEND=1 (scripts/test.sh sets it where it installed torch)."""
 
 import os
@@ -97,3 +97,19 @@ def test_ranks_that_disagree_get_an_error_not_a_hang(monkeypatch):
         got, _ = run_ranks(torch_backend_ranks.mismatch_rank, n, lambda r: (init, r, n), method="spawn", timeout=180)
     quiet = [r for r, outcome in got if outcome == "no error"]
     assert not quiet, f"ranks {quiet} got no error from an all_reduce whose counts differ across ranks: {got}"
+
+
+@pytest.mark.skipif(not torch.cuda.is_available() or torch.cuda.device_count() < 2,
+                    reason="NCCL needs a GPU per rank: 2 GPUs")
+def test_a_group_across_hosts_runs_on_nccl(monkeypatch):
+    import torch_backend_ranks
+    from rank_processes import run_ranks
+
+    monkeypatch.setenv("FERRY_SOCKET_IFNAME", "lo")
+    with tempfile.TemporaryDirectory() as d:
+        init = os.path.join(d, "init")
+        got, _ = run_ranks(torch_backend_ranks.several_hosts_rank, 2, lambda r: (init, r, 2), method="spawn",
+                           timeout=180)
+    for rank, (backend, errors) in sorted(got):
+        assert not errors, "\n".join(errors)
+        assert backend == "ProcessGroupNCCL", f"rank {rank}: the group ran on {backend}"

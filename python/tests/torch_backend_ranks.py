@@ -373,3 +373,35 @@ def mismatch_rank(init_file, rank, n, results):
     _step(f"outcome: {outcome[:300]}")
     report(results, (rank, outcome))
     os._exit(0)  # the CUDA context may be unusable after a trap: no teardown
+
+
+def several_hosts_rank(init_file, rank, n, results):
+    """Ranks that say they are on different hosts (FERRY_HOSTID): the group goes to NCCL, which runs
+    its ops (one all_reduce, checked); reports the cuda backend's class and any error."""
+    global _rank
+    _rank = rank
+    errors = []
+    backend = None
+    try:
+        os.environ["FERRY_HOSTID"] = f"host{rank}"  # before ferry reads its environment
+        import datetime
+
+        import torch
+        import torch.distributed as dist
+
+        import ferry.torch  # noqa: F401  (registers "ferry")
+
+        torch.cuda.set_device(rank % torch.cuda.device_count())
+        dev = torch.device("cuda", torch.cuda.current_device())
+        dist.init_process_group("cpu:gloo,cuda:ferry", init_method=f"file://{init_file}", rank=rank, world_size=n,
+                                timeout=datetime.timedelta(seconds=60))
+        x = torch.full((1 << 16,), float(rank + 1), device=dev)
+        dist.all_reduce(x)
+        _close(torch, x, torch.full_like(x, float(n * (n + 1) // 2)), "all_reduce of a group on several hosts",
+               errors, rank)
+        backend = type(dist.group.WORLD._get_backend(dev)).__name__
+        dist.destroy_process_group()
+    except BaseException:
+        errors.append(f"rank {rank}: {traceback.format_exc()}")
+    report(results, (rank, (backend, errors)))
+    os._exit(0)

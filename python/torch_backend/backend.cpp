@@ -36,6 +36,11 @@ FerryBackend::FerryBackend(std::shared_ptr<TcpBootstrap> bootstrap, int device, 
       bootstrap_(std::move(bootstrap)),
       stream_(c10::cuda::getStreamFromPool(/*isHighPriority=*/true, static_cast<c10::DeviceIndex>(device))) {
   c10::cuda::CUDAGuard guard(static_cast<c10::DeviceIndex>(device));
+  whyNotNative_ = Comm::whyNot(*bootstrap_);  // the same answer on every rank: no Comm is made anywhere
+  if (!whyNotNative_.empty()) {
+    gone_ = "not made: " + whyNotNative_;
+    return;
+  }
   try {
     comm_ = std::make_unique<Comm>(bootstrap_);
   } catch (const Error& e) {

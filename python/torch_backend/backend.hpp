@@ -34,6 +34,8 @@ class FerryBackend : public c10d::Backend {
   // Joins the ranks of a UniqueId (in hex: ferry.UniqueId.hex()) and makes the Comm on `device`.
   FerryBackend(const std::string& idHex, int rank, int size, int device, std::chrono::milliseconds timeout);
   // A group split off another: its bootstrap, on the parent's device.
+  // Where a Comm cannot hold the ranks (they span hosts: Comm::whyNot), no Comm is made and
+  // whyNotNative() says why: python/ferry/torch then hands the group to NCCL.
   FerryBackend(std::shared_ptr<TcpBootstrap> bootstrap, int device, std::chrono::milliseconds timeout);
   ~FerryBackend() override;
 
@@ -41,6 +43,8 @@ class FerryBackend : public c10d::Backend {
   c10::intrusive_ptr<Options> getBackendOptions() override;
   void setTimeout(std::chrono::milliseconds timeout) override { timeout_ = timeout; }
   std::chrono::milliseconds timeout() const { return timeout_; }
+  // Empty when the group runs on ferry; otherwise why it cannot (its ops are then errors).
+  const std::string& whyNotNative() const { return whyNotNative_; }
   bool supportsCoalescing() const override { return true; }
   // Ops queued on this group so far (torch compares them across ranks to find desynchronized
   // groups): every group starts at 0 on every rank, so there is nothing to agree on at the start.
@@ -136,7 +140,8 @@ class FerryBackend : public c10d::Backend {
   std::chrono::milliseconds timeout_;
   std::shared_ptr<TcpBootstrap> bootstrap_;  // kept for split
   std::unique_ptr<Comm> comm_;
-  std::string gone_;  // why comm_ is null: "aborted", "shut down"
+  std::string gone_;  // why comm_ is null: "aborted", "shut down", or whyNotNative_
+  std::string whyNotNative_;
   c10::cuda::CUDAStream stream_;
   at::cuda::CUDAEvent ready_;        // re-recorded by every async op: no event made per op
   cudaStream_t opStream_ = nullptr;  // the stream of the op being queued

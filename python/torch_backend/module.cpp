@@ -21,6 +21,8 @@ PYBIND11_MODULE(_torch, m) {
            py::call_guard<py::gil_scoped_release>())
       // The group's timeout (a datetime.timedelta), for the options python/ferry/torch builds.
       .def_property_readonly("_timeout", [](FerryBackend& b) { return b.timeout(); })
+      // Why the group cannot run on ferry (empty when it does): python/ferry/torch forwards it.
+      .def_property_readonly("_why_not_native", [](FerryBackend& b) { return b.whyNotNative(); })
       // ferry.torch.register_tensor's (collective: it meets the other ranks, so the GIL is released).
       .def("_register_tensor", &FerryBackend::registerTensor, py::arg("tensor"),
            py::call_guard<py::gil_scoped_release>())

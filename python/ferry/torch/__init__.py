@@ -11,6 +11,9 @@ group's ferry.Comm on the current CUDA device. The backend itself is C++ (ferry.
 against the installed torch by `pip install .`); docs/pytorch.md says what it supports.
 """
 
+import logging
+import os
+
 import torch
 import torch.distributed as dist
 
@@ -54,7 +57,25 @@ def _create_backend(options, _backend_options=None):
     rank, size = options.group_rank, options.group_size
     timeout = options.timeout.total_seconds() if hasattr(options.timeout, "total_seconds") else float(options.timeout)
     uid = _unique_id_hex(options.store, rank)
-    return _torch.FerryBackend(uid, rank, size, torch.cuda.current_device(), timeout)
+    backend = _torch.FerryBackend(uid, rank, size, torch.cuda.current_device(), timeout)
+    if backend._why_not_native:
+        return _forwarded(options, backend._why_not_native)
+    return backend
+
+
+def _forwarded(options, why):
+    """A group ferry cannot run (its ranks span hosts: docs/multi-node.md) goes whole to PyTorch's
+    NCCL backend, saying why on rank 0, unless FERRY_TORCH_FORWARD=0 makes it an error. Every rank
+    takes the same turn: the reason comes from the host layout, which all of them see alike."""
+    if os.environ.get("FERRY_TORCH_FORWARD", "1") == "0":
+        raise RuntimeError(f"ferry's torch backend cannot run this group: {why} (FERRY_TORCH_FORWARD=0 refuses to "
+                           "hand it to NCCL)")
+    if options.group_rank == 0:
+        logging.getLogger("ferry").warning("ferry's torch backend: the group of %d ranks runs on NCCL: %s",
+                                           options.group_size, why)
+    nccl_options = dist.ProcessGroupNCCL.Options()
+    nccl_options._timeout = options.timeout
+    return dist.ProcessGroupNCCL(options.store, options.group_rank, options.group_size, nccl_options)
 
 
 def _adapt_to_torch():
