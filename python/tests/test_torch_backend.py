@@ -67,6 +67,33 @@ except ValueError as e:
     assert "rank 0: a cpu tensor: only CUDA tensors go to the ferry backend" in out.stdout, out.stdout + out.stderr
 
 
+def test_a_group_across_hosts_is_handed_to_nccl_or_refused(monkeypatch, caplog):
+    """_forwarded, what the backend's factory does with a group ferry cannot hold, with
+    ProcessGroupNCCL replaced by a recorder (no GPU here)."""
+    import datetime
+    import types
+
+    made = []
+
+    class FakeNccl:
+        Options = types.SimpleNamespace
+
+        def __init__(self, store, rank, size, options):
+            made.append((store, rank, size, options._timeout))
+
+    monkeypatch.setattr(dist, "ProcessGroupNCCL", FakeNccl, raising=False)
+    options = types.SimpleNamespace(store="the store", group_rank=0, group_size=4,
+                                    timeout=datetime.timedelta(seconds=7))
+    with caplog.at_level("WARNING", logger="ferry"):
+        backend = ferry.torch._forwarded(options, "rank 0: Comm needs every rank on one host")
+    assert isinstance(backend, FakeNccl)
+    assert made == [("the store", 0, 4, datetime.timedelta(seconds=7))]
+    assert "the group of 4 ranks runs on NCCL: rank 0: Comm needs every rank on one host" in caplog.text
+    monkeypatch.setenv("FERRY_TORCH_FORWARD", "0")
+    with pytest.raises(RuntimeError, match="cannot run this group: rank 0: Comm needs every rank on one host"):
+        ferry.torch._forwarded(options, "rank 0: Comm needs every rank on one host")
+
+
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="no GPU")
 def test_every_op_on_every_gpu():
     import torch_backend_ranks
