@@ -23,20 +23,21 @@ def test_the_table_takes_the_slowest_rank_and_the_larger_of_matmul_and_comm():
     rows = [("8b", "qkv", "ag", 1024, 4096, 3072)]
     flops = 2.0 * 1024 * 4096 * 3072
     per_rank = {
-        0: [{"wrong": [], "matmul": 100.0, "comm": 50.0, "nccl_comm": 45.0, "ferry": 110.0, "pipelined": 130.0, "unfused": 150.0,
+        0: [{"wrong": [], "matmul": 100.0, "comm": 50.0, "comm_registered": 35.0, "nccl_comm": 45.0, "ferry": 110.0, "pipelined": 130.0, "unfused": 150.0,
              "torch": None}],
-        1: [{"wrong": [], "matmul": 120.0, "comm": 40.0, "nccl_comm": 30.0, "ferry": 100.0, "pipelined": 90.0, "unfused": 140.0,
+        1: [{"wrong": [], "matmul": 120.0, "comm": 40.0, "comm_registered": 20.0, "nccl_comm": 30.0, "ferry": 100.0, "pipelined": 90.0, "unfused": 140.0,
              "torch": None, "torch_error": "RuntimeError: no"}],
     }
     lines, bad = fused_bench.table(rows, per_rank, 2, "GPU")
     cells = lines[2].split()
     assert not bad
     assert cells[6] == f"{flops / 120.0 / 1e6:.1f}"  # matmul: the slowest rank's 120 us
-    assert cells[7] == "50.0" and cells[8] == "45.0"  # the collective alone on ferry and on NCCL, in us
-    assert cells[9] == cells[6]  # bound = max(matmul 120, comm 50)
-    assert cells[10] == f"{flops / 110.0 / 1e6:.1f}"  # ferry: the slowest rank's 110 us
-    assert cells[11] == f"{flops / 130.0 / 1e6:.1f}" and cells[13] == "-"  # pipelined 130; torch did not run
-    assert cells[14] == f"{120.0 / 110.0:.2f}" and cells[15] == "ok"  # bound over the faster form (ferry)
+    # The collective alone in us: on ferry, on ferry with its tensors registered, on NCCL.
+    assert cells[7:10] == ["50.0", "35.0", "45.0"]
+    assert cells[10] == cells[6]  # bound = max(matmul 120, comm 50)
+    assert cells[11] == f"{flops / 110.0 / 1e6:.1f}"  # ferry: the slowest rank's 110 us
+    assert cells[12] == f"{flops / 130.0 / 1e6:.1f}" and cells[14] == "-"  # pipelined 130; torch did not run
+    assert cells[15] == f"{120.0 / 110.0:.2f}" and cells[16] == "ok"  # bound over the faster form (ferry)
     assert lines[-1] == "# torch's fused op did not run: RuntimeError: no"
     per_rank[1][0]["wrong"] = ["pipelined"]
     lines, bad = fused_bench.table(rows, per_rank, 2, "GPU")

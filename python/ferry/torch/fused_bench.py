@@ -7,7 +7,8 @@ For each shape (a layer of Llama 3 8B or 70B cut for tensor parallelism over the
 all) it times, on every rank, the median of `iters` eager calls:
 - matmul: the layer's matmul alone (the full A @ B of one rank);
 - comm: its collective alone on the ferry backend (all_gather_into_tensor of A's shard, or
-  reduce_scatter_tensor of the product), and (nccl) the same on the NCCL backend, in microseconds;
+  reduce_scatter_tensor of the product), (reg) the same with its tensors registered
+  (ferry.torch.register_tensor: zero-copy), and (nccl) the same on the NCCL backend, in microseconds;
 - bound: the larger of the two, what a perfect overlap would take;
 - ferry: torch.ops.ferry.fused_* on the ferry backend, as shipped (the unfused composition on ferry);
 - pipelined: the same call with FERRY_FUSED_PIPELINE=1 (fused_pipeline.py: chunks multiplied as the
@@ -68,6 +69,8 @@ def _rank(init_file, rank, n, rows, iters, results):
         import torch
         import torch.distributed as dist
 
+        import ferry.torch as ferry_torch
+
         dev, ferry_group, nccl_group = init_ferry_and_nccl(init_file, rank, n, timeout_s=600)
         try:
             import torch.distributed._symmetric_memory as torch_symm
@@ -90,6 +93,8 @@ def _rank(init_file, rank, n, rows, iters, results):
 
                 def comm(group=ferry_group):
                     dist.all_gather_into_tensor(full, shard, group=group)
+
+                comm_tensors = (full, shard)
 
                 def fused():
                     return torch.ops.ferry.fused_all_gather_matmul(shard, [B], 0, ferry_group.group_name)[1][0]
@@ -114,6 +119,8 @@ def _rank(init_file, rank, n, rows, iters, results):
 
                 def comm(group=ferry_group):
                     dist.reduce_scatter_tensor(part, product, group=group)
+
+                comm_tensors = (product, part)
 
                 def fused():
                     return torch.ops.ferry.fused_matmul_reduce_scatter(A, B, "sum", 0, ferry_group.group_name)
@@ -148,6 +155,11 @@ def _rank(init_file, rank, n, rows, iters, results):
                    "nccl_comm": _median_us(lambda: comm(nccl_group), iters, torch),
                    "ferry": _median_us(fused, iters, torch), "pipelined": _median_us(pipelined, iters, torch),
                    "unfused": _median_us(unfused, iters, torch), "torch": None}
+            # The collective alone again, its tensors registered with the ferry group (zero-copy):
+            # what the composition's collective could take without staging.
+            with ferry_torch.register_tensor(comm_tensors[0], ferry_group), \
+                    ferry_torch.register_tensor(comm_tensors[1], ferry_group):
+                row["comm_registered"] = _median_us(comm, iters, torch)
             if torch_symm is not None:
                 try:
                     row["torch"] = _median_us(theirs, iters, torch)
@@ -171,7 +183,7 @@ def table(rows, per_rank, n, device_name):
     lines = [f"# fused tensor-parallel ops, bf16, {n} ranks, one per GPU ({device_name}); TFLOP/s "
              f"(2 M K N / time, the slowest rank's); bound = max(matmul, comm); bound/best (best: the faster of ferry and pipelined) 1.00 is a perfect overlap",
              f"{'model':>6} {'layer':>12} {'op':>3} {'M':>6} {'K':>6} {'N':>6} {'matmul':>8} {'comm us':>8} "
-             f"{'nccl us':>8} {'bound':>8} {'ferry':>8} {'pipelined':>9} {'unfused':>8} {'torch':>8} {'bound/best':>10} {'check':>6}"]
+             f"{'reg us':>8} {'nccl us':>8} {'bound':>8} {'ferry':>8} {'pipelined':>9} {'unfused':>8} {'torch':>8} {'bound/best':>10} {'check':>6}"]
     bad = False
     for i, (model, layer, op, m, k, nn) in enumerate(rows):
         rs = [per_rank[r][i] for r in range(n)]
@@ -186,7 +198,7 @@ def table(rows, per_rank, n, device_name):
         bound = max(mm, cm)
         wrong = sorted({w for r in rs for w in r["wrong"]})
         bad |= bool(wrong)
-        lines.append(f"{model:>6} {layer:>12} {op:>3} {m:>6} {k:>6} {nn:>6} {tf(mm):>8} {cm:>8.1f} {worst('nccl_comm'):>8.1f} {tf(bound):>8} "
+        lines.append(f"{model:>6} {layer:>12} {op:>3} {m:>6} {k:>6} {nn:>6} {tf(mm):>8} {cm:>8.1f} {worst('comm_registered'):>8.1f} {worst('nccl_comm'):>8.1f} {tf(bound):>8} "
                      f"{tf(fe):>8} {tf(pi):>9} {tf(worst('unfused')):>8} {tf(worst('torch')):>8} {bound / min(fe, pi):>10.2f} "
                      f"{'WRONG: ' + ','.join(wrong) if wrong else 'ok':>6}")
     errors = {r.get("torch_error") for rr in per_rank.values() for r in rr if r.get("torch_error")}
