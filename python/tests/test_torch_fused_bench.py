@@ -23,9 +23,9 @@ def test_the_table_takes_the_slowest_rank_and_the_larger_of_matmul_and_comm():
     rows = [("8b", "qkv", "ag", 1024, 4096, 3072)]
     flops = 2.0 * 1024 * 4096 * 3072
     per_rank = {
-        0: [{"wrong": [], "matmul": 100.0, "comm": 50.0, "comm_registered": 35.0, "nccl_comm": 45.0, "ferry": 110.0, "pipelined": 130.0, "unfused": 150.0,
+        0: [{"wrong": [], "matmul": 100.0, "comm": 50.0, "comm_registered": 35.0, "nccl_comm": 45.0, "ferry": 110.0, "registered": 115.0, "pipelined": 130.0, "unfused": 150.0,
              "torch": None}],
-        1: [{"wrong": [], "matmul": 120.0, "comm": 40.0, "comm_registered": 20.0, "nccl_comm": 30.0, "ferry": 100.0, "pipelined": 90.0, "unfused": 140.0,
+        1: [{"wrong": [], "matmul": 120.0, "comm": 40.0, "comm_registered": 20.0, "nccl_comm": 30.0, "ferry": 100.0, "registered": 105.0, "pipelined": 90.0, "unfused": 140.0,
              "torch": None, "torch_error": "RuntimeError: no"}],
     }
     lines, bad = fused_bench.table(rows, per_rank, 2, "GPU")
@@ -36,8 +36,9 @@ def test_the_table_takes_the_slowest_rank_and_the_larger_of_matmul_and_comm():
     assert cells[7:10] == ["50.0", "35.0", "45.0"]
     assert cells[10] == cells[6]  # bound = max(matmul 120, comm 50)
     assert cells[11] == f"{flops / 110.0 / 1e6:.1f}"  # ferry: the slowest rank's 110 us
-    assert cells[12] == f"{flops / 130.0 / 1e6:.1f}" and cells[14] == "-"  # pipelined 130; torch did not run
-    assert cells[15] == f"{120.0 / 110.0:.2f}" and cells[16] == "ok"  # bound over the faster form (ferry)
+    assert cells[12] == f"{flops / 115.0 / 1e6:.1f}"  # registered 115
+    assert cells[13] == f"{flops / 130.0 / 1e6:.1f}" and cells[15] == "-"  # pipelined 130; torch did not run
+    assert cells[16] == f"{120.0 / 110.0:.2f}" and cells[17] == "ok"  # bound over the fastest form (ferry)
     assert lines[-1] == "# torch's fused op did not run: RuntimeError: no"
     per_rank[1][0]["wrong"] = ["pipelined"]
     lines, bad = fused_bench.table(rows, per_rank, 2, "GPU")

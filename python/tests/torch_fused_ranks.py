@@ -35,16 +35,23 @@ def _all_gather_matmul(torch, ops, name, rank, n, errors, seed, dev):
                 full = torch.cat(shards, dim=d)
                 k = full.shape[-1]
                 Bs = [_seeded(torch, 100, (k, 5), seed, dtype), _seeded(torch, 101, (k, 3), seed, dtype)]
+                kept = None
                 for return_A in (True, False):
                     A, outs = ops.fused_all_gather_matmul(shards[rank].to(dev), [B.to(dev) for B in Bs], gather_dim, name,
                                                           return_A=return_A)
                     what = f"fused_all_gather_matmul {dtype} A{shape} gather_dim {gather_dim} return_A {return_A}"
                     if return_A:
-                        _check(torch, A, full, what + " (A)", errors, rank)
+                        kept = A
                     elif A is not None:
                         errors.append(f"rank {rank}: {what}: A is not None")
                     for i, (out, B) in enumerate(zip(outs, Bs)):
                         _check(torch, out, (full.float() @ B.float()).to(dtype), f"{what} (B{i})", errors, rank)
+                # Checked after another call on other data: a returned A is the caller's, whatever the
+                # op reuses (a registered workspace, say).
+                ops.fused_all_gather_matmul((shards[rank] * 2).to(dev), [B.to(dev) for B in Bs], gather_dim, name,
+                                            return_A=False)
+                _check(torch, kept, full, f"fused_all_gather_matmul {dtype} A{shape} gather_dim {gather_dim} (A)",
+                       errors, rank)
     return seed
 
 
@@ -133,11 +140,18 @@ def run_rank(init_file, rank, n, device, results):
         ops = torch.ops.ferry
         seed = _all_gather_matmul(torch, ops, name, rank, n, errors, 0, dev)
         seed = _matmul_reduce_scatter(torch, ops, name, rank, n, errors, seed, dev)
-        if device == "cuda":  # again, pipelined on symmetric memory where it applies (fused_pipeline.py)
+        if device == "cuda":
+            # Again, pipelined on symmetric memory where it applies (fused_pipeline.py), then with
+            # the composition's collectives on registered workspaces (registered_workspace.py).
             os.environ["FERRY_FUSED_PIPELINE"] = "1"
             seed = _all_gather_matmul(torch, ops, name, rank, n, errors, seed, dev)
             seed = _matmul_reduce_scatter(torch, ops, name, rank, n, errors, seed, dev)
             os.environ.pop("FERRY_FUSED_PIPELINE")
+            os.environ["FERRY_FUSED_REGISTERED"] = "1"
+            seed = _all_gather_matmul(torch, ops, name, rank, n, errors, seed, dev)
+            seed = _matmul_reduce_scatter(torch, ops, name, rank, n, errors, seed, dev)
+            seed = _scaled(torch, ops, name, rank, n, errors, seed, dev)
+            os.environ.pop("FERRY_FUSED_REGISTERED")
         _scaled(torch, ops, name, rank, n, errors, seed, dev)
         _fake_shapes(torch, ops, name, rank, n, errors)
         try:

@@ -11,13 +11,16 @@ all) it times, on every rank, the median of `iters` eager calls:
   (ferry.torch.register_tensor: zero-copy), and (nccl) the same on the NCCL backend, in microseconds;
 - bound: the larger of the two, what a perfect overlap would take;
 - ferry: torch.ops.ferry.fused_* on the ferry backend, as shipped (the unfused composition on ferry);
+- reg: the same call with FERRY_FUSED_REGISTERED=1 (the composition's collectives on registered
+  workspaces, zero-copy: registered_workspace.py);
 - pipelined: the same call with FERRY_FUSED_PIPELINE=1 (fused_pipeline.py: chunks multiplied as the
   copy engine brings them, on symmetric memory);
 - unfused: the NCCL backend's collective, then torch.matmul (or the reverse);
 - torch: PyTorch's own torch.ops.symm_mem.fused_* on the NCCL group ("-" where it does not run).
-and prints TFLOP/s of each (2 M K N / time) and bound / the faster ferry form (1 is a perfect overlap). Every
-shape is checked first: ferry's results (both forms) against the unfused composition on NCCL
-(bf16 products, reduce-scatter summing in float32). The columns are the slowest rank's.
+and prints TFLOP/s of each (2 M K N / time) and bound / the fastest ferry form (1 is a perfect
+overlap). Every shape is checked first: ferry's results (all three forms) against the unfused
+composition on NCCL (bf16 products, reduce-scatter summing in float32). The columns are the
+slowest rank's.
 """
 
 import argparse
@@ -46,6 +49,15 @@ def shapes(models, tp, ms):
             out.append((name, "mlp_up_gate", "ag", m, hidden, 2 * mlp // tp))
             out.append((name, "mlp_down", "rs", m, mlp // tp, hidden))
     return out
+
+
+def _with_env(name, call):
+    """call() with the environment variable `name` at 1 (the fused ops read their opt-ins per call)."""
+    os.environ[name] = "1"
+    try:
+        return call()
+    finally:
+        os.environ.pop(name)
 
 
 def _median_us(call, iters, torch):
@@ -141,19 +153,19 @@ def _rank(init_file, rank, n, rows, iters, results):
                     return out
 
             def pipelined(fused=fused):
-                os.environ["FERRY_FUSED_PIPELINE"] = "1"
-                try:
-                    return fused()
-                finally:
-                    os.environ.pop("FERRY_FUSED_PIPELINE")
+                return _with_env("FERRY_FUSED_PIPELINE", fused)
+
+            def registered(fused=fused):
+                return _with_env("FERRY_FUSED_REGISTERED", fused)
 
             # Every rank calls both forms whatever the other's verdict: they are collectives.
             want = reference()
-            wrong = [name for name, f in (("ferry", fused), ("pipelined", pipelined))
+            wrong = [name for name, f in (("ferry", fused), ("registered", registered), ("pipelined", pipelined))
                      if not torch.allclose(f().float(), want, rtol=2e-2, atol=2e-2)]
             row = {"wrong": wrong, "matmul": _median_us(matmul, iters, torch), "comm": _median_us(comm, iters, torch),
                    "nccl_comm": _median_us(lambda: comm(nccl_group), iters, torch),
-                   "ferry": _median_us(fused, iters, torch), "pipelined": _median_us(pipelined, iters, torch),
+                   "ferry": _median_us(fused, iters, torch), "registered": _median_us(registered, iters, torch),
+                   "pipelined": _median_us(pipelined, iters, torch),
                    "unfused": _median_us(unfused, iters, torch), "torch": None}
             # The collective alone again, its tensors registered with the ferry group (zero-copy):
             # what the composition's collective could take without staging.
@@ -181,9 +193,9 @@ def _rank(init_file, rank, n, rows, iters, results):
 def table(rows, per_rank, n, device_name):
     """The printed table: per shape, the slowest rank's times as TFLOP/s."""
     lines = [f"# fused tensor-parallel ops, bf16, {n} ranks, one per GPU ({device_name}); TFLOP/s "
-             f"(2 M K N / time, the slowest rank's); bound = max(matmul, comm); bound/best (best: the faster of ferry and pipelined) 1.00 is a perfect overlap",
+             f"(2 M K N / time, the slowest rank's); bound = max(matmul, comm); bound/best (best: the fastest ferry form) 1.00 is a perfect overlap",
              f"{'model':>6} {'layer':>12} {'op':>3} {'M':>6} {'K':>6} {'N':>6} {'matmul':>8} {'comm us':>8} "
-             f"{'reg us':>8} {'nccl us':>8} {'bound':>8} {'ferry':>8} {'pipelined':>9} {'unfused':>8} {'torch':>8} {'bound/best':>10} {'check':>6}"]
+             f"{'reg us':>8} {'nccl us':>8} {'bound':>8} {'ferry':>8} {'reg':>8} {'pipelined':>9} {'unfused':>8} {'torch':>8} {'bound/best':>10} {'check':>6}"]
     bad = False
     for i, (model, layer, op, m, k, nn) in enumerate(rows):
         rs = [per_rank[r][i] for r in range(n)]
@@ -194,12 +206,13 @@ def table(rows, per_rank, n, device_name):
 
         flops = 2.0 * m * k * nn
         tf = lambda us: "-" if us is None else f"{flops / us / 1e6:.1f}"  # noqa: E731  (TFLOP/s from us)
-        mm, cm, fe, pi = worst("matmul"), worst("comm"), worst("ferry"), worst("pipelined")
+        mm, cm, fe, fr, pi = worst("matmul"), worst("comm"), worst("ferry"), worst("registered"), worst("pipelined")
         bound = max(mm, cm)
         wrong = sorted({w for r in rs for w in r["wrong"]})
         bad |= bool(wrong)
         lines.append(f"{model:>6} {layer:>12} {op:>3} {m:>6} {k:>6} {nn:>6} {tf(mm):>8} {cm:>8.1f} {worst('comm_registered'):>8.1f} {worst('nccl_comm'):>8.1f} {tf(bound):>8} "
-                     f"{tf(fe):>8} {tf(pi):>9} {tf(worst('unfused')):>8} {tf(worst('torch')):>8} {bound / min(fe, pi):>10.2f} "
+                     f"{tf(fe):>8} {tf(fr):>8} {tf(pi):>9} {tf(worst('unfused')):>8} {tf(worst('torch')):>8} "
+                     f"{bound / min(fe, fr, pi):>10.2f} "
                      f"{'WRONG: ' + ','.join(wrong) if wrong else 'ok':>6}")
     errors = {r.get("torch_error") for rr in per_rank.values() for r in rr if r.get("torch_error")}
     for e in sorted(errors):

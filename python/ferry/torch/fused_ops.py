@@ -29,7 +29,7 @@ import torch
 import torch.distributed as dist
 from torch.distributed import distributed_c10d as c10d
 
-from ferry.torch import fused_pipeline
+from ferry.torch import fused_pipeline, registered_workspace
 
 _lib = torch.library.Library("ferry", "FRAGMENT")  # noqa: TOR901
 _TAGS = (torch._C.Tag.needs_fixed_stride_order,)
@@ -84,16 +84,34 @@ def _dim(op: str, what: str, dim: int, ndim: int) -> int:
     return dim % ndim
 
 
-def _all_gather(shard: torch.Tensor, dim: int, size: int, group_name: str) -> torch.Tensor:
-    """The shards of every rank, concatenated along dim (rank order)."""
+def _all_gather(shard: torch.Tensor, dim: int, size: int, group_name: str, slot: int = 0) -> torch.Tensor:
+    """The shards of every rank, concatenated along dim (rank order). In a registered workspace
+    (registered_workspace.py, `slot`) where that applies: the caller copies what it keeps."""
     # fp8 travels as bytes: gathering copies bits, and not every backend knows the fp8 types (gloo).
     wire = shard.contiguous()
     if wire.dtype.itemsize == 1 and wire.dtype.is_floating_point:
         wire = wire.view(torch.uint8)
-    flat = torch.ops._c10d_functional.all_gather_into_tensor(wire, size, group_name)
-    flat = torch.ops._c10d_functional.wait_tensor(flat).view(shard.dtype)
+    if registered_workspace.applies(wire, group_name):
+        # In place in the workspace: this rank's shard at its own place, then an all-gather whose
+        # input is that place, so that every buffer of the call is registered.
+        group = c10d._resolve_process_group(group_name)
+        here, count = dist.get_rank(group), wire.numel()
+        ws = registered_workspace.get(group_name, slot, size * count * wire.element_size(), wire.device)
+        flat = ws.view(wire.dtype)
+        flat[here * count:(here + 1) * count].copy_(wire.reshape(-1))
+        dist.all_gather_into_tensor(flat, flat[here * count:(here + 1) * count], group=group)
+        flat = flat.view(shard.dtype)
+    else:
+        flat = torch.ops._c10d_functional.all_gather_into_tensor(wire, size, group_name)
+        flat = torch.ops._c10d_functional.wait_tensor(flat).view(shard.dtype)
     # flat stacks the ranks' shards along a new leading dim; move it next to `dim` and merge.
     return flat.view(size, *shard.shape).movedim(0, dim).flatten(dim, dim + 1)
+
+
+def _kept(A: torch.Tensor, group_name: str) -> torch.Tensor:
+    """A gathered A the op returns: its own copy where it lies in a registered workspace (which the
+    next call overwrites)."""
+    return A.clone() if registered_workspace.applies(A, group_name) else A
 
 
 def _reduce_scatter(full: torch.Tensor, op: str, reduce_op: str, dim: int, size: int, group_name: str):
@@ -111,8 +129,19 @@ def _reduce_scatter(full: torch.Tensor, op: str, reduce_op: str, dim: int, size:
     moved = full.movedim(dim, 0).contiguous()
     blocks = moved.reshape(size, -1)  # block j: the rows rank j keeps
     # As bytes: the exchange copies bits, and not every backend knows every type (gloo and fp8).
-    got = torch.ops._c10d_functional.all_to_all_single(blocks.view(torch.uint8), [1] * size, [1] * size, group_name)
-    got = torch.ops._c10d_functional.wait_tensor(got).view(full.dtype)
+    wire = blocks.view(torch.uint8)
+    if registered_workspace.applies(wire, group_name):
+        # Both sides in registered workspaces (the product may already be in slot 2: matmul wrote it there).
+        nbytes = wire.numel()
+        send = registered_workspace.get(group_name, 2, nbytes, wire.device)
+        if send.data_ptr() != wire.data_ptr():
+            send.copy_(wire.reshape(-1))
+        recv = registered_workspace.get(group_name, 3, nbytes, wire.device)
+        dist.all_to_all_single(recv, send, group=c10d._resolve_process_group(group_name))
+        got = recv.view(size, -1).view(full.dtype)
+    else:
+        got = torch.ops._c10d_functional.all_to_all_single(wire, [1] * size, [1] * size, group_name)
+        got = torch.ops._c10d_functional.wait_tensor(got).view(full.dtype)
     acc = got.sum(dim=0, dtype=torch.float32)
     if reduce_op == "avg":
         acc = acc.div_(size)
@@ -132,7 +161,8 @@ def fused_all_gather_matmul(A_shard, Bs, gather_dim, group_name, *, return_A=Tru
     if fused_pipeline.applies(A_shard, dim, size):
         return fused_pipeline.all_gather_matmul(A_shard, Bs, group_name, return_A)
     A = _all_gather(A_shard, dim, size, group_name)
-    return (A if return_A else None), [_matmul(A, B) for B in Bs]
+    outs = [_matmul(A, B) for B in Bs]
+    return (_kept(A, group_name) if return_A else None), outs
 
 
 @_impl("fused_matmul_reduce_scatter")
@@ -142,6 +172,13 @@ def fused_matmul_reduce_scatter(A, B, reduce_op, scatter_dim, group_name):
     dim = _dim(op, "scatter_dim", scatter_dim, A.dim())
     if reduce_op in ("sum", "avg") and A.shape[0] % size == 0 and fused_pipeline.applies(A, dim, size):
         return fused_pipeline.matmul_reduce_scatter(A, B, reduce_op, group_name)
+    if dim == 0 and registered_workspace.applies(A, group_name) and A.shape[0] % size == 0:
+        # The product straight into the registered workspace the all-to-all sends from.
+        shape = (*A.shape[:-1], B.shape[-1])
+        nbytes = torch.Size(shape).numel() * A.element_size()
+        product = registered_workspace.get(group_name, 2, nbytes, A.device).view(A.dtype).view(shape)
+        torch.matmul(A, B, out=product)
+        return _reduce_scatter(product, op, reduce_op, dim, size, group_name)
     return _reduce_scatter(_matmul(A, B), op, reduce_op, dim, size, group_name)
 
 
@@ -174,7 +211,7 @@ def _gathered_scale(op, A_shard, A_scale, dim, size, group_name):
     rows_here = A_shard.numel() // A_shard.shape[-1]
     if A_scale.numel() == rows_here:  # one per row of this shard: gather them as A is gathered
         scale = A_scale.reshape(*A_shard.shape[:-1], 1)
-        return _all_gather(scale, dim, size, group_name)
+        return _all_gather(scale, dim, size, group_name, slot=1)
     if A_scale.numel() == rows_here * size:  # one per row of the gathered A
         return A_scale
     raise ValueError(
@@ -214,7 +251,7 @@ def fused_all_gather_scaled_matmul(A_shard, Bs, A_scale, B_scales, gather_dim, g
     scale = _gathered_scale(op, A_shard, A_scale, dim, size, group_name)
     outs = [_scaled_mm(A, B, scale, B_scale, bias, rs, _out_dtype(op, dt), fa)
             for B, B_scale, bias, rs, dt, fa in zip(Bs, B_scales, biases, result_scales, out_dtypes, use_fast_accum)]
-    return A, outs
+    return _kept(A, group_name), outs
 
 
 @_impl("fused_scaled_matmul_reduce_scatter")
