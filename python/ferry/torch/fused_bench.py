@@ -158,7 +158,7 @@ def _rank(init_file, rank, n, rows, iters, results):
             def registered(fused=fused):
                 return _with_env("FERRY_FUSED_REGISTERED", fused)
 
-            # Every rank calls both forms whatever the other's verdict: they are collectives.
+            # Every rank calls every form whatever the verdicts: they are collectives.
             want = reference()
             wrong = [name for name, f in (("ferry", fused), ("registered", registered), ("pipelined", pipelined))
                      if not torch.allclose(f().float(), want, rtol=2e-2, atol=2e-2)]

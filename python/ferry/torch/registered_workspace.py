@@ -18,12 +18,21 @@ import torch.distributed as dist
 from torch.distributed import distributed_c10d as c10d
 
 _lock = threading.Lock()
-_workspaces = {}  # (group name, slot) -> (uint8 tensor, Registration)
-_on_ferry = {}  # (group name, device index) -> whether the group's backend for that device is ferry's
+_workspaces = {}  # (group name, slot) -> (uint8 tensor, Registration, the backend it is registered with)
 
 
 def enabled() -> bool:
     return os.environ.get("FERRY_FUSED_REGISTERED") == "1"
+
+
+def _ferry_backend(group_name: str, device: torch.device):
+    """The group's backend for device if it is ferry's, else None. Asked on every call: a group name
+    may come back after destroy_process_group, on another backend."""
+    from ferry import torch as ferry_torch
+
+    backend = c10d._resolve_process_group(group_name)._get_backend(device)
+    ferry_class = ferry_torch._torch.FerryBackend if ferry_torch._torch is not None else None
+    return backend if ferry_class is not None and isinstance(backend, ferry_class) else None
 
 
 def applies(t: torch.Tensor, group_name: str) -> bool:
@@ -31,14 +40,7 @@ def applies(t: torch.Tensor, group_name: str) -> bool:
     (not a fake one that torch.compile traces with), and the group's backend for it is ferry's."""
     if not (enabled() and t.is_cuda and not isinstance(t, torch._subclasses.FakeTensor)):
         return False
-    key = (group_name, t.device.index)
-    found = _on_ferry.get(key)
-    if found is None:
-        from ferry import torch as ferry_torch
-
-        backend = c10d._resolve_process_group(group_name)._get_backend(t.device)
-        found = _on_ferry[key] = ferry_torch._torch is not None and isinstance(backend, ferry_torch._torch.FerryBackend)
-    return found
+    return _ferry_backend(group_name, t.device) is not None
 
 
 def get(group_name: str, slot: int, nbytes: int, device: torch.device) -> torch.Tensor:
@@ -46,8 +48,13 @@ def get(group_name: str, slot: int, nbytes: int, device: torch.device) -> torch.
     from ferry import torch as ferry_torch
 
     key = (group_name, slot)
+    backend = _ferry_backend(group_name, device)
     with _lock:
         found = _workspaces.get(key)
+        if found is not None and found[2] is not backend:
+            # A group of this name made again: the old registration went with its backend.
+            _workspaces.pop(key)
+            found = None
         if found is None or found[0].numel() < nbytes:
             if torch.cuda.is_current_stream_capturing():
                 raise RuntimeError(
@@ -57,5 +64,6 @@ def get(group_name: str, slot: int, nbytes: int, device: torch.device) -> torch.
             if found is not None:
                 found[1].deregister()
             t = torch.empty(max(int(nbytes), 1), dtype=torch.uint8, device=device)
-            found = _workspaces[key] = (t, ferry_torch.register_tensor(t, c10d._resolve_process_group(group_name)))
+            registration = ferry_torch.register_tensor(t, c10d._resolve_process_group(group_name))
+            found = _workspaces[key] = (t, registration, backend)
         return found[0][:nbytes]
