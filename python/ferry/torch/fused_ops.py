@@ -14,9 +14,10 @@ collective through torch's functional collectives (on the group's backend: ferry
 tensors under "cuda:ferry"), then the matmuls; fused_matmul_reduce_scatter exchanges the product's
 rows in their own dtype (an all-to-all) and sums what it receives in float32, rounding once. The
 same functions are the ops' Meta implementations, so torch.compile traces them with fake tensors.
-With FERRY_FUSED_PIPELINE=1, CUDA calls gathered or scattered along dim 0 run pipelined on
-symmetric memory instead (fused_pipeline.py; off by default while it is not ahead of this
-composition: docs/fused.md).
+With FERRY_FUSED_REGISTERED=1, the composition's collectives on a ferry group run zero-copy on
+registered workspaces (registered_workspace.py). With FERRY_FUSED_PIPELINE=1, CUDA calls gathered
+or scattered along dim 0 run pipelined on symmetric memory instead (fused_pipeline.py). Both are
+off by default while they are not measured ahead of the plain composition (docs/fused.md).
 
 The scale modes of the fp8 variants are PyTorch's: A_scale is one value (tensor-wise), one per row
 of this rank's shard (row-wise, sharded: gathered with A), or one per row of the gathered A
