@@ -193,6 +193,24 @@ def table(sizes, got, n, device_name):
     return lines, bad
 
 
+def local_gpus(prog, why_two):
+    """(torch, the number of local GPUs) for a torch benchmark, with NVLink multicast kept off in
+    everything it starts (architecture.md rule 1, NCCL's and PyTorch's included); or (None, exit
+    status) after saying why there is nothing to run: no torch (2), fewer than 2 GPUs (0)."""
+    try:
+        import torch
+    except ImportError:
+        print(f"{prog}: needs torch", file=sys.stderr)
+        return None, 2
+    n = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    if n < 2:
+        print(f"{prog}: {n} GPU(s) here; the NCCL backend needs one GPU per rank and {why_two}: nothing to measure")
+        return None, 0
+    os.environ.setdefault("NCCL_NVLS_ENABLE", "0")
+    os.environ.setdefault("TORCH_SYMM_MEM_DISABLE_MULTICAST", "1")
+    return torch, n
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(prog="python -m ferry.torch.bench", description=__doc__.split("\n\n")[0])
     parser.add_argument("-b", "--begin", type=parse_size, default=parse_size("1K"))
@@ -200,19 +218,9 @@ def main(argv=None):
     parser.add_argument("-f", "--factor", type=int, default=4)
     parser.add_argument("--iters", type=int, default=100)
     args = parser.parse_args(argv)
-    try:
-        import torch
-    except ImportError:
-        print("python -m ferry.torch.bench: needs torch", file=sys.stderr)
-        return 2
-    n = torch.cuda.device_count() if torch.cuda.is_available() else 0
-    if n < 2:
-        print(f"python -m ferry.torch.bench: {n} GPU(s) here; the NCCL backend needs one GPU per rank and "
-              "the comparison needs 2 at least: nothing to measure")
-        return 0
-    # architecture.md rule 1: no NVLink multicast, from NCCL either.
-    os.environ.setdefault("NCCL_NVLS_ENABLE", "0")
-    os.environ.setdefault("TORCH_SYMM_MEM_DISABLE_MULTICAST", "1")
+    torch, n = local_gpus("python -m ferry.torch.bench", "the comparison needs 2 at least")
+    if torch is None:
+        return n
     sizes, s = [], args.begin
     while s <= args.end:
         sizes.append(s)

@@ -27,7 +27,7 @@ import argparse
 import os
 import sys
 
-from ferry.torch.bench import init_ferry_and_nccl, run_gpu_ranks
+from ferry.torch.bench import init_ferry_and_nccl, local_gpus, run_gpu_ranks
 
 # Llama 3: hidden size, MLP size, attention heads, key-value heads, head dim.
 MODELS = {
@@ -226,18 +226,9 @@ def main(argv=None):
     p.add_argument("--models", default="8b,70b", help="comma-separated: " + ", ".join(MODELS))
     p.add_argument("--iters", type=int, default=10)
     a = p.parse_args(argv)
-    try:
-        import torch
-    except ImportError:
-        print("python -m ferry.torch.fused_bench: needs torch", file=sys.stderr)
-        return 2
-    n = torch.cuda.device_count() if torch.cuda.is_available() else 0
-    if n < 2:
-        print(f"python -m ferry.torch.fused_bench: {n} GPU(s) here; the NCCL backend needs one GPU per rank and "
-              "tensor parallelism 2 at least: nothing to measure")
-        return 0
-    os.environ.setdefault("NCCL_NVLS_ENABLE", "0")  # architecture.md rule 1
-    os.environ.setdefault("TORCH_SYMM_MEM_DISABLE_MULTICAST", "1")
+    torch, n = local_gpus("python -m ferry.torch.fused_bench", "tensor parallelism 2 at least")
+    if torch is None:
+        return n
     models = [x for x in a.models.split(",") if x]
     unknown = [x for x in models if x not in MODELS]
     if unknown:
