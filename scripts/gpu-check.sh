@@ -143,25 +143,30 @@ step_python_bench() {
   guarded timeout 120 "$PWD/$build/tools/ferry-bench/ferry-bench" allreduce -d float32 "${sizes[@]}"
 }
 
-# dist.all_reduce on the ferry backend beside the NCCL backend (eager, graph, host time), 1 KiB to
-# 1 GiB; with fewer than 2 GPUs it says there is nothing to compare and passes.
-step_torch_bench() {
-  local args
-  read -ra args <<<"${GPU_CHECK_TORCH_BENCH_ARGS:--b 1K -e 1G -f 4}"
-  PYTHONPATH="$PWD/$build/python" PYTHONUNBUFFERED=1 guarded timeout 300 python3 -m ferry.torch.bench "${args[@]}" |
-    tee "$out/torch_bench_table.txt"
+# A torch benchmark of the package in the build tree: MODULE SECONDS TABLE ARGS...; its table goes
+# to $out/TABLE. With fewer than 2 GPUs it says there is nothing to compare and passes.
+torch_benchmark() {
+  local module=$1 seconds=$2 table=$3
+  shift 3
+  PYTHONPATH="$PWD/$build/python" PYTHONUNBUFFERED=1 guarded timeout "$seconds" python3 -m "$module" "$@" |
+    tee "$out/$table"
   return "${PIPESTATUS[0]}"
 }
 
+# dist.all_reduce on the ferry backend beside the NCCL backend (eager, registered, graph, host
+# time), 1 KiB to 1 GiB.
+step_torch_bench() {
+  local args
+  read -ra args <<<"${GPU_CHECK_TORCH_BENCH_ARGS:--b 1K -e 1G -f 4}"
+  torch_benchmark ferry.torch.bench 300 torch_bench_table.txt "${args[@]}"
+}
+
 # The fused tensor-parallel ops on the Llama 3 shapes beside the unfused composition on NCCL and
-# PyTorch's own fused ops (python -m ferry.torch.fused_bench); with fewer than 2 GPUs it says
-# there is nothing to compare and passes.
+# PyTorch's own fused ops (python -m ferry.torch.fused_bench).
 step_fused_bench() {
   local args
   read -ra args <<<"${GPU_CHECK_FUSED_BENCH_ARGS:--m 256,1024,4096,16384}"
-  PYTHONPATH="$PWD/$build/python" PYTHONUNBUFFERED=1 guarded timeout 500 python3 -m ferry.torch.fused_bench "${args[@]}" |
-    tee "$out/fused_bench_table.txt"
-  return "${PIPESTATUS[0]}"
+  torch_benchmark ferry.torch.fused_bench 500 fused_bench_table.txt "${args[@]}"
 }
 
 # torch.distributed (NCCL backend) with libferry_nccl.so preloaded against the real NCCL, on every
