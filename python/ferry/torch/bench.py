@@ -164,6 +164,17 @@ def run_gpu_ranks(target, n, args, timeout):
     return got
 
 
+def run_and_print(target, n, args, timeout, table_of):
+    """run_gpu_ranks, then prints table_of(rows by rank) -> (lines, bad); the exit status: 1 if a
+    rank failed or a check did, else 0. ferry.torch.fused_bench uses it too."""
+    got = run_gpu_ranks(target, n, args, timeout)
+    if got is None:
+        return 1
+    lines, bad = table_of(got)
+    print("\n".join(lines))
+    return 1 if bad else 0
+
+
 def table(sizes, got, n, device_name):
     """The printed table from the ranks' rows ({rank: rows}): per size, the slowest rank's times.
     Returns (lines, whether any check failed)."""
@@ -225,12 +236,8 @@ def main(argv=None):
     while s <= args.end:
         sizes.append(s)
         s *= max(2, args.factor)
-    got = run_gpu_ranks(_rank, n, (sizes, args.iters), timeout=1800)
-    if got is None:
-        return 1
-    lines, bad = table(sizes, got, n, torch.cuda.get_device_name(0))
-    print("\n".join(lines))
-    return 1 if bad else 0
+    return run_and_print(_rank, n, (sizes, args.iters), 1800,
+                         lambda got: table(sizes, got, n, torch.cuda.get_device_name(0)))
 
 
 if __name__ == "__main__":

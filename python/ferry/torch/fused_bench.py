@@ -27,7 +27,7 @@ import argparse
 import os
 import sys
 
-from ferry.torch.bench import init_ferry_and_nccl, local_gpus, run_gpu_ranks
+from ferry.torch.bench import init_ferry_and_nccl, local_gpus, run_and_print
 
 # Llama 3: hidden size, MLP size, attention heads, key-value heads, head dim.
 MODELS = {
@@ -234,12 +234,8 @@ def main(argv=None):
     if unknown:
         p.error(f"unknown model(s) {unknown}: choose from {list(MODELS)}")
     rows = shapes(models, n, [int(x) for x in a.tokens.split(",") if x])
-    per_rank = run_gpu_ranks(_rank, n, (rows, a.iters), timeout=3600)
-    if per_rank is None:
-        return 1
-    lines, bad = table(rows, per_rank, n, torch.cuda.get_device_name(0))
-    print("\n".join(lines))
-    return 1 if bad else 0
+    return run_and_print(_rank, n, (rows, a.iters), 3600,
+                         lambda per_rank: table(rows, per_rank, n, torch.cuda.get_device_name(0)))
 
 
 if __name__ == "__main__":

@@ -109,10 +109,10 @@ def _all_gather(shard: torch.Tensor, dim: int, size: int, group_name: str, slot:
     return flat.view(size, *shard.shape).movedim(0, dim).flatten(dim, dim + 1)
 
 
-def _kept(A: torch.Tensor, group_name: str) -> torch.Tensor:
+def _kept(A: torch.Tensor) -> torch.Tensor:
     """A gathered A the op returns: its own copy where it lies in a registered workspace (which the
     next call overwrites)."""
-    return A.clone() if registered_workspace.applies(A, group_name) else A
+    return A.clone() if A.is_cuda and registered_workspace.holds(A) else A
 
 
 def _reduce_scatter(full: torch.Tensor, op: str, reduce_op: str, dim: int, size: int, group_name: str):
@@ -163,7 +163,7 @@ def fused_all_gather_matmul(A_shard, Bs, gather_dim, group_name, *, return_A=Tru
         return fused_pipeline.all_gather_matmul(A_shard, Bs, group_name, return_A)
     A = _all_gather(A_shard, dim, size, group_name)
     outs = [_matmul(A, B) for B in Bs]
-    return (_kept(A, group_name) if return_A else None), outs
+    return (_kept(A) if return_A else None), outs
 
 
 @_impl("fused_matmul_reduce_scatter")
@@ -252,7 +252,7 @@ def fused_all_gather_scaled_matmul(A_shard, Bs, A_scale, B_scales, gather_dim, g
     scale = _gathered_scale(op, A_shard, A_scale, dim, size, group_name)
     outs = [_scaled_mm(A, B, scale, B_scale, bias, rs, _out_dtype(op, dt), fa)
             for B, B_scale, bias, rs, dt, fa in zip(Bs, B_scales, biases, result_scales, out_dtypes, use_fast_accum)]
-    return _kept(A, group_name), outs
+    return _kept(A), outs
 
 
 @_impl("fused_scaled_matmul_reduce_scatter")

@@ -43,6 +43,14 @@ def applies(t: torch.Tensor, group_name: str) -> bool:
     return _ferry_backend(group_name, t.device) is not None
 
 
+def holds(t: torch.Tensor) -> bool:
+    """Whether t lies in one of the workspaces (which a later call overwrites): a compare of storages,
+    no backend lookup."""
+    base = t.untyped_storage().data_ptr()
+    with _lock:
+        return any(ws.untyped_storage().data_ptr() == base for ws, _, _ in _workspaces.values())
+
+
 def get(group_name: str, slot: int, nbytes: int, device: torch.device) -> torch.Tensor:
     """At least nbytes of the group's registered workspace `slot`, as uint8 (its first nbytes)."""
     from ferry import torch as ferry_torch
