@@ -38,7 +38,8 @@ def test_the_table_takes_the_slowest_rank_and_the_larger_of_matmul_and_comm():
     assert cells[11] == f"{flops / 110.0 / 1e6:.1f}"  # ferry: the slowest rank's 110 us
     assert cells[12] == f"{flops / 115.0 / 1e6:.1f}"  # registered 115
     assert cells[13] == f"{flops / 130.0 / 1e6:.1f}" and cells[15] == "-"  # pipelined 130; torch did not run
-    assert cells[16] == f"{120.0 / 110.0:.2f}" and cells[17] == "ok"  # bound over the fastest form (ferry)
+    assert cells[16] == f"{120.0 / 110.0:.2f}"  # bound over the fastest form (ferry)
+    assert cells[17] == f"{150.0 / 110.0:.2f}" and cells[18] == "ok"  # unfused's slowest 150 us over ferry's 110
     assert lines[-1] == "# torch's fused op did not run: RuntimeError: no"
     per_rank[1][0]["wrong"] = ["pipelined"]
     lines, bad = fused_bench.table(rows, per_rank, 2, "GPU")

@@ -23,6 +23,40 @@ def test_the_ops_have_pytorchs_schemas():
         assert str(ours).replace("ferry::", "") == str(theirs).replace("symm_mem::", ""), op
 
 
+def test_the_plain_ops_run_from_cpp_on_cuda_where_the_extension_is_built():
+    from ferry.torch import fused_ops
+
+    try:
+        import ferry._torch  # noqa: F401
+    except ImportError:
+        if os.environ.get("FERRY_REQUIRE_TORCH_BACKEND") == "1":
+            raise
+        pytest.skip("ferry._torch is not built (no torch at build time)")
+    assert fused_ops.NATIVE_CUDA == {"fused_all_gather_matmul": True, "fused_matmul_reduce_scatter": True}
+    for name in ("_composed_all_gather_matmul", "_composed_matmul_reduce_scatter"):
+        # What the C++ kernels hand back to Python: the same schema, the Python body for CUDA.
+        assert torch._C._dispatch_has_kernel_for_dispatch_key(f"ferry::{name}", "CUDA"), name
+        public = str(getattr(torch.ops.ferry, "fused" + name[len("_composed"):]).default._schema)
+        assert str(getattr(torch.ops.ferry, name).default._schema) == public.replace("::fused", "::_composed"), name
+
+
+def test_the_size_table_pipelines_only_large_reduce_scatters(monkeypatch):
+    from ferry.torch import fused_pipeline
+
+    monkeypatch.setattr(fused_pipeline, "_applies", lambda t, dim, size: True)
+    big = torch.empty(8192, 7168, device="meta"), torch.empty(7168, 8192, device="meta")  # 9.6e11 flops
+    small = torch.empty(1024, 3584, device="meta"), torch.empty(3584, 4096, device="meta")  # 3.0e10 flops
+    for env, want_big, want_small, want_ag in (("", True, False, False), ("1", True, True, True),
+                                               ("0", False, False, False)):
+        monkeypatch.setenv("FERRY_FUSED_PIPELINE", env)
+        assert fused_pipeline.chosen_for_reduce_scatter(*big, "sum", 0, 4) is want_big, env
+        assert fused_pipeline.chosen_for_reduce_scatter(*small, "avg", 0, 4) is want_small, env
+        assert fused_pipeline.chosen_for_all_gather(big[0], 0, 4) is want_ag, env
+        # Not what the pipelined form reduces, or rows it cannot split evenly: the composition.
+        assert not fused_pipeline.chosen_for_reduce_scatter(*big, "max", 0, 4)
+        assert not fused_pipeline.chosen_for_reduce_scatter(*big, "sum", 0, 3)
+
+
 def _run(device, n):
     import torch_fused_ranks
     from rank_processes import run_ranks

@@ -152,8 +152,20 @@ def run_rank(init_file, rank, n, device, results):
             seed = _matmul_reduce_scatter(torch, ops, name, rank, n, errors, seed, dev)
             seed = _scaled(torch, ops, name, rank, n, errors, seed, dev)
             os.environ.pop("FERRY_FUSED_REGISTERED")
-        _scaled(torch, ops, name, rank, n, errors, seed, dev)
+        seed = _scaled(torch, ops, name, rank, n, errors, seed, dev)
+        if device == "cuda" and torch.cuda.device_count() >= n:
+            # A group on another backend (NCCL needs a GPU per rank): the extension's CUDA kernels
+            # hand it to the Python body (fused_ops.py), whose collectives run on that backend.
+            nccl = dist.new_group(backend="nccl")
+            seed = _all_gather_matmul(torch, ops, nccl.group_name, rank, n, errors, seed, dev)
+            _matmul_reduce_scatter(torch, ops, nccl.group_name, rank, n, errors, seed, dev)
         _fake_shapes(torch, ops, name, rank, n, errors)
+        try:
+            ops.fused_all_gather_matmul(torch.ones(3, 4, device=dev), [torch.ones(4, 2, device=dev)], 0, "no-such-group")
+            errors.append(f"rank {rank}: the group name 'no-such-group' was accepted")
+        except ValueError as e:
+            if "no process group named" not in str(e):
+                errors.append(f"rank {rank}: group 'no-such-group': {e}")
         try:
             ops.fused_matmul_reduce_scatter(torch.ones(3, 4, device=dev), torch.ones(4, 2, device=dev), "max", 0, name)
             errors.append(f"rank {rank}: reduce_op 'max' was accepted")

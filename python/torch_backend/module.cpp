@@ -1,10 +1,12 @@
-// The module ferry._torch: the ferry backend's class for python/ferry/torch, which registers it.
+// The module ferry._torch: the ferry backend's class for python/ferry/torch, which registers it,
+// and the CUDA kernels of the plain fused ops (fused_ops.cpp).
 #include <pybind11/chrono.h>
 #include <torch/python.h>
 
 #include <chrono>
 
 #include "backend.hpp"
+#include "fused_ops.hpp"
 
 PYBIND11_MODULE(_torch, m) {
   m.doc() = "ferry's torch.distributed backend (import ferry.torch, not this)";
@@ -28,4 +30,6 @@ PYBIND11_MODULE(_torch, m) {
            py::call_guard<py::gil_scoped_release>())
       .def("_deregister_tensor", &FerryBackend::deregisterTensor, py::arg("id"),
            py::call_guard<py::gil_scoped_release>());
+  // fused_pipeline.RS_AUTO_MIN_FLOPS, for the fused ops' CUDA kernels (fused_ops.cpp).
+  m.def("_set_fused_pipeline_min_flops", &ferry::torch_backend::setFusedPipelineMinFlops, py::arg("flops"));
 }

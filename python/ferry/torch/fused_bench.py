@@ -10,15 +10,16 @@ all) it times, on every rank, the median of `iters` eager calls:
   reduce_scatter_tensor of the product), (reg) the same with its tensors registered
   (ferry.torch.register_tensor: zero-copy), and (nccl) the same on the NCCL backend, in microseconds;
 - bound: the larger of the two, what a perfect overlap would take;
-- ferry: torch.ops.ferry.fused_* on the ferry backend, as shipped (the unfused composition on ferry);
+- ferry: torch.ops.ferry.fused_* on the ferry backend, as shipped: the unfused composition on
+  ferry, queued from C++, or the pipelined form where the size table picks it (fused_pipeline.py);
 - reg: the same call with FERRY_FUSED_REGISTERED=1 (the composition's collectives on registered
   workspaces, zero-copy: registered_workspace.py);
 - pipelined: the same call with FERRY_FUSED_PIPELINE=1 (fused_pipeline.py: chunks multiplied as the
   copy engine brings them, on symmetric memory);
 - unfused: the NCCL backend's collective, then torch.matmul (or the reverse);
 - torch: PyTorch's own torch.ops.symm_mem.fused_* on the NCCL group ("-" where it does not run).
-and prints TFLOP/s of each (2 M K N / time) and bound / the fastest ferry form (1 is a perfect
-overlap). Every shape is checked first: ferry's results (all three forms) against the unfused
+and prints TFLOP/s of each (2 M K N / time), bound / the fastest ferry form (1 is a perfect
+overlap) and vs unfused: unfused time / ferry's (as shipped) time (below 1: ferry is slower). Every shape is checked first: ferry's results (all three forms) against the unfused
 composition on NCCL (bf16 products, reduce-scatter summing in float32). The columns are the
 slowest rank's.
 """
@@ -195,7 +196,8 @@ def table(rows, per_rank, n, device_name):
     lines = [f"# fused tensor-parallel ops, bf16, {n} ranks, one per GPU ({device_name}); TFLOP/s "
              f"(2 M K N / time, the slowest rank's); bound = max(matmul, comm); bound/best (best: the fastest ferry form) 1.00 is a perfect overlap",
              f"{'model':>6} {'layer':>12} {'op':>3} {'M':>6} {'K':>6} {'N':>6} {'matmul':>8} {'comm us':>8} "
-             f"{'reg us':>8} {'nccl us':>8} {'bound':>8} {'ferry':>8} {'reg':>8} {'pipelined':>9} {'unfused':>8} {'torch':>8} {'bound/best':>10} {'check':>6}"]
+             f"{'reg us':>8} {'nccl us':>8} {'bound':>8} {'ferry':>8} {'reg':>8} {'pipelined':>9} {'unfused':>8} {'torch':>8} {'bound/best':>10} "
+             f"{'vs unfused':>10} {'check':>6}"]
     bad = False
     for i, (model, layer, op, m, k, nn) in enumerate(rows):
         rs = [per_rank[r][i] for r in range(n)]
@@ -212,7 +214,7 @@ def table(rows, per_rank, n, device_name):
         bad |= bool(wrong)
         lines.append(f"{model:>6} {layer:>12} {op:>3} {m:>6} {k:>6} {nn:>6} {tf(mm):>8} {cm:>8.1f} {worst('comm_registered'):>8.1f} {worst('nccl_comm'):>8.1f} {tf(bound):>8} "
                      f"{tf(fe):>8} {tf(fr):>8} {tf(pi):>9} {tf(worst('unfused')):>8} {tf(worst('torch')):>8} "
-                     f"{bound / min(fe, fr, pi):>10.2f} "
+                     f"{bound / min(fe, fr, pi):>10.2f} {worst('unfused') / fe:>10.2f} "
                      f"{'WRONG: ' + ','.join(wrong) if wrong else 'ok':>6}")
     errors = {r.get("torch_error") for rr in per_rank.values() for r in rr if r.get("torch_error")}
     for e in sorted(errors):

@@ -9,15 +9,17 @@ PyTorch's schemas, so that code and compiler passes port by changing the namespa
     torch.ops.ferry.fused_scaled_matmul_reduce_scatter(...)
 
 `group_name` is a process group's name (`group.group_name`). Every op runs on any device and any
-backend of that group (the CPU tests use gloo). What runs here is the unfused composition: the
-collective through torch's functional collectives (on the group's backend: ferry's for CUDA
-tensors under "cuda:ferry"), then the matmuls; fused_matmul_reduce_scatter exchanges the product's
-rows in their own dtype (an all-to-all) and sums what it receives in float32, rounding once. The
-same functions are the ops' Meta implementations, so torch.compile traces them with fake tensors.
-With FERRY_FUSED_REGISTERED=1, the composition's collectives on a ferry group run zero-copy on
-registered workspaces (registered_workspace.py). With FERRY_FUSED_PIPELINE=1, CUDA calls gathered
-or scattered along dim 0 run pipelined on symmetric memory instead (fused_pipeline.py). Both are
-off by default while they are not measured ahead of the plain composition (docs/fused.md).
+backend of that group (the CPU tests use gloo). What runs by default is the unfused composition:
+the collective on the group's backend (ferry's for CUDA tensors under "cuda:ferry"), then the
+matmuls; fused_matmul_reduce_scatter exchanges the product's rows in their own dtype (an
+all-to-all) and sums what it receives in float32, rounding once. On a ferry group the plain ops'
+composition is queued by the torch extension in C++ (python/torch_backend/fused_ops.cpp); the
+bodies here run everything else, and are the ops' Meta implementations, so torch.compile traces
+them with fake tensors. A matmul + reduce-scatter of a large product runs pipelined on symmetric
+memory (fused_pipeline.py: its size table; FERRY_FUSED_PIPELINE=1 pipelines every call it can, =0
+none). With FERRY_FUSED_REGISTERED=1, the composition's collectives on a ferry group run zero-copy
+on registered workspaces (registered_workspace.py): opt-in, as it is not yet measured ahead of
+the plain composition everywhere (docs/fused.md).
 
 The scale modes of the fp8 variants are PyTorch's: A_scale is one value (tensor-wise), one per row
 of this rank's shard (row-wise, sharded: gathered with A), or one per row of the gathered A
@@ -57,13 +59,37 @@ _lib.define(
     tags=_TAGS,
 )
 
+# The bodies below on every device. On CUDA, where ferry's torch extension is built, the extension
+# registers the two plain ops' kernels itself (python/torch_backend/fused_ops.cpp): the composition
+# on a ferry group is queued from C++, without this Python between the dispatcher and the GPU. Every
+# other CUDA call of theirs (another backend, an opt-in form) comes back here through
+# ferry::_composed_*, ops of the same schemas that only the extension calls.
 _KEYS = ("Meta", "CPU", "CUDA")
+for _name in ("fused_all_gather_matmul", "fused_matmul_reduce_scatter"):
+    _schema = str(getattr(torch.ops.ferry, _name).default._schema).replace(f"ferry::{_name}", f"_composed_{_name[6:]}")
+    _lib.define(_schema)
+
+
+def _native_cuda(name: str) -> bool:
+    """Whether the extension registered op `name`'s CUDA kernel (it is loaded before this module)."""
+    return torch._C._dispatch_has_kernel_for_dispatch_key(f"ferry::{name}", "CUDA")
+
+
+NATIVE_CUDA = {name: _native_cuda(name) for name in ("fused_all_gather_matmul", "fused_matmul_reduce_scatter")}
+if any(NATIVE_CUDA.values()):
+    from ferry import _torch as _extension
+
+    # The size table's one source is fused_pipeline.py: its CUDA kernels defer to it from there.
+    _extension._set_fused_pipeline_min_flops(fused_pipeline.RS_AUTO_MIN_FLOPS)
 
 
 def _impl(name):
     def register(fn):
         for key in _KEYS:
-            _lib.impl(name, fn, key)
+            if key == "CUDA" and NATIVE_CUDA.get(name):
+                _lib.impl(f"_composed_{name[6:]}", fn, key)
+            else:
+                _lib.impl(name, fn, key)
         return fn
 
     return register
@@ -159,7 +185,7 @@ def fused_all_gather_matmul(A_shard, Bs, gather_dim, group_name, *, return_A=Tru
     op = "fused_all_gather_matmul"
     size = _group_size(op, group_name)
     dim = _dim(op, "gather_dim", gather_dim, A_shard.dim())
-    if fused_pipeline.applies(A_shard, dim, size):
+    if fused_pipeline.chosen_for_all_gather(A_shard, dim, size):
         return fused_pipeline.all_gather_matmul(A_shard, Bs, group_name, return_A)
     A = _all_gather(A_shard, dim, size, group_name)
     outs = [_matmul(A, B) for B in Bs]
@@ -171,7 +197,7 @@ def fused_matmul_reduce_scatter(A, B, reduce_op, scatter_dim, group_name):
     op = "fused_matmul_reduce_scatter"
     size = _group_size(op, group_name)
     dim = _dim(op, "scatter_dim", scatter_dim, A.dim())
-    if reduce_op in ("sum", "avg") and A.shape[0] % size == 0 and fused_pipeline.applies(A, dim, size):
+    if fused_pipeline.chosen_for_reduce_scatter(A, B, reduce_op, dim, size):
         return fused_pipeline.matmul_reduce_scatter(A, B, reduce_op, group_name)
     if dim == 0 and registered_workspace.applies(A, group_name) and A.shape[0] % size == 0:
         # The product straight into the registered workspace the all-to-all sends from.

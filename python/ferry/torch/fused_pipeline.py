@@ -15,9 +15,11 @@ partial products of its rows in float32 (one reduction kernel) and rounds once.
 
 The copies to or from each peer run on a stream of their own, so that they share the copy engines.
 
-Opt-in: FERRY_FUSED_PIPELINE=1. It applies to 2-D and 3-D A gathered or scattered along dim 0,
-contiguous; fused_ops.py runs the unfused composition everywhere else. docs/fused.md has what it
-measured: it is not yet faster than the composition where it matters, so it stays off by default.
+It applies to 2-D and 3-D A gathered or scattered along dim 0, contiguous; fused_ops.py runs the
+unfused composition everywhere else. Which form runs (the size table; docs/fused.md has the run
+that set it): FERRY_FUSED_PIPELINE=1 pipelines every call it applies to, =0 none; unset, a
+matmul + reduce-scatter whose product takes at least RS_AUTO_MIN_FLOPS per rank is pipelined and
+everything else runs the composition. The all-gather + matmul was never faster pipelined.
 """
 
 from __future__ import annotations
@@ -31,8 +33,15 @@ from torch.distributed import distributed_c10d as c10d
 _side_streams = {}  # (device index, step) -> a copy stream
 
 
-def enabled() -> bool:
-    return os.environ.get("FERRY_FUSED_PIPELINE") == "1"
+# Where the pipelined matmul + reduce-scatter wins by default: products of at least this many
+# flops per rank (2 x rows x K x N). On 4 H100 (docs/fused.md) it was the faster form at every
+# measured shape of 4.8e11 flops and more and the slower one at every shape of 1.4e11 and less.
+RS_AUTO_MIN_FLOPS = 4e11
+
+
+def mode() -> str:
+    """FERRY_FUSED_PIPELINE: "on" (1), "off" (0) or "auto" (unset: the size table)."""
+    return {"1": "on", "0": "off"}.get(os.environ.get("FERRY_FUSED_PIPELINE", ""), "auto")
 
 
 def _side(device, step):
@@ -44,10 +53,24 @@ def _side(device, step):
     return s
 
 
-def applies(t: torch.Tensor, dim: int, size: int) -> bool:
-    """Whether the pipelined form runs a call with t (A or A_shard) split along dim over size ranks."""
-    return (enabled() and t.is_cuda and dim == 0 and t.dim() in (2, 3) and t.is_contiguous() and size > 1
+def _applies(t: torch.Tensor, dim: int, size: int) -> bool:
+    """Whether the pipelined form can run a call with t (A or A_shard) split along dim over size ranks."""
+    return (t.is_cuda and dim == 0 and t.dim() in (2, 3) and t.is_contiguous() and size > 1
             and not isinstance(t, torch._subclasses.FakeTensor))
+
+
+def chosen_for_all_gather(A_shard: torch.Tensor, dim: int, size: int) -> bool:
+    """Whether fused_all_gather_matmul runs pipelined: only where FERRY_FUSED_PIPELINE=1."""
+    return mode() == "on" and _applies(A_shard, dim, size)
+
+
+def chosen_for_reduce_scatter(A: torch.Tensor, B: torch.Tensor, reduce_op: str, dim: int, size: int) -> bool:
+    """Whether fused_matmul_reduce_scatter runs pipelined: FERRY_FUSED_PIPELINE=1, or unset and a
+    product of at least RS_AUTO_MIN_FLOPS."""
+    how = mode()
+    if how == "off" or reduce_op not in ("sum", "avg") or not _applies(A, dim, size) or A.shape[0] % size:
+        return False
+    return how == "on" or 2 * A.numel() * B.shape[-1] >= RS_AUTO_MIN_FLOPS
 
 
 def _workspace(group, nbytes):
