@@ -32,15 +32,19 @@ def test_the_table_takes_the_slowest_rank_and_the_larger_of_matmul_and_comm():
     cells = lines[2].split()
     assert not bad
     assert cells[6] == f"{flops / 120.0 / 1e6:.1f}"  # matmul: the slowest rank's 120 us
-    # The collective alone in us: on ferry, on ferry with its tensors registered, on NCCL.
-    assert cells[7:10] == ["50.0", "35.0", "45.0"]
-    assert cells[10] == cells[6]  # bound = max(matmul 120, comm 50)
-    assert cells[11] == f"{flops / 110.0 / 1e6:.1f}"  # ferry: the slowest rank's 110 us
-    assert cells[12] == f"{flops / 115.0 / 1e6:.1f}"  # registered 115
-    assert cells[13] == f"{flops / 130.0 / 1e6:.1f}" and cells[15] == "-"  # pipelined 130; torch did not run
-    assert cells[16] == f"{120.0 / 110.0:.2f}"  # bound over the fastest form (ferry)
-    assert cells[17] == f"{150.0 / 110.0:.2f}" and cells[18] == "ok"  # unfused's slowest 150 us over ferry's 110
+    # The collective alone in us: on ferry, on ferry with its tensors registered, on NCCL; no
+    # all-to-all for an all-gather.
+    assert cells[7:11] == ["50.0", "35.0", "45.0", "-"]
+    assert cells[11] == cells[6]  # bound = max(matmul 120, comm 50)
+    assert cells[12] == f"{flops / 110.0 / 1e6:.1f}"  # ferry: the slowest rank's 110 us
+    assert cells[13] == f"{flops / 115.0 / 1e6:.1f}"  # registered 115
+    assert cells[14] == f"{flops / 130.0 / 1e6:.1f}" and cells[16] == "-"  # pipelined 130; torch did not run
+    assert cells[17] == f"{120.0 / 110.0:.2f}"  # bound over the fastest form (ferry)
+    assert cells[18] == f"{150.0 / 110.0:.2f}" and cells[19] == "ok"  # unfused's slowest 150 us over ferry's 110
     assert lines[-1] == "# torch's fused op did not run: RuntimeError: no"
+    for r, t in ((0, 60.0), (1, 70.0)):  # a reduce-scatter's all-to-all: the slowest rank's
+        per_rank[r][0]["a2a"] = t
+    assert fused_bench.table(rows, per_rank, 2, "GPU")[0][2].split()[10] == "70.0"
     per_rank[1][0]["wrong"] = ["pipelined"]
     lines, bad = fused_bench.table(rows, per_rank, 2, "GPU")
     assert bad and lines[2].endswith("WRONG: pipelined")

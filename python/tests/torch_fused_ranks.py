@@ -73,6 +73,22 @@ def _matmul_reduce_scatter(torch, ops, name, rank, n, errors, seed, dev):
     return seed
 
 
+def _float32_accumulation(torch, ops, name, rank, n, errors, dev):
+    """The contract's float32 accumulation, exactly: rank 0's product is 1 and every other rank's is
+    3 x 2^-10, below half a bf16 step at 1. Summed in float32 and rounded once, n >= 3 ranks give
+    1 + 3 (n - 1) 2^-10 rounded to bf16 (1.0078125 for 3 or 4 ranks); rounding after every addition
+    would give 1. Rows of 8 x 64 per rank, the product of A (rows x 16) and B = 1/16 (exact)."""
+    value = 1.0 if rank == 0 else 3 * 2.0 ** -10
+    A = torch.full((8 * n, 16), value, dtype=torch.bfloat16, device=dev)
+    B = torch.full((16, 64), 1.0 / 16, dtype=torch.bfloat16, device=dev)
+    want = torch.tensor(1 + 3 * (n - 1) * 2.0 ** -10, dtype=torch.float64).to(torch.bfloat16).item()
+    got = ops.fused_matmul_reduce_scatter(A, B, "sum", 0, name)
+    wrong = (got.float().cpu() != want).sum().item()
+    if got.shape != (8, 64) or wrong:
+        errors.append(f"rank {rank}: fused_matmul_reduce_scatter bf16: {wrong} of {got.numel()} sums differ from "
+                      f"{want} (float32 accumulation, one rounding); e.g. {got.flatten()[0].item()}")
+
+
 def _scaled(torch, ops, name, rank, n, errors, seed, dev):
     f8 = torch.float8_e4m3fn
     M, K, N = 16, 16, 16  # torch._scaled_mm on CUDA wants K and N multiples of 16
@@ -140,12 +156,14 @@ def run_rank(init_file, rank, n, device, results):
         ops = torch.ops.ferry
         seed = _all_gather_matmul(torch, ops, name, rank, n, errors, 0, dev)
         seed = _matmul_reduce_scatter(torch, ops, name, rank, n, errors, seed, dev)
+        _float32_accumulation(torch, ops, name, rank, n, errors, dev)
         if device == "cuda":
             # Again, pipelined on symmetric memory where it applies (fused_pipeline.py), then with
             # the composition's collectives on registered workspaces (registered_workspace.py).
             os.environ["FERRY_FUSED_PIPELINE"] = "1"
             seed = _all_gather_matmul(torch, ops, name, rank, n, errors, seed, dev)
             seed = _matmul_reduce_scatter(torch, ops, name, rank, n, errors, seed, dev)
+            _float32_accumulation(torch, ops, name, rank, n, errors, dev)
             os.environ.pop("FERRY_FUSED_PIPELINE")
             os.environ["FERRY_FUSED_REGISTERED"] = "1"
             seed = _all_gather_matmul(torch, ops, name, rank, n, errors, seed, dev)

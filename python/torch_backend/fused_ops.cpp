@@ -142,8 +142,10 @@ at::Tensor matmulReduceScatter(const at::Tensor& A, const at::Tensor& B, c10::st
   c10d::AllToAllOptions opts;
   opts.asyncOp = false;
   backend->alltoall_base(got, wire, equal, equal, opts);
-  at::Tensor acc = got.view(product.scalar_type()).view({size, -1}).sum(0, /*keepdim=*/false, at::kFloat);
-  if (avg) acc.div_(static_cast<double>(size));
+  at::Tensor blocks = got.view(product.scalar_type()).view({size, -1});
+  // ATen sums 16-bit floats in float32 and rounds once: a sum is one kernel, with no float32
+  // temporary; a mean divides before its one rounding.
+  at::Tensor acc = avg ? blocks.sum(0, /*keepdim=*/false, at::kFloat).div_(static_cast<double>(size)) : blocks.sum(0);
   std::vector<int64_t> part{moved.size(0) / size};
   part.insert(part.end(), moved.sizes().begin() + 1, moved.sizes().end());
   return acc.view(part).movedim(0, dim).to(product.scalar_type());

@@ -9,7 +9,9 @@ all) it times, on every rank, the median of `iters` eager calls:
 - comm: its collective alone on the ferry backend (all_gather_into_tensor of A's shard, or
   reduce_scatter_tensor of the product), (reg) the same with its tensors registered
   (ferry.torch.register_tensor: zero-copy), and (nccl) the same on the NCCL backend, in microseconds;
-- bound: the larger of the two, what a perfect overlap would take;
+  and (a2a, reduce-scatters only) the all-to-all of the product that ferry's composition runs
+  instead of a reduce-scatter, on the ferry backend;
+- bound: the larger of the matmul and the collective, what a perfect overlap would take;
 - ferry: torch.ops.ferry.fused_* on the ferry backend, as shipped: the unfused composition on
   ferry, queued from C++, or the pipelined form where the size table picks it (fused_pipeline.py);
 - reg: the same call with FERRY_FUSED_REGISTERED=1 (the composition's collectives on registered
@@ -108,6 +110,7 @@ def _rank(init_file, rank, n, rows, iters, results):
                     dist.all_gather_into_tensor(full, shard, group=group)
 
                 comm_tensors = (full, shard)
+                exchange = None
 
                 def fused():
                     return torch.ops.ferry.fused_all_gather_matmul(shard, [B], 0, ferry_group.group_name)[1][0]
@@ -134,6 +137,11 @@ def _rank(init_file, rank, n, rows, iters, results):
                     dist.reduce_scatter_tensor(part, product, group=group)
 
                 comm_tensors = (product, part)
+                wire = product.view(-1).view(torch.uint8)
+                received = torch.empty_like(wire)
+
+                def exchange():  # the composition's collective: the product's rows by all-to-all
+                    dist.all_to_all_single(received, wire, group=ferry_group)
 
                 def fused():
                     return torch.ops.ferry.fused_matmul_reduce_scatter(A, B, "sum", 0, ferry_group.group_name)
@@ -167,7 +175,8 @@ def _rank(init_file, rank, n, rows, iters, results):
                    "nccl_comm": _median_us(lambda: comm(nccl_group), iters, torch),
                    "ferry": _median_us(fused, iters, torch), "registered": _median_us(registered, iters, torch),
                    "pipelined": _median_us(pipelined, iters, torch),
-                   "unfused": _median_us(unfused, iters, torch), "torch": None}
+                   "unfused": _median_us(unfused, iters, torch), "torch": None,
+                   "a2a": None if exchange is None else _median_us(exchange, iters, torch)}
             # The collective alone again, its tensors registered with the ferry group (zero-copy):
             # what the composition's collective could take without staging.
             with ferry_torch.register_tensor(comm_tensors[0], ferry_group), \
@@ -196,23 +205,24 @@ def table(rows, per_rank, n, device_name):
     lines = [f"# fused tensor-parallel ops, bf16, {n} ranks, one per GPU ({device_name}); TFLOP/s "
              f"(2 M K N / time, the slowest rank's); bound = max(matmul, comm); bound/best (best: the fastest ferry form) 1.00 is a perfect overlap",
              f"{'model':>6} {'layer':>12} {'op':>3} {'M':>6} {'K':>6} {'N':>6} {'matmul':>8} {'comm us':>8} "
-             f"{'reg us':>8} {'nccl us':>8} {'bound':>8} {'ferry':>8} {'reg':>8} {'pipelined':>9} {'unfused':>8} {'torch':>8} {'bound/best':>10} "
+             f"{'reg us':>8} {'nccl us':>8} {'a2a us':>8} {'bound':>8} {'ferry':>8} {'reg':>8} {'pipelined':>9} {'unfused':>8} {'torch':>8} {'bound/best':>10} "
              f"{'vs unfused':>10} {'check':>6}"]
     bad = False
     for i, (model, layer, op, m, k, nn) in enumerate(rows):
         rs = [per_rank[r][i] for r in range(n)]
 
         def worst(key, rs=rs):
-            vals = [r[key] for r in rs]
+            vals = [r.get(key) for r in rs]
             return None if any(v is None for v in vals) else max(vals)
 
         flops = 2.0 * m * k * nn
         tf = lambda us: "-" if us is None else f"{flops / us / 1e6:.1f}"  # noqa: E731  (TFLOP/s from us)
+        us = lambda t: "-" if t is None else f"{t:.1f}"  # noqa: E731
         mm, cm, fe, fr, pi = worst("matmul"), worst("comm"), worst("ferry"), worst("registered"), worst("pipelined")
         bound = max(mm, cm)
         wrong = sorted({w for r in rs for w in r["wrong"]})
         bad |= bool(wrong)
-        lines.append(f"{model:>6} {layer:>12} {op:>3} {m:>6} {k:>6} {nn:>6} {tf(mm):>8} {cm:>8.1f} {worst('comm_registered'):>8.1f} {worst('nccl_comm'):>8.1f} {tf(bound):>8} "
+        lines.append(f"{model:>6} {layer:>12} {op:>3} {m:>6} {k:>6} {nn:>6} {tf(mm):>8} {cm:>8.1f} {worst('comm_registered'):>8.1f} {worst('nccl_comm'):>8.1f} {us(worst('a2a')):>8} {tf(bound):>8} "
                      f"{tf(fe):>8} {tf(fr):>8} {tf(pi):>9} {tf(worst('unfused')):>8} {tf(worst('torch')):>8} "
                      f"{bound / min(fe, fr, pi):>10.2f} {worst('unfused') / fe:>10.2f} "
                      f"{'WRONG: ' + ','.join(wrong) if wrong else 'ok':>6}")
