@@ -119,6 +119,28 @@ const Var kVars[] = {
      "torchrun: job id, mixed into the join secret of TcpBootstrap::fromEnvironment."},
 };
 
+// Variables that the Python package reads, not this library (python/ferry/torch and its extension
+// python/torch_backend): listed here so that docs/env.md has every variable and the startup log does
+// not take them for typos. Their values are checked where they are read.
+struct PackageVar {
+  const char* name;
+  const char* type;
+  const char* defaultValue;
+  const char* description;
+};
+
+const PackageVar kPackageVars[] = {
+    {"FERRY_TORCH_FORWARD", "Bool", "1",
+     "ferry.torch: a group the ferry backend cannot run natively (its ranks span hosts) is handed to "
+     "PyTorch's NCCL backend, logged on its rank 0; 0 makes that an error instead."},
+    {"FERRY_FUSED_PIPELINE", "String", "",
+     "torch.ops.ferry.fused_*: 1 runs every call it can pipelined on symmetric memory, 0 none; unset, the "
+     "size table picks (docs/fused.md)."},
+    {"FERRY_FUSED_REGISTERED", "Bool", "0",
+     "torch.ops.ferry.fused_*: 1 runs the composition's collectives on registered workspaces of the group "
+     "(zero-copy; docs/fused.md)."},
+};
+
 [[noreturn]] void bad(const char* name, const std::string& value, const char* expected) {
   throw Error(ErrorCode::InvalidUsage, std::string(name) + "='" + value + "' is not valid: expected " +
                                            expected + " (see docs/env.md)");
@@ -248,10 +270,15 @@ std::string envMarkdown() {
       "Generated from the table in src/core/env.cpp by scripts/update-env-doc.sh; do not edit by hand.\n"
       "A malformed value is an error at first use that names the variable.\n\n"
       "| name | type | default | description |\n| --- | --- | --- | --- |\n";
-  for (const EnvVarInfo& v : envTable()) {
-    std::string def = *v.defaultValue ? std::string("`") + v.defaultValue + "`" : std::string("(unset)");
-    md += std::string("| `") + v.name + "` | " + v.type + " | " + def + " | " + v.description + " |\n";
-  }
+  auto row = [&](const char* name, const char* type, const char* defaultValue, const char* description) {
+    std::string def = *defaultValue ? std::string("`") + defaultValue + "`" : std::string("(unset)");
+    md += std::string("| `") + name + "` | " + type + " | " + def + " | " + description + " |\n";
+  };
+  for (const EnvVarInfo& v : envTable()) row(v.name, v.type, v.defaultValue, v.description);
+  md += "\n## Read by the Python package\n\n"
+        "`ferry.torch` and its torch extension read these; the library does not.\n\n"
+        "| name | type | default | description |\n| --- | --- | --- | --- |\n";
+  for (const PackageVar& v : kPackageVars) row(v.name, v.type, v.defaultValue, v.description);
   return md;
 }
 
@@ -283,7 +310,9 @@ std::vector<std::string> envUnknownFerryVariables() {
       continue;
     std::string name(entry.substr(0, entry.find('=')));
     bool known =
-        std::any_of(std::begin(kVars), std::end(kVars), [&](const Var& v) { return name == v.name; });
+        std::any_of(std::begin(kVars), std::end(kVars), [&](const Var& v) { return name == v.name; }) ||
+        std::any_of(std::begin(kPackageVars), std::end(kPackageVars),
+                    [&](const PackageVar& v) { return name == v.name; });
     if (!known) out.push_back(name);
   }
   return out;

@@ -4,6 +4,8 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cstdlib>
 #include <fstream>
 #include <map>
 #include <set>
@@ -11,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "core/env_internal.hpp"
 #include "expect_contains.hpp"
 #include "ferry/errors.hpp"
 
@@ -273,6 +276,23 @@ TEST(EnvTable, NamesAreUniqueAndDescribed) {
 TEST(EnvTable, MarkdownListsEveryVariable) {
   const std::string md = envMarkdown();
   for (const EnvVarInfo& v : envTable()) EXPECT_CONTAINS(md, std::string("| `") + v.name + "` | " + v.type);
+}
+
+// The Python package's variables (python/ferry/torch) are documented and are not typos to the
+// startup log, which still flags a FERRY_ name that nothing reads.
+TEST(EnvTable, ThePackagesVariablesAreKnown) {
+  const std::string md = envMarkdown();
+  const char* package[] = {"FERRY_TORCH_FORWARD", "FERRY_FUSED_PIPELINE", "FERRY_FUSED_REGISTERED"};
+  for (const char* name : package) EXPECT_CONTAINS(md, std::string("| `") + name + "` |");
+  for (const char* name : package) ASSERT_EQ(setenv(name, "1", 1), 0);
+  ASSERT_EQ(setenv("FERRY_NO_SUCH_VARIABLE", "1", 1), 0);
+  const std::vector<std::string> unknown = detail::envUnknownFerryVariables();
+  for (const char* name : package) {
+    EXPECT_EQ(std::count(unknown.begin(), unknown.end(), name), 0) << name;
+    unsetenv(name);
+  }
+  EXPECT_EQ(std::count(unknown.begin(), unknown.end(), "FERRY_NO_SUCH_VARIABLE"), 1);
+  unsetenv("FERRY_NO_SUCH_VARIABLE");
 }
 
 TEST(EnvDoc, DocsEnvMdIsUpToDate) {
