@@ -1,10 +1,11 @@
 """The tensor-parallel fused ops on the Llama 3 shapes, in one run on the local GPUs:
 
-    python -m ferry.torch.fused_bench                      # one rank per GPU (2 at least), bf16
-    python -m ferry.torch.fused_bench -m 2048,8192 --models 70b --iters 20
+    python -m ferry.torch.fused_bench                      # one rank per GPU (2 at least), bf16 and fp8
+    python -m ferry.torch.fused_bench -m 2048,8192 --models 70b --dtypes fp8 --iters 20
 
 For each shape (a layer of Llama 3 8B or 70B cut for tensor parallelism over the ranks, M tokens in
-all) it times, on every rank, the median of `iters` eager calls:
+all, in bf16 and in fp8: e4m3 operands with tensor-wise scales through torch._scaled_mm and the
+scaled ops, bf16 out) it times, on every rank, the median of `iters` eager calls:
 - matmul: the layer's matmul alone (the full A @ B of one rank);
 - comm: its collective alone on the ferry backend (all_gather_into_tensor of A's shard, or
   reduce_scatter_tensor of the product), (reg) the same with its tensors registered
@@ -18,12 +19,12 @@ all) it times, on every rank, the median of `iters` eager calls:
   workspaces, zero-copy: registered_workspace.py);
 - pipelined: the same call with FERRY_FUSED_PIPELINE=1 (fused_pipeline.py: chunks multiplied as the
   copy engine brings them, on symmetric memory);
-- unfused: the NCCL backend's collective, then torch.matmul (or the reverse);
+- unfused: the NCCL backend's collective, then torch.matmul or torch._scaled_mm (or the reverse);
 - torch: PyTorch's own torch.ops.symm_mem.fused_* on the NCCL group ("-" where it does not run).
 and prints TFLOP/s of each (2 M K N / time), bound / the fastest ferry form (1 is a perfect
-overlap) and vs unfused: unfused time / ferry's (as shipped) time (below 1: ferry is slower). Every shape is checked first: ferry's results (all three forms) against the unfused
-composition on NCCL (bf16 products, reduce-scatter summing in float32). The columns are the
-slowest rank's.
+overlap) and vs unfused: unfused time / ferry's (as shipped) time (below 1: ferry is slower).
+Every shape is checked first: ferry's results (all three forms) against the unfused composition
+on NCCL (bf16 products, reduce-scatter summing in float32). The columns are the slowest rank's.
 """
 
 import argparse
@@ -39,18 +40,22 @@ MODELS = {
 }
 
 
-def shapes(models, tp, ms):
-    """(model, layer, op, M, K, N) of the TP layers: 'ag' layers all-gather A's M rows, then A @ B
-    with B [K, N] this rank's column shard; 'rs' layers multiply this rank's row shard, A [M, K],
-    by B [K, N], then reduce-scatter the M rows."""
+DTYPES = ("bf16", "fp8")
+
+
+def shapes(models, tp, ms, dtypes=("bf16",)):
+    """(model, layer, op, M, K, N, dtype) of the TP layers: 'ag' layers all-gather A's M rows, then
+    A @ B with B [K, N] this rank's column shard; 'rs' layers multiply this rank's row shard, A [M, K],
+    by B [K, N], then reduce-scatter the M rows. dtype: the operands' (bf16, or fp8 with scales)."""
     out = []
-    for name in models:
-        hidden, mlp, heads, kv, hd = MODELS[name]
-        for m in ms:
-            out.append((name, "qkv", "ag", m, hidden, (heads + 2 * kv) * hd // tp))
-            out.append((name, "attn_out", "rs", m, heads * hd // tp, hidden))
-            out.append((name, "mlp_up_gate", "ag", m, hidden, 2 * mlp // tp))
-            out.append((name, "mlp_down", "rs", m, mlp // tp, hidden))
+    for dtype in dtypes:
+        for name in models:
+            hidden, mlp, heads, kv, hd = MODELS[name]
+            for m in ms:
+                out.append((name, "qkv", "ag", m, hidden, (heads + 2 * kv) * hd // tp, dtype))
+                out.append((name, "attn_out", "rs", m, heads * hd // tp, hidden, dtype))
+                out.append((name, "mlp_up_gate", "ag", m, hidden, 2 * mlp // tp, dtype))
+                out.append((name, "mlp_down", "rs", m, mlp // tp, hidden, dtype))
     return out
 
 
@@ -79,6 +84,110 @@ def _median_us(call, iters, torch):
     return times[len(times) // 2]
 
 
+def _forms(torch, dist, op, dtype, m, k, nn, n, dev, g, ferry_group, nccl_group):
+    """The calls one shape times, as closures over its tensors: the matmul alone, the collective
+    alone (comm(group)), the composition's all-to-all (exchange, reduce-scatters only), the ferry op,
+    the unfused composition on NCCL, PyTorch's op, and the reference the forms are checked against.
+    bf16: torch.matmul. fp8: e4m3 operands with tensor-wise scales through torch._scaled_mm, bf16
+    out (the scaled ops); gathers move the fp8 bytes."""
+    name, nccl_name = ferry_group.group_name, nccl_group.group_name
+    if dtype == "fp8":
+        e4m3 = torch.float8_e4m3fn
+        one = torch.ones((), device=dev, dtype=torch.float32)
+        b_scale = torch.full((), k**-0.5, device=dev, dtype=torch.float32)
+        B = torch.randn(nn, k, device=dev, generator=g).to(e4m3).t()  # column-major, as _scaled_mm takes it
+
+        def mm(X):
+            return torch._scaled_mm(X, B, one, b_scale, out_dtype=torch.bfloat16)
+
+        def randn(*shape):
+            return torch.randn(*shape, device=dev, generator=g).to(e4m3)
+    else:
+        B = torch.randn(k, nn, device=dev, dtype=torch.bfloat16, generator=g) / k**0.5
+
+        def mm(X):
+            return X @ B
+
+        def randn(*shape):
+            return torch.randn(*shape, device=dev, dtype=torch.bfloat16, generator=g)
+
+    def as_bytes(t):  # what a gather moves; NCCL and gloo need not know fp8
+        return t.view(torch.uint8) if t.element_size() == 1 else t
+
+    f = {"exchange": None}
+    if op == "ag":
+        shard, full = randn(m // n, k), randn(m, k)
+
+        def comm(group=ferry_group):
+            dist.all_gather_into_tensor(as_bytes(full), as_bytes(shard), group=group)
+
+        if dtype == "fp8":
+            def fused():
+                return torch.ops.ferry.fused_all_gather_scaled_matmul(
+                    shard, [B], one, [b_scale], 0, name, [None], [None], [torch.bfloat16], [False])[1][0]
+
+            def theirs():
+                return torch.ops.symm_mem.fused_all_gather_scaled_matmul(
+                    shard, [B], one, [b_scale], 0, nccl_name, [None], [None], [torch.bfloat16], [False])[1][0]
+        else:
+            def fused():
+                return torch.ops.ferry.fused_all_gather_matmul(shard, [B], 0, name)[1][0]
+
+            def theirs():
+                return torch.ops.symm_mem.fused_all_gather_matmul(shard, [B], 0, nccl_name)[1][0]
+
+        def unfused():
+            comm(nccl_group)
+            return mm(full)
+
+        f.update(matmul=lambda: mm(full), comm=comm, comm_tensors=(full, shard), fused=fused, theirs=theirs,
+                 unfused=unfused, reference=lambda: unfused().float())
+    else:
+        A = randn(m, k)
+        product = mm(A)
+        part = torch.empty(m // n, nn, device=dev, dtype=torch.bfloat16)
+
+        def comm(group=ferry_group):
+            dist.reduce_scatter_tensor(part, product, group=group)
+
+        wire = product.view(-1).view(torch.uint8)
+        received = torch.empty_like(wire)
+
+        def exchange():  # the composition's collective: the product's rows by all-to-all
+            dist.all_to_all_single(received, wire, group=ferry_group)
+
+        if dtype == "fp8":
+            def fused():
+                return torch.ops.ferry.fused_scaled_matmul_reduce_scatter(
+                    A, B, one, b_scale, "sum", 0, 0, name, None, out_dtype=torch.bfloat16)
+
+            def theirs():
+                return torch.ops.symm_mem.fused_scaled_matmul_reduce_scatter(
+                    A, B, one, b_scale, "sum", 0, 0, nccl_name, None, out_dtype=torch.bfloat16)
+        else:
+            def fused():
+                return torch.ops.ferry.fused_matmul_reduce_scatter(A, B, "sum", 0, name)
+
+            def theirs():
+                return torch.ops.symm_mem.fused_matmul_reduce_scatter(A, B, "sum", 0, nccl_name)
+
+        def unfused():
+            dist.reduce_scatter_tensor(part, mm(A), group=nccl_group)
+            return part
+
+        def reference():
+            # What the fused op computes by contract: each rank's bf16 product, summed in float32.
+            # A float32 product instead differs by the products' bf16 rounding, which cancelling
+            # sums leave above any fixed tolerance at a few of 4M elements.
+            out = torch.empty(m // n, nn, device=dev, dtype=torch.float32)
+            dist.reduce_scatter_tensor(out, mm(A).float(), group=nccl_group)
+            return out
+
+        f.update(matmul=lambda: mm(A), comm=comm, comm_tensors=(product, part), exchange=exchange, fused=fused,
+                 theirs=theirs, unfused=unfused, reference=reference)
+    return f
+
+
 def _rank(init_file, rank, n, rows, iters, results):
     try:
         import torch
@@ -94,72 +203,13 @@ def _rank(init_file, rank, n, rows, iters, results):
         except Exception:  # noqa: BLE001  (torch's fused ops are then reported as not run)
             torch_symm = None
         out = []
-        for i, (model, layer, op, m, k, nn) in enumerate(rows):
+        for i, (model, layer, op, m, k, nn, dtype) in enumerate(rows):
             if rank == 0:  # progress, so that a long run (or one that fails) shows where it is
-                print(f"fused_bench: {i + 1}/{len(rows)} {model} {layer} M={m}", file=sys.stderr, flush=True)
+                print(f"fused_bench: {i + 1}/{len(rows)} {model} {layer} {dtype} M={m}", file=sys.stderr, flush=True)
             g = torch.Generator(device=dev).manual_seed(1000 * rank + m)
-            B = torch.randn(k, nn, device=dev, dtype=torch.bfloat16, generator=g) / k**0.5
-            if op == "ag":
-                shard = torch.randn(m // n, k, device=dev, dtype=torch.bfloat16, generator=g)
-                full = torch.empty(m, k, device=dev, dtype=torch.bfloat16)
-
-                def matmul():
-                    return full @ B
-
-                def comm(group=ferry_group):
-                    dist.all_gather_into_tensor(full, shard, group=group)
-
-                comm_tensors = (full, shard)
-                exchange = None
-
-                def fused():
-                    return torch.ops.ferry.fused_all_gather_matmul(shard, [B], 0, ferry_group.group_name)[1][0]
-
-                def unfused():
-                    dist.all_gather_into_tensor(full, shard, group=nccl_group)
-                    return full @ B
-
-                def theirs():
-                    return torch.ops.symm_mem.fused_all_gather_matmul(shard, [B], 0, nccl_group.group_name)[1][0]
-
-                def reference():
-                    dist.all_gather_into_tensor(full, shard, group=nccl_group)
-                    return (full @ B).float()
-            else:
-                A = torch.randn(m, k, device=dev, dtype=torch.bfloat16, generator=g)
-                product = A @ B
-                part = torch.empty(m // n, nn, device=dev, dtype=torch.bfloat16)
-
-                def matmul():
-                    return A @ B
-
-                def comm(group=ferry_group):
-                    dist.reduce_scatter_tensor(part, product, group=group)
-
-                comm_tensors = (product, part)
-                wire = product.view(-1).view(torch.uint8)
-                received = torch.empty_like(wire)
-
-                def exchange():  # the composition's collective: the product's rows by all-to-all
-                    dist.all_to_all_single(received, wire, group=ferry_group)
-
-                def fused():
-                    return torch.ops.ferry.fused_matmul_reduce_scatter(A, B, "sum", 0, ferry_group.group_name)
-
-                def unfused():
-                    dist.reduce_scatter_tensor(part, A @ B, group=nccl_group)
-                    return part
-
-                def theirs():
-                    return torch.ops.symm_mem.fused_matmul_reduce_scatter(A, B, "sum", 0, nccl_group.group_name)
-
-                def reference():
-                    # What the fused op computes by contract: each rank's bf16 product, summed in
-                    # float32. A float32 product instead differs by the products' bf16 rounding, which
-                    # cancelling sums leave above any fixed tolerance at a few of 4M elements.
-                    out = torch.empty(m // n, nn, device=dev, dtype=torch.float32)
-                    dist.reduce_scatter_tensor(out, (A @ B).float(), group=nccl_group)
-                    return out
+            f = _forms(torch, dist, op, dtype, m, k, nn, n, dev, g, ferry_group, nccl_group)
+            fused, comm, exchange, theirs = f["fused"], f["comm"], f["exchange"], f["theirs"]
+            matmul, unfused, reference, comm_tensors = f["matmul"], f["unfused"], f["reference"], f["comm_tensors"]
 
             def pipelined(fused=fused):
                 return _with_env("FERRY_FUSED_PIPELINE", fused)
@@ -202,13 +252,13 @@ def _rank(init_file, rank, n, rows, iters, results):
 
 def table(rows, per_rank, n, device_name):
     """The printed table: per shape, the slowest rank's times as TFLOP/s."""
-    lines = [f"# fused tensor-parallel ops, bf16, {n} ranks, one per GPU ({device_name}); TFLOP/s "
+    lines = [f"# fused tensor-parallel ops, {n} ranks, one per GPU ({device_name}); TFLOP/s "
              f"(2 M K N / time, the slowest rank's); bound = max(matmul, comm); bound/best (best: the fastest ferry form) 1.00 is a perfect overlap",
-             f"{'model':>6} {'layer':>12} {'op':>3} {'M':>6} {'K':>6} {'N':>6} {'matmul':>8} {'comm us':>8} "
+             f"{'model':>6} {'layer':>12} {'op':>3} {'dtype':>5} {'M':>6} {'K':>6} {'N':>6} {'matmul':>8} {'comm us':>8} "
              f"{'reg us':>8} {'nccl us':>8} {'a2a us':>8} {'bound':>8} {'ferry':>8} {'reg':>8} {'pipelined':>9} {'unfused':>8} {'torch':>8} {'bound/best':>10} "
              f"{'vs unfused':>10} {'check':>6}"]
     bad = False
-    for i, (model, layer, op, m, k, nn) in enumerate(rows):
+    for i, (model, layer, op, m, k, nn, dtype) in enumerate(rows):
         rs = [per_rank[r][i] for r in range(n)]
 
         def worst(key, rs=rs):
@@ -222,7 +272,7 @@ def table(rows, per_rank, n, device_name):
         bound = max(mm, cm)
         wrong = sorted({w for r in rs for w in r["wrong"]})
         bad |= bool(wrong)
-        lines.append(f"{model:>6} {layer:>12} {op:>3} {m:>6} {k:>6} {nn:>6} {tf(mm):>8} {cm:>8.1f} {worst('comm_registered'):>8.1f} {worst('nccl_comm'):>8.1f} {us(worst('a2a')):>8} {tf(bound):>8} "
+        lines.append(f"{model:>6} {layer:>12} {op:>3} {dtype:>5} {m:>6} {k:>6} {nn:>6} {tf(mm):>8} {cm:>8.1f} {worst('comm_registered'):>8.1f} {worst('nccl_comm'):>8.1f} {us(worst('a2a')):>8} {tf(bound):>8} "
                      f"{tf(fe):>8} {tf(fr):>8} {tf(pi):>9} {tf(worst('unfused')):>8} {tf(worst('torch')):>8} "
                      f"{bound / min(fe, fr, pi):>10.2f} {worst('unfused') / fe:>10.2f} "
                      f"{'WRONG: ' + ','.join(wrong) if wrong else 'ok':>6}")
@@ -236,6 +286,7 @@ def main(argv=None):
     p = argparse.ArgumentParser(prog="python -m ferry.torch.fused_bench", description=__doc__.split("\n\n")[0])
     p.add_argument("-m", "--tokens", default="256,1024,4096,16384", help="M values, comma-separated")
     p.add_argument("--models", default="8b,70b", help="comma-separated: " + ", ".join(MODELS))
+    p.add_argument("--dtypes", default="bf16,fp8", help="comma-separated: " + ", ".join(DTYPES))
     p.add_argument("--iters", type=int, default=10)
     a = p.parse_args(argv)
     torch, n = local_gpus("python -m ferry.torch.fused_bench", "tensor parallelism 2 at least")
@@ -245,7 +296,10 @@ def main(argv=None):
     unknown = [x for x in models if x not in MODELS]
     if unknown:
         p.error(f"unknown model(s) {unknown}: choose from {list(MODELS)}")
-    rows = shapes(models, n, [int(x) for x in a.tokens.split(",") if x])
+    dtypes = [x for x in a.dtypes.split(",") if x]
+    if any(x not in DTYPES for x in dtypes):
+        p.error(f"unknown dtype(s) in {dtypes}: choose from {list(DTYPES)}")
+    rows = shapes(models, n, [int(x) for x in a.tokens.split(",") if x], dtypes)
     return run_and_print(_rank, n, (rows, a.iters), 3600,
                          lambda per_rank: table(rows, per_rank, n, torch.cuda.get_device_name(0)))
 
