@@ -23,7 +23,7 @@ def test_the_ops_have_pytorchs_schemas():
         assert str(ours).replace("ferry::", "") == str(theirs).replace("symm_mem::", ""), op
 
 
-def test_the_plain_ops_run_from_cpp_on_cuda_where_the_extension_is_built():
+def test_the_ops_run_from_cpp_on_cuda_where_the_extension_is_built():
     from ferry.torch import fused_ops
 
     try:
@@ -32,8 +32,10 @@ def test_the_plain_ops_run_from_cpp_on_cuda_where_the_extension_is_built():
         if os.environ.get("FERRY_REQUIRE_TORCH_BACKEND") == "1":
             raise
         pytest.skip("ferry._torch is not built (no torch at build time)")
-    assert fused_ops.NATIVE_CUDA == {"fused_all_gather_matmul": True, "fused_matmul_reduce_scatter": True}
-    for name in ("_composed_all_gather_matmul", "_composed_matmul_reduce_scatter"):
+    assert fused_ops.NATIVE_CUDA == {"fused_all_gather_matmul": True, "fused_matmul_reduce_scatter": True,
+                                     "fused_all_gather_scaled_matmul": True, "fused_scaled_matmul_reduce_scatter": True}
+    for name in ("_composed_all_gather_matmul", "_composed_matmul_reduce_scatter",
+                 "_composed_all_gather_scaled_matmul", "_composed_scaled_matmul_reduce_scatter"):
         # What the C++ kernels hand back to Python: the same schema, the Python body for CUDA.
         assert torch._C._dispatch_has_kernel_for_dispatch_key(f"ferry::{name}", "CUDA"), name
         public = str(getattr(torch.ops.ferry, "fused" + name[len("_composed"):]).default._schema)

@@ -1,8 +1,9 @@
-// The CUDA kernels of ferry::fused_all_gather_matmul and ferry::fused_matmul_reduce_scatter
-// (python/ferry/torch/fused_ops.py defines the ops and says what they compute): on a group whose
-// CUDA backend is ferry's, the composition is queued from here, on the caller's stream, with no
-// Python between the dispatcher and the GPU. A Python body costs tens of microseconds of host time
-// per call (docs/fused.md measured it), more than the collective itself at the smaller shapes.
+// The CUDA kernels of ferry::fused_all_gather_matmul, ferry::fused_matmul_reduce_scatter and their
+// scaled (fp8) forms (python/ferry/torch/fused_ops.py defines the ops and says what they compute):
+// on a group whose CUDA backend is ferry's, the composition is queued from here, on the caller's
+// stream, with no Python between the dispatcher and the GPU. A Python body costs tens of
+// microseconds of host time per call (docs/fused.md measured it), more than the collective itself
+// at the smaller shapes.
 //
 // Every other call goes to the Python body, through the ops ferry::_composed_* that fused_ops.py
 // defines with the same schemas: groups on another backend, the pipelined form (FERRY_FUSED_PIPELINE
@@ -10,6 +11,7 @@
 // per call as the Python side reads them.
 #include <ATen/ATen.h>
 #include <ATen/core/dispatch/Dispatcher.h>
+#include <ATen/core/stack.h>
 #include <c10/util/Exception.h>
 #include <torch/csrc/distributed/c10d/GroupRegistry.hpp>
 #include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
@@ -87,6 +89,48 @@ at::Tensor onWire(const at::Tensor& t) {
   return wire.element_size() == 1 && at::isFloatingType(wire.scalar_type()) ? wire.view(at::kByte) : wire;
 }
 
+// The shards of every rank, concatenated along dim in rank order (the backend's all-gather, on the
+// caller's stream).
+at::Tensor allGatherRows(c10d::Backend& backend, const at::Tensor& shard, int64_t dim) {
+  const int64_t size = backend.getSize();
+  at::Tensor wire = onWire(shard);
+  at::Tensor flat = at::empty({size * wire.numel()}, wire.options());
+  c10d::AllgatherOptions opts;
+  opts.asyncOp = false;  // on the caller's stream, as the matmuls after it
+  backend._allgather_base(flat, wire, opts);
+  // flat stacks the ranks' shards along a new leading dim; move it next to `dim` and merge.
+  std::vector<int64_t> stacked{size};
+  stacked.insert(stacked.end(), shard.sizes().begin(), shard.sizes().end());
+  return flat.view(shard.scalar_type()).view(stacked).movedim(0, dim).flatten(dim, dim + 1);
+}
+
+// This rank's part (along dim) of the sum or mean over the ranks of `product`, as the Python body
+// computes it: the rows travel in the product's own dtype (one all-to-all brings this rank the n
+// blocks of its rows), then one kernel sums them in float32 and rounds once.
+at::Tensor reduceScatterRows(c10d::Backend& backend, const char* op, const at::Tensor& product, int64_t dim,
+                             c10::string_view reduceOp) {
+  const bool avg = reduceOp == "avg";
+  TORCH_CHECK_VALUE(avg || reduceOp == "sum", "ferry::", op, ": reduce_op must be 'sum' or 'avg', not '",
+                    std::string(reduceOp), "'");
+  const int64_t size = backend.getSize();
+  TORCH_CHECK_VALUE(product.size(dim) % size == 0, "ferry::", op, ": the result's dim ", dim, " has ",
+                    product.size(dim), " rows, not a multiple of the group's ", size, " ranks");
+  at::Tensor moved = product.movedim(dim, 0).contiguous();
+  at::Tensor wire = moved.view(-1).view(at::kByte);
+  at::Tensor got = at::empty_like(wire);
+  std::vector<int64_t> equal;  // no splits: equal blocks
+  c10d::AllToAllOptions opts;
+  opts.asyncOp = false;
+  backend.alltoall_base(got, wire, equal, equal, opts);
+  at::Tensor blocks = got.view(product.scalar_type()).view({size, -1});
+  // ATen sums 16-bit floats in float32 and rounds once: a sum is one kernel, with no float32
+  // temporary; a mean divides before its one rounding.
+  at::Tensor acc = avg ? blocks.sum(0, /*keepdim=*/false, at::kFloat).div_(static_cast<double>(size)) : blocks.sum(0);
+  std::vector<int64_t> part{moved.size(0) / size};
+  part.insert(part.end(), moved.sizes().begin() + 1, moved.sizes().end());
+  return acc.view(part).movedim(0, dim).to(product.scalar_type());
+}
+
 AllGatherMatmulResult allGatherMatmul(const at::Tensor& shard, at::TensorList Bs, int64_t gatherDim,
                                       c10::string_view groupName, bool returnA) {
   static constexpr const char* kOp = "fused_all_gather_matmul";
@@ -97,17 +141,7 @@ AllGatherMatmulResult allGatherMatmul(const at::Tensor& shard, at::TensorList Bs
                                .typed<AllGatherMatmul>();
     return composed.call(shard, Bs, gatherDim, groupName, returnA);
   }
-  const int64_t size = backend->getSize();
-  const int64_t dim = wrapDim(kOp, "gather_dim", gatherDim, shard.dim());
-  at::Tensor wire = onWire(shard);
-  at::Tensor flat = at::empty({size * wire.numel()}, wire.options());
-  c10d::AllgatherOptions opts;
-  opts.asyncOp = false;  // on the caller's stream, as the matmuls after it
-  backend->_allgather_base(flat, wire, opts);
-  // flat stacks the ranks' shards along a new leading dim; move it next to `dim` and merge.
-  std::vector<int64_t> stacked{size};
-  stacked.insert(stacked.end(), shard.sizes().begin(), shard.sizes().end());
-  at::Tensor A = flat.view(shard.scalar_type()).view(stacked).movedim(0, dim).flatten(dim, dim + 1);
+  const at::Tensor A = allGatherRows(*backend, shard, wrapDim(kOp, "gather_dim", gatherDim, shard.dim()));
   std::vector<at::Tensor> outs;
   outs.reserve(Bs.size());
   for (const at::Tensor& B : Bs) outs.push_back(at::matmul(A, B));
@@ -125,30 +159,114 @@ at::Tensor matmulReduceScatter(const at::Tensor& A, const at::Tensor& B, c10::st
                                .typed<MatmulReduceScatter>();
     return composed.call(A, B, reduceOp, scatterDim, groupName);
   }
-  const bool avg = reduceOp == "avg";
-  TORCH_CHECK_VALUE(avg || reduceOp == "sum", "ferry::", kOp, ": reduce_op must be 'sum' or 'avg', not '",
-                    std::string(reduceOp), "'");
-  const int64_t size = backend->getSize();
   const int64_t dim = wrapDim(kOp, "scatter_dim", scatterDim, A.dim());
-  at::Tensor product = at::matmul(A, B);
-  TORCH_CHECK_VALUE(product.size(dim) % size == 0, "ferry::", kOp, ": the result's dim ", dim, " has ",
-                    product.size(dim), " rows, not a multiple of the group's ", size, " ranks");
-  // As the Python body: the rows travel in the product's own dtype (one all-to-all brings this rank
-  // the n blocks of its rows), then one kernel sums them in float32 and rounds once.
-  at::Tensor moved = product.movedim(dim, 0).contiguous();
-  at::Tensor wire = moved.view(-1).view(at::kByte);
-  at::Tensor got = at::empty_like(wire);
-  std::vector<int64_t> equal;  // no splits: equal blocks
-  c10d::AllToAllOptions opts;
-  opts.asyncOp = false;
-  backend->alltoall_base(got, wire, equal, equal, opts);
-  at::Tensor blocks = got.view(product.scalar_type()).view({size, -1});
-  // ATen sums 16-bit floats in float32 and rounds once: a sum is one kernel, with no float32
-  // temporary; a mean divides before its one rounding.
-  at::Tensor acc = avg ? blocks.sum(0, /*keepdim=*/false, at::kFloat).div_(static_cast<double>(size)) : blocks.sum(0);
-  std::vector<int64_t> part{moved.size(0) / size};
-  part.insert(part.end(), moved.sizes().begin() + 1, moved.sizes().end());
-  return acc.view(part).movedim(0, dim).to(product.scalar_type());
+  return reduceScatterRows(*backend, kOp, at::matmul(A, B), dim, reduceOp);
+}
+
+// The scaled ops: boxed kernels (they take lists of optional tensors and dtypes), with the Python
+// body's semantics (fused_ops.py: _scaled_mm, _gathered_scale). They have no pipelined form, so
+// only the registered-workspace form and other backends go to the Python body.
+
+std::optional<at::Tensor> optionalTensor(const c10::IValue& v) {
+  return v.isNone() ? std::nullopt : std::optional<at::Tensor>(v.toTensor());
+}
+
+// A @ B of fp8 A (any leading dims) with its scales, as torch._scaled_mm computes it.
+at::Tensor scaledMm(const at::Tensor& A, const at::Tensor& B, const at::Tensor& aScale, const at::Tensor& bScale,
+                    const std::optional<at::Tensor>& bias, const std::optional<at::Tensor>& resultScale,
+                    std::optional<at::ScalarType> outDtype, bool fastAccum) {
+  const at::Tensor scale = aScale.numel() > 1 ? aScale.reshape({-1, 1}) : aScale.reshape({});
+  at::Tensor out = at::_scaled_mm(A.flatten(0, -2), B, scale.to(at::kFloat), bScale.to(at::kFloat), bias, resultScale,
+                                  outDtype, fastAccum);
+  std::vector<int64_t> shape(A.sizes().begin(), A.sizes().end() - 1);
+  shape.push_back(out.size(-1));
+  return out.reshape(shape);
+}
+
+void callComposed(const char* name, torch::jit::Stack* stack) {
+  c10::Dispatcher::singleton().findSchemaOrThrow(name, "").callBoxed(stack);
+}
+
+// (A, Bs, A_scale, B_scales, gather_dim, group_name, biases, result_scales, out_dtypes,
+//  use_fast_accum) -> (A, outs)
+void allGatherScaledMatmul(const c10::OperatorHandle& /*op*/, torch::jit::Stack* stack) {
+  static constexpr const char* kOp = "fused_all_gather_scaled_matmul";
+  constexpr std::size_t kArgs = 10;
+  auto arg = [&](std::size_t i) -> const c10::IValue& { return torch::jit::peek(*stack, i, kArgs); };
+  const std::string groupName = arg(5).toStringRef();
+  const auto backend =
+      envIs("FERRY_FUSED_REGISTERED", "1") ? c10::intrusive_ptr<c10d::Backend>() : ferryBackend(kOp, groupName);
+  if (!backend) return callComposed("ferry::_composed_all_gather_scaled_matmul", stack);
+  const at::Tensor shard = arg(0).toTensor();
+  const std::vector<at::Tensor> Bs = arg(1).toTensorVector();
+  const at::Tensor aScale = arg(2).toTensor();
+  const std::vector<at::Tensor> bScales = arg(3).toTensorVector();
+  const auto biases = arg(6).toListRef();
+  const auto resultScales = arg(7).toListRef();
+  const auto outDtypes = arg(8).toListRef();
+  const c10::List<bool> fastAccum = arg(9).toBoolList();
+  const std::pair<const char*, std::size_t> lists[] = {{"B_scales", bScales.size()},
+                                                       {"biases", biases.size()},
+                                                       {"result_scales", resultScales.size()},
+                                                       {"out_dtypes", outDtypes.size()},
+                                                       {"use_fast_accum", fastAccum.size()}};
+  for (const auto& [what, n] : lists)
+    TORCH_CHECK_VALUE(n == Bs.size(), "ferry::", kOp, ": ", what, " has ", n, " entries for ", Bs.size(), " Bs");
+  const int64_t dim = wrapDim(kOp, "gather_dim", arg(4).toInt(), shard.dim());
+  TORCH_CHECK_VALUE(dim != shard.dim() - 1, "ferry::", kOp,
+                    ": gather_dim must not be the last (contracted) dim of an fp8 A");
+  const at::Tensor A = allGatherRows(*backend, shard, dim);
+  const int64_t size = backend->getSize();
+  const int64_t rowsHere = shard.numel() / shard.size(-1);
+  at::Tensor scale = aScale;  // tensor-wise, or one per row of the gathered A
+  if (aScale.numel() != 1 && aScale.numel() != rowsHere * size) {
+    TORCH_CHECK_VALUE(aScale.numel() == rowsHere, "ferry::", kOp, ": A_scale has ", aScale.numel(),
+                      " values; expected 1 (tensor-wise), ", rowsHere, " (one per row of this rank's shard) or ",
+                      rowsHere * size, " (one per row of the gathered A)");
+    std::vector<int64_t> rows(shard.sizes().begin(), shard.sizes().end() - 1);
+    rows.push_back(1);
+    scale = allGatherRows(*backend, aScale.reshape(rows), dim);  // one per row of this shard: gathered as A is
+  }
+  std::vector<at::Tensor> outs;
+  for (std::size_t i = 0; i < Bs.size(); ++i) {
+    const std::optional<at::ScalarType> outDtype =
+        outDtypes[i].isNone() ? std::nullopt : std::optional<at::ScalarType>(outDtypes[i].toScalarType());
+    outs.push_back(scaledMm(A, Bs[i], scale, bScales[i], optionalTensor(biases[i]), optionalTensor(resultScales[i]),
+                            outDtype, fastAccum.get(i)));
+  }
+  torch::jit::drop(*stack, kArgs);
+  torch::jit::push(*stack, A, outs);
+}
+
+// (A, B, A_scale, B_scale, reduce_op, orig_scatter_dim, scatter_dim_after_maybe_reshape, group_name,
+//  output_shape, bias, result_scale, out_dtype, use_fast_accum) -> Tensor
+void scaledMatmulReduceScatter(const c10::OperatorHandle& /*op*/, torch::jit::Stack* stack) {
+  static constexpr const char* kOp = "fused_scaled_matmul_reduce_scatter";
+  constexpr std::size_t kArgs = 13;
+  auto arg = [&](std::size_t i) -> const c10::IValue& { return torch::jit::peek(*stack, i, kArgs); };
+  const std::string groupName = arg(7).toStringRef();
+  const auto backend =
+      envIs("FERRY_FUSED_REGISTERED", "1") ? c10::intrusive_ptr<c10d::Backend>() : ferryBackend(kOp, groupName);
+  if (!backend) return callComposed("ferry::_composed_scaled_matmul_reduce_scatter", stack);
+  const std::string reduceOp = arg(4).toStringRef();
+  const std::optional<at::ScalarType> outDtype =
+      arg(11).isNone() ? std::nullopt : std::optional<at::ScalarType>(arg(11).toScalarType());
+  at::Tensor C = scaledMm(arg(0).toTensor(), arg(1).toTensor(), arg(2).toTensor(), arg(3).toTensor(),
+                          optionalTensor(arg(9)), optionalTensor(arg(10)), outDtype, arg(12).toBool());
+  // PyTorch's async-TP pass may hand over A reshaped to 2-D (its rows then hold the original
+  // leading dims): the product is viewed in the original shape before the scatter.
+  if (!arg(8).isNone()) {
+    std::vector<int64_t> shape;
+    for (const c10::IValue& v : arg(8).toListRef())
+      shape.push_back(v.isInt() ? v.toInt() : v.toSymInt().guard_int(__FILE__, __LINE__));
+    TORCH_CHECK_VALUE(!shape.empty(), "ferry::", kOp, ": output_shape is empty");
+    shape.back() = C.size(-1);
+    C = C.view(shape);
+  }
+  const int64_t dim = wrapDim(kOp, "orig_scatter_dim", arg(5).toInt(), C.dim());
+  at::Tensor part = reduceScatterRows(*backend, kOp, C, dim, reduceOp);
+  torch::jit::drop(*stack, kArgs);
+  torch::jit::push(*stack, std::move(part));
 }
 
 }  // namespace
@@ -158,6 +276,10 @@ void setFusedPipelineMinFlops(double flops) { pipelineMinFlops.store(flops, std:
 }  // namespace ferry::torch_backend
 
 TORCH_LIBRARY_IMPL(ferry, CUDA, m) {
-  m.impl("fused_all_gather_matmul", &ferry::torch_backend::allGatherMatmul);
-  m.impl("fused_matmul_reduce_scatter", &ferry::torch_backend::matmulReduceScatter);
+  using namespace ferry::torch_backend;
+  m.impl("fused_all_gather_matmul", &allGatherMatmul);
+  m.impl("fused_matmul_reduce_scatter", &matmulReduceScatter);
+  m.impl("fused_all_gather_scaled_matmul", torch::CppFunction::makeFromBoxedFunction<&allGatherScaledMatmul>());
+  m.impl("fused_scaled_matmul_reduce_scatter",
+         torch::CppFunction::makeFromBoxedFunction<&scaledMatmulReduceScatter>());
 }

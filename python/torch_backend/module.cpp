@@ -1,5 +1,5 @@
 // The module ferry._torch: the ferry backend's class for python/ferry/torch, which registers it,
-// and the CUDA kernels of the plain fused ops (fused_ops.cpp).
+// and the CUDA kernels of the fused ops (fused_ops.cpp).
 #include <pybind11/chrono.h>
 #include <torch/python.h>
 

@@ -12,7 +12,7 @@ PyTorch's schemas, so that code and compiler passes port by changing the namespa
 backend of that group (the CPU tests use gloo). What runs by default is the unfused composition:
 the collective on the group's backend (ferry's for CUDA tensors under "cuda:ferry"), then the
 matmuls; fused_matmul_reduce_scatter exchanges the product's rows in their own dtype (an
-all-to-all) and sums what it receives in float32, rounding once. On a ferry group the plain ops'
+all-to-all) and sums what it receives in float32, rounding once. On a ferry group the ops'
 composition is queued by the torch extension in C++ (python/torch_backend/fused_ops.cpp); the
 bodies here run everything else, and are the ops' Meta implementations, so torch.compile traces
 them with fake tensors. A matmul + reduce-scatter of a large product runs pipelined on symmetric
@@ -60,12 +60,14 @@ _lib.define(
 )
 
 # The bodies below on every device. On CUDA, where ferry's torch extension is built, the extension
-# registers the two plain ops' kernels itself (python/torch_backend/fused_ops.cpp): the composition
-# on a ferry group is queued from C++, without this Python between the dispatcher and the GPU. Every
+# registers the four ops' kernels itself (python/torch_backend/fused_ops.cpp): the composition on a
+# ferry group is queued from C++, without this Python between the dispatcher and the GPU. Every
 # other CUDA call of theirs (another backend, an opt-in form) comes back here through
 # ferry::_composed_*, ops of the same schemas that only the extension calls.
 _KEYS = ("Meta", "CPU", "CUDA")
-for _name in ("fused_all_gather_matmul", "fused_matmul_reduce_scatter"):
+_FUSED = ("fused_all_gather_matmul", "fused_matmul_reduce_scatter", "fused_all_gather_scaled_matmul",
+          "fused_scaled_matmul_reduce_scatter")
+for _name in _FUSED:
     _schema = str(getattr(torch.ops.ferry, _name).default._schema).replace(f"ferry::{_name}", f"_composed_{_name[6:]}")
     _lib.define(_schema)
 
@@ -75,7 +77,7 @@ def _native_cuda(name: str) -> bool:
     return torch._C._dispatch_has_kernel_for_dispatch_key(f"ferry::{name}", "CUDA")
 
 
-NATIVE_CUDA = {name: _native_cuda(name) for name in ("fused_all_gather_matmul", "fused_matmul_reduce_scatter")}
+NATIVE_CUDA = {name: _native_cuda(name) for name in _FUSED}
 if any(NATIVE_CUDA.values()):
     from ferry import _torch as _extension
 
