@@ -80,6 +80,9 @@ def run_rank(init_file, rank, n, backend, steps, results):
         if rank == 0:
             # The reference: one process, the whole batch (the mean over it is the ranks' mean).
             curves["single"] = _train(torch, _model(torch).to(dev), steps, n, slice(None), dev, lambda loss: loss.item())
+        # Whether the NCCL API this process called was ferry's (libferry_nccl.so preloaded and mapped).
+        with open("/proc/self/maps") as maps:
+            curves["libferry_nccl"] = any("libferry_nccl" in line for line in maps)
         results.put((rank, curves, None))
     except BaseException:  # reported to the parent, which fails the test
         print(f"[training rank {rank}] FAILED: {traceback.format_exc()}", file=sys.stderr, flush=True)
