@@ -217,7 +217,7 @@ void allGatherScaledMatmul(const c10::OperatorHandle& /*op*/, torch::jit::Stack*
                     ": gather_dim must not be the last (contracted) dim of an fp8 A");
   const at::Tensor A = allGatherRows(*backend, shard, dim);
   const int64_t size = backend->getSize();
-  const int64_t rowsHere = shard.numel() / shard.size(-1);
+  const int64_t rowsHere = shard.size(-1) > 0 ? shard.numel() / shard.size(-1) : 0;
   at::Tensor scale = aScale;  // tensor-wise, or one per row of the gathered A
   if (aScale.numel() != 1 && aScale.numel() != rowsHere * size) {
     TORCH_CHECK_VALUE(aScale.numel() == rowsHere, "ferry::", kOp, ": A_scale has ", aScale.numel(),
