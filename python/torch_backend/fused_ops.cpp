@@ -183,8 +183,15 @@ at::Tensor scaledMm(const at::Tensor& A, const at::Tensor& B, const at::Tensor& 
   return out.reshape(shape);
 }
 
-void callComposed(const char* name, torch::jit::Stack* stack) {
-  c10::Dispatcher::singleton().findSchemaOrThrow(name, "").callBoxed(stack);
+// The backend a scaled op runs on natively, or null after the Python body (ferry::_composed_<op>)
+// has run the call on `stack`: another backend, or the registered-workspace form.
+c10::intrusive_ptr<c10d::Backend> nativeOrComposed(const char* op, const c10::IValue& groupName,
+                                                   torch::jit::Stack* stack) {
+  if (!envIs("FERRY_FUSED_REGISTERED", "1"))
+    if (auto backend = ferryBackend(op, groupName.toStringRef())) return backend;
+  const std::string composed = std::string("ferry::_composed_") + (op + std::strlen("fused_"));
+  c10::Dispatcher::singleton().findSchemaOrThrow(composed.c_str(), "").callBoxed(stack);
+  return {};
 }
 
 // (A, Bs, A_scale, B_scales, gather_dim, group_name, biases, result_scales, out_dtypes,
@@ -193,10 +200,8 @@ void allGatherScaledMatmul(const c10::OperatorHandle& /*op*/, torch::jit::Stack*
   static constexpr const char* kOp = "fused_all_gather_scaled_matmul";
   constexpr std::size_t kArgs = 10;
   auto arg = [&](std::size_t i) -> const c10::IValue& { return torch::jit::peek(*stack, i, kArgs); };
-  const std::string groupName = arg(5).toStringRef();
-  const auto backend =
-      envIs("FERRY_FUSED_REGISTERED", "1") ? c10::intrusive_ptr<c10d::Backend>() : ferryBackend(kOp, groupName);
-  if (!backend) return callComposed("ferry::_composed_all_gather_scaled_matmul", stack);
+  const auto backend = nativeOrComposed(kOp, arg(5), stack);
+  if (!backend) return;
   const at::Tensor shard = arg(0).toTensor();
   const std::vector<at::Tensor> Bs = arg(1).toTensorVector();
   const at::Tensor aScale = arg(2).toTensor();
@@ -244,10 +249,8 @@ void scaledMatmulReduceScatter(const c10::OperatorHandle& /*op*/, torch::jit::St
   static constexpr const char* kOp = "fused_scaled_matmul_reduce_scatter";
   constexpr std::size_t kArgs = 13;
   auto arg = [&](std::size_t i) -> const c10::IValue& { return torch::jit::peek(*stack, i, kArgs); };
-  const std::string groupName = arg(7).toStringRef();
-  const auto backend =
-      envIs("FERRY_FUSED_REGISTERED", "1") ? c10::intrusive_ptr<c10d::Backend>() : ferryBackend(kOp, groupName);
-  if (!backend) return callComposed("ferry::_composed_scaled_matmul_reduce_scatter", stack);
+  const auto backend = nativeOrComposed(kOp, arg(7), stack);
+  if (!backend) return;
   const std::string reduceOp = arg(4).toStringRef();
   const std::optional<at::ScalarType> outDtype =
       arg(11).isNone() ? std::nullopt : std::optional<at::ScalarType>(arg(11).toScalarType());
