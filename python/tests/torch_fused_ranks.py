@@ -172,8 +172,8 @@ def run_rank(init_file, rank, n, device, results):
             os.environ.pop("FERRY_FUSED_REGISTERED")
         seed = _scaled(torch, ops, name, rank, n, errors, seed, dev)
         if device == "cuda" and torch.cuda.device_count() >= n:
-            # A group on another backend (NCCL needs a GPU per rank): the extension's CUDA kernels
-            # hand it to the Python body (fused_ops.py), whose collectives run on that backend.
+            # A group on another backend (NCCL needs a GPU per rank): the composition runs on its
+            # collectives (from C++ where the extension is built).
             nccl = dist.new_group(backend="nccl")
             seed = _all_gather_matmul(torch, ops, nccl.group_name, rank, n, errors, seed, dev)
             _matmul_reduce_scatter(torch, ops, nccl.group_name, rank, n, errors, seed, dev)

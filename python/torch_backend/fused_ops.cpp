@@ -1,14 +1,14 @@
-// The CUDA kernels of ferry::fused_all_gather_matmul, ferry::fused_matmul_reduce_scatter and their
-// scaled (fp8) forms (python/ferry/torch/fused_ops.py defines the ops and says what they compute):
-// on a group whose CUDA backend is ferry's, the composition is queued from here, on the caller's
-// stream, with no Python between the dispatcher and the GPU. A Python body costs tens of
-// microseconds of host time per call (docs/fused.md measured it), more than the collective itself
-// at the smaller shapes.
+// The kernels of ferry::fused_all_gather_matmul, ferry::fused_matmul_reduce_scatter and their
+// scaled (fp8) forms for CUDA and CPU tensors (python/ferry/torch/fused_ops.py defines the ops and
+// says what they compute): the composition is queued from here on the group's backend for the
+// tensors (ferry's, NCCL's, gloo's), on the caller's stream, with no Python between the dispatcher
+// and the GPU. A Python body costs tens of microseconds of host time per call (docs/fused.md
+// measured it), more than the collective itself at the smaller shapes.
 //
-// Every other call goes to the Python body, through the ops ferry::_composed_* that fused_ops.py
-// defines with the same schemas: groups on another backend, the pipelined form (FERRY_FUSED_PIPELINE
-// and the size table of fused_pipeline.py) and registered workspaces (FERRY_FUSED_REGISTERED), read
-// per call as the Python side reads them.
+// The other forms go to the Python body, through the ops ferry::_composed_* that fused_ops.py
+// defines with the same schemas: the pipelined form (FERRY_FUSED_PIPELINE and the size table of
+// fused_pipeline.py, on ferry groups) and registered workspaces (FERRY_FUSED_REGISTERED), read per
+// call as the Python side reads them, and a group with no backend for the tensors' device.
 #include <ATen/ATen.h>
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <ATen/core/stack.h>
@@ -46,19 +46,9 @@ bool envIs(const char* name, const char* value) {
   return v != nullptr && std::strcmp(v, value) == 0;
 }
 
-// Whether the Python body runs the call: the registered-workspace form, or the pipelined one
-// (FERRY_FUSED_PIPELINE=1, or unset and a product of at least pipelineMinFlops; 0 for all-gathers,
-// which the size table never pipelines).
-bool pythonForm(double pipelinedFlops) {
-  if (envIs("FERRY_FUSED_REGISTERED", "1") || envIs("FERRY_FUSED_PIPELINE", "1")) return true;
-  if (envIs("FERRY_FUSED_PIPELINE", "0")) return false;
-  const double min = pipelineMinFlops.load(std::memory_order_relaxed);
-  return min >= 0 && pipelinedFlops > 0 && pipelinedFlops >= min;
-}
-
-// The group's backend for CUDA tensors if it is ferry's, else null (the Python body runs the call).
-// The returned pointer keeps the backend alive for the call.
-c10::intrusive_ptr<c10d::Backend> ferryBackend(const char* op, c10::string_view groupName) {
+// The group's backend for tensors on `device`, or null where it has none (the Python body then says
+// what is wrong). Any backend: the composition needs only its all-gather and all-to-all.
+c10::intrusive_ptr<c10d::Backend> groupBackend(const char* op, c10::string_view groupName, c10::DeviceType device) {
   c10::intrusive_ptr<c10d::ProcessGroup> group;
   try {
     group = c10d::resolve_process_group(std::string(groupName));
@@ -66,15 +56,23 @@ c10::intrusive_ptr<c10d::Backend> ferryBackend(const char* op, c10::string_view 
     TORCH_CHECK_VALUE(false, "ferry::", op, ": no process group named '", std::string(groupName),
                       "': pass group.group_name of a group made with dist.new_group (or dist.group.WORLD.group_name)");
   }
-  c10::intrusive_ptr<c10d::Backend> backend;
   try {
-    backend = group->getBackend(c10::DeviceType::CUDA);
+    return group->getBackend(device);
   } catch (const std::exception&) {
-    return {};  // no backend for CUDA tensors: the Python body says what is wrong
+    return {};
   }
-  auto* ferry = dynamic_cast<FerryBackend*>(backend.get());
-  if (ferry == nullptr || !ferry->whyNotNative().empty()) return {};
-  return backend;
+}
+
+bool isFerry(const c10d::Backend& backend) { return dynamic_cast<const FerryBackend*>(&backend) != nullptr; }
+
+// Whether the Python body runs the call: no backend for the tensors, the registered-workspace form,
+// or the pipelined one (FERRY_FUSED_PIPELINE=1; or unset, on a ferry group, a product of at least
+// pipelineMinFlops; 0 for all-gathers, which the size table never pipelines).
+bool pythonForm(const c10::intrusive_ptr<c10d::Backend>& backend, double pipelinedFlops) {
+  if (!backend || envIs("FERRY_FUSED_REGISTERED", "1") || envIs("FERRY_FUSED_PIPELINE", "1")) return true;
+  if (envIs("FERRY_FUSED_PIPELINE", "0") || !isFerry(*backend)) return false;
+  const double min = pipelineMinFlops.load(std::memory_order_relaxed);
+  return min >= 0 && pipelinedFlops > 0 && pipelinedFlops >= min;
 }
 
 int64_t wrapDim(const char* op, const char* what, int64_t dim, int64_t ndim) {
@@ -94,10 +92,13 @@ at::Tensor onWire(const at::Tensor& t) {
 at::Tensor allGatherRows(c10d::Backend& backend, const at::Tensor& shard, int64_t dim) {
   const int64_t size = backend.getSize();
   at::Tensor wire = onWire(shard);
-  at::Tensor flat = at::empty({size * wire.numel()}, wire.options());
+  // The ranks' shards one after another along dim 0 (gloo checks that shape; the others the count).
+  std::vector<int64_t> gathered(wire.sizes().begin(), wire.sizes().end());
+  gathered[0] *= size;
+  at::Tensor flat = at::empty(gathered, wire.options());
   c10d::AllgatherOptions opts;
   opts.asyncOp = false;  // on the caller's stream, as the matmuls after it
-  backend._allgather_base(flat, wire, opts);
+  backend._allgather_base(flat, wire, opts)->wait();  // gloo's run on its thread; others order the stream
   // flat stacks the ranks' shards along a new leading dim; move it next to `dim` and merge.
   std::vector<int64_t> stacked{size};
   stacked.insert(stacked.end(), shard.sizes().begin(), shard.sizes().end());
@@ -121,7 +122,7 @@ at::Tensor reduceScatterRows(c10d::Backend& backend, const char* op, const at::T
   std::vector<int64_t> equal;  // no splits: equal blocks
   c10d::AllToAllOptions opts;
   opts.asyncOp = false;
-  backend.alltoall_base(got, wire, equal, equal, opts);
+  backend.alltoall_base(got, wire, equal, equal, opts)->wait();
   at::Tensor blocks = got.view(product.scalar_type()).view({size, -1});
   // ATen sums 16-bit floats in float32 and rounds once: a sum is one kernel, with no float32
   // temporary; a mean divides before its one rounding.
@@ -134,8 +135,8 @@ at::Tensor reduceScatterRows(c10d::Backend& backend, const char* op, const at::T
 AllGatherMatmulResult allGatherMatmul(const at::Tensor& shard, at::TensorList Bs, int64_t gatherDim,
                                       c10::string_view groupName, bool returnA) {
   static constexpr const char* kOp = "fused_all_gather_matmul";
-  const auto backend = pythonForm(0) ? c10::intrusive_ptr<c10d::Backend>() : ferryBackend(kOp, groupName);
-  if (!backend) {
+  const auto backend = groupBackend(kOp, groupName, shard.device().type());
+  if (pythonForm(backend, 0)) {
     static auto composed = c10::Dispatcher::singleton()
                                .findSchemaOrThrow("ferry::_composed_all_gather_matmul", "")
                                .typed<AllGatherMatmul>();
@@ -152,8 +153,8 @@ at::Tensor matmulReduceScatter(const at::Tensor& A, const at::Tensor& B, c10::st
                                int64_t scatterDim, c10::string_view groupName) {
   static constexpr const char* kOp = "fused_matmul_reduce_scatter";
   const double flops = 2.0 * static_cast<double>(A.numel()) * static_cast<double>(B.size(-1));
-  const auto backend = pythonForm(flops) ? c10::intrusive_ptr<c10d::Backend>() : ferryBackend(kOp, groupName);
-  if (!backend) {
+  const auto backend = groupBackend(kOp, groupName, A.device().type());
+  if (pythonForm(backend, flops)) {
     static auto composed = c10::Dispatcher::singleton()
                                .findSchemaOrThrow("ferry::_composed_matmul_reduce_scatter", "")
                                .typed<MatmulReduceScatter>();
@@ -171,13 +172,24 @@ std::optional<at::Tensor> optionalTensor(const c10::IValue& v) {
   return v.isNone() ? std::nullopt : std::optional<at::Tensor>(v.toTensor());
 }
 
-// A @ B of fp8 A (any leading dims) with its scales, as torch._scaled_mm computes it.
+// A @ B of fp8 A (any leading dims) with its scales, as torch._scaled_mm computes it; where it
+// cannot run (row-wise scales off CUDA), the same product of the dequantized operands.
 at::Tensor scaledMm(const at::Tensor& A, const at::Tensor& B, const at::Tensor& aScale, const at::Tensor& bScale,
                     const std::optional<at::Tensor>& bias, const std::optional<at::Tensor>& resultScale,
                     std::optional<at::ScalarType> outDtype, bool fastAccum) {
   const at::Tensor scale = aScale.numel() > 1 ? aScale.reshape({-1, 1}) : aScale.reshape({});
-  at::Tensor out = at::_scaled_mm(A.flatten(0, -2), B, scale.to(at::kFloat), bScale.to(at::kFloat), bias, resultScale,
-                                  outDtype, fastAccum);
+  const at::Tensor A2 = A.flatten(0, -2);
+  at::Tensor out;
+  if (A.is_cuda() || (aScale.numel() == 1 && bScale.numel() == 1)) {
+    out = at::_scaled_mm(A2, B, scale.to(at::kFloat), bScale.to(at::kFloat), bias, resultScale, outDtype, fastAccum);
+  } else {
+    TORCH_CHECK(!resultScale.has_value(),
+                "ferry::fused scaled ops: a result_scale with row-wise scales needs CUDA (torch._scaled_mm)");
+    at::Tensor acc = at::matmul(A2.to(at::kFloat) * scale.to(at::kFloat),
+                                B.to(at::kFloat) * bScale.to(at::kFloat).reshape({1, -1}));
+    if (bias.has_value()) acc = acc + bias->to(at::kFloat);
+    out = acc.to(outDtype.value_or(A.scalar_type()));
+  }
   std::vector<int64_t> shape(A.sizes().begin(), A.sizes().end() - 1);
   shape.push_back(out.size(-1));
   return out.reshape(shape);
@@ -186,9 +198,9 @@ at::Tensor scaledMm(const at::Tensor& A, const at::Tensor& B, const at::Tensor& 
 // The backend a scaled op runs on natively, or null after the Python body (ferry::_composed_<op>)
 // has run the call on `stack`: another backend, or the registered-workspace form.
 c10::intrusive_ptr<c10d::Backend> nativeOrComposed(const char* op, const c10::IValue& groupName,
-                                                   torch::jit::Stack* stack) {
-  if (!envIs("FERRY_FUSED_REGISTERED", "1"))
-    if (auto backend = ferryBackend(op, groupName.toStringRef())) return backend;
+                                                   const c10::IValue& A, torch::jit::Stack* stack) {
+  auto backend = groupBackend(op, groupName.toStringRef(), A.toTensor().device().type());
+  if (backend && !envIs("FERRY_FUSED_REGISTERED", "1")) return backend;
   const std::string composed = std::string("ferry::_composed_") + (op + std::strlen("fused_"));
   c10::Dispatcher::singleton().findSchemaOrThrow(composed.c_str(), "").callBoxed(stack);
   return {};
@@ -200,7 +212,7 @@ void allGatherScaledMatmul(const c10::OperatorHandle& /*op*/, torch::jit::Stack*
   static constexpr const char* kOp = "fused_all_gather_scaled_matmul";
   constexpr std::size_t kArgs = 10;
   auto arg = [&](std::size_t i) -> const c10::IValue& { return torch::jit::peek(*stack, i, kArgs); };
-  const auto backend = nativeOrComposed(kOp, arg(5), stack);
+  const auto backend = nativeOrComposed(kOp, arg(5), arg(0), stack);
   if (!backend) return;
   const at::Tensor shard = arg(0).toTensor();
   const std::vector<at::Tensor> Bs = arg(1).toTensorVector();
@@ -249,7 +261,7 @@ void scaledMatmulReduceScatter(const c10::OperatorHandle& /*op*/, torch::jit::St
   static constexpr const char* kOp = "fused_scaled_matmul_reduce_scatter";
   constexpr std::size_t kArgs = 13;
   auto arg = [&](std::size_t i) -> const c10::IValue& { return torch::jit::peek(*stack, i, kArgs); };
-  const auto backend = nativeOrComposed(kOp, arg(7), stack);
+  const auto backend = nativeOrComposed(kOp, arg(7), arg(0), stack);
   if (!backend) return;
   const std::string reduceOp = arg(4).toStringRef();
   const std::optional<at::ScalarType> outDtype =
@@ -278,11 +290,21 @@ void setFusedPipelineMinFlops(double flops) { pipelineMinFlops.store(flops, std:
 
 }  // namespace ferry::torch_backend
 
-TORCH_LIBRARY_IMPL(ferry, CUDA, m) {
-  using namespace ferry::torch_backend;
+namespace ferry::torch_backend {
+namespace {
+
+void registerKernels(torch::Library& m) {
   m.impl("fused_all_gather_matmul", &allGatherMatmul);
   m.impl("fused_matmul_reduce_scatter", &matmulReduceScatter);
   m.impl("fused_all_gather_scaled_matmul", torch::CppFunction::makeFromBoxedFunction<&allGatherScaledMatmul>());
   m.impl("fused_scaled_matmul_reduce_scatter",
          torch::CppFunction::makeFromBoxedFunction<&scaledMatmulReduceScatter>());
 }
+
+}  // namespace
+}  // namespace ferry::torch_backend
+
+// CPU too: the same composition on the group's CPU backend (gloo), which is what the tests without
+// a GPU run.
+TORCH_LIBRARY_IMPL(ferry, CUDA, m) { ferry::torch_backend::registerKernels(m); }
+TORCH_LIBRARY_IMPL(ferry, CPU, m) { ferry::torch_backend::registerKernels(m); }

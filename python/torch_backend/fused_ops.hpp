@@ -1,5 +1,5 @@
 #pragma once
-// The CUDA kernels of the fused ops on a ferry group (fused_ops.cpp).
+// The CPU and CUDA kernels of the fused ops (fused_ops.cpp).
 
 namespace ferry::torch_backend {
 

@@ -1,5 +1,5 @@
 // The module ferry._torch: the ferry backend's class for python/ferry/torch, which registers it,
-// and the CUDA kernels of the fused ops (fused_ops.cpp).
+// and the CPU and CUDA kernels of the fused ops (fused_ops.cpp).
 #include <pybind11/chrono.h>
 #include <torch/python.h>
 
@@ -30,6 +30,6 @@ PYBIND11_MODULE(_torch, m) {
            py::call_guard<py::gil_scoped_release>())
       .def("_deregister_tensor", &FerryBackend::deregisterTensor, py::arg("id"),
            py::call_guard<py::gil_scoped_release>());
-  // fused_pipeline.RS_AUTO_MIN_FLOPS, for the fused ops' CUDA kernels (fused_ops.cpp).
+  // fused_pipeline.RS_AUTO_MIN_FLOPS, for the fused ops' kernels (fused_ops.cpp).
   m.def("_set_fused_pipeline_min_flops", &ferry::torch_backend::setFusedPipelineMinFlops, py::arg("flops"));
 }

@@ -12,10 +12,10 @@ PyTorch's schemas, so that code and compiler passes port by changing the namespa
 backend of that group (the CPU tests use gloo). What runs by default is the unfused composition:
 the collective on the group's backend (ferry's for CUDA tensors under "cuda:ferry"), then the
 matmuls; fused_matmul_reduce_scatter exchanges the product's rows in their own dtype (an
-all-to-all) and sums what it receives in float32, rounding once. On a ferry group the ops'
-composition is queued by the torch extension in C++ (python/torch_backend/fused_ops.cpp); the
-bodies here run everything else, and are the ops' Meta implementations, so torch.compile traces
-them with fake tensors. A matmul + reduce-scatter of a large product runs pipelined on symmetric
+all-to-all) and sums what it receives in float32, rounding once. Where the torch extension is
+built, the composition is queued by it in C++ (python/torch_backend/fused_ops.cpp); the bodies here
+run the other forms and are the ops' Meta implementations, so torch.compile traces them with fake
+tensors. A matmul + reduce-scatter of a large product runs pipelined on symmetric
 memory (fused_pipeline.py: its size table; FERRY_FUSED_PIPELINE=1 pipelines every call it can, =0
 none). With FERRY_FUSED_REGISTERED=1, the composition's collectives on a ferry group run zero-copy
 on registered workspaces (registered_workspace.py): opt-in, as it is not yet measured ahead of
@@ -59,11 +59,11 @@ _lib.define(
     tags=_TAGS,
 )
 
-# The bodies below on every device. On CUDA, where ferry's torch extension is built, the extension
-# registers the four ops' kernels itself (python/torch_backend/fused_ops.cpp): the composition on a
-# ferry group is queued from C++, without this Python between the dispatcher and the GPU. Every
-# other CUDA call of theirs (another backend, an opt-in form) comes back here through
-# ferry::_composed_*, ops of the same schemas that only the extension calls.
+# The bodies below on every device. Where ferry's torch extension is built, it registers the four
+# ops' CPU and CUDA kernels itself (python/torch_backend/fused_ops.cpp): the composition is queued
+# from C++, on any backend, without this Python between the dispatcher and the GPU. The other forms
+# (pipelined, registered workspaces) come back here through ferry::_composed_*, ops of the same
+# schemas that only the extension calls. Meta (torch.compile's fake tensors) is always this Python.
 _KEYS = ("Meta", "CPU", "CUDA")
 _FUSED = ("fused_all_gather_matmul", "fused_matmul_reduce_scatter", "fused_all_gather_scaled_matmul",
           "fused_scaled_matmul_reduce_scatter")
@@ -72,23 +72,22 @@ for _name in _FUSED:
     _lib.define(_schema)
 
 
-def _native_cuda(name: str) -> bool:
-    """Whether the extension registered op `name`'s CUDA kernel (it is loaded before this module)."""
-    return torch._C._dispatch_has_kernel_for_dispatch_key(f"ferry::{name}", "CUDA")
-
-
-NATIVE_CUDA = {name: _native_cuda(name) for name in _FUSED}
-if any(NATIVE_CUDA.values()):
+# The dispatch keys for which the extension registered op `name`'s kernel (it is loaded before this
+# module): name -> ("CPU", "CUDA"), or () without the extension.
+NATIVE_KEYS = {name: tuple(key for key in ("CPU", "CUDA")
+                           if torch._C._dispatch_has_kernel_for_dispatch_key(f"ferry::{name}", key))
+               for name in _FUSED}
+if any(NATIVE_KEYS.values()):
     from ferry import _torch as _extension
 
-    # The size table's one source is fused_pipeline.py: its CUDA kernels defer to it from there.
+    # The size table's one source is fused_pipeline.py: the C++ kernels defer to it from there.
     _extension._set_fused_pipeline_min_flops(fused_pipeline.RS_AUTO_MIN_FLOPS)
 
 
 def _impl(name):
     def register(fn):
         for key in _KEYS:
-            if key == "CUDA" and NATIVE_CUDA.get(name):
+            if key in NATIVE_KEYS.get(name, ()):
                 _lib.impl(f"_composed_{name[6:]}", fn, key)
             else:
                 _lib.impl(name, fn, key)
@@ -199,7 +198,7 @@ def fused_matmul_reduce_scatter(A, B, reduce_op, scatter_dim, group_name):
     op = "fused_matmul_reduce_scatter"
     size = _group_size(op, group_name)
     dim = _dim(op, "scatter_dim", scatter_dim, A.dim())
-    if fused_pipeline.chosen_for_reduce_scatter(A, B, reduce_op, dim, size):
+    if fused_pipeline.chosen_for_reduce_scatter(A, B, reduce_op, dim, size, group_name):
         return fused_pipeline.matmul_reduce_scatter(A, B, reduce_op, group_name)
     if dim == 0 and registered_workspace.applies(A, group_name) and A.shape[0] % size == 0:
         # The product straight into the registered workspace the all-to-all sends from.

@@ -64,13 +64,19 @@ def chosen_for_all_gather(A_shard: torch.Tensor, dim: int, size: int) -> bool:
     return mode() == "on" and _applies(A_shard, dim, size)
 
 
-def chosen_for_reduce_scatter(A: torch.Tensor, B: torch.Tensor, reduce_op: str, dim: int, size: int) -> bool:
-    """Whether fused_matmul_reduce_scatter runs pipelined: FERRY_FUSED_PIPELINE=1, or unset and a
-    product of at least RS_AUTO_MIN_FLOPS."""
+def chosen_for_reduce_scatter(A: torch.Tensor, B: torch.Tensor, reduce_op: str, dim: int, size: int,
+                              group_name: str) -> bool:
+    """Whether fused_matmul_reduce_scatter runs pipelined: FERRY_FUSED_PIPELINE=1, or unset, on a
+    group of ferry's backend (its ranks share a host, as symmetric memory needs), and a product of
+    at least RS_AUTO_MIN_FLOPS."""
     how = mode()
     if how == "off" or reduce_op not in ("sum", "avg") or not _applies(A, dim, size) or A.shape[0] % size:
         return False
-    return how == "on" or 2 * A.numel() * B.shape[-1] >= RS_AUTO_MIN_FLOPS
+    if how == "on":
+        return True
+    from ferry.torch import registered_workspace
+
+    return 2 * A.numel() * B.shape[-1] >= RS_AUTO_MIN_FLOPS and registered_workspace.is_ferry_group(group_name, A.device)
 
 
 def _workspace(group, nbytes):

@@ -35,6 +35,11 @@ def _ferry_backend(group_name: str, device: torch.device):
     return backend if ferry_class is not None and isinstance(backend, ferry_class) else None
 
 
+def is_ferry_group(group_name: str, device: torch.device) -> bool:
+    """Whether the group's backend for tensors on device is ferry's."""
+    return _ferry_backend(group_name, device) is not None
+
+
 def applies(t: torch.Tensor, group_name: str) -> bool:
     """Whether calls with t on the group take registered workspaces: opted in, a real CUDA tensor
     (not a fake one that torch.compile traces with), and the group's backend for it is ferry's."""
