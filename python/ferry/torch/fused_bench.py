@@ -253,10 +253,11 @@ def _rank(init_file, rank, n, rows, iters, results):
 def table(rows, per_rank, n, device_name):
     """The printed table: per shape, the slowest rank's times as TFLOP/s."""
     lines = [f"# fused tensor-parallel ops, {n} ranks, one per GPU ({device_name}); TFLOP/s "
-             f"(2 M K N / time, the slowest rank's); bound = max(matmul, comm); bound/best (best: the fastest ferry form) 1.00 is a perfect overlap",
-             f"{'model':>6} {'layer':>12} {'op':>3} {'dtype':>5} {'M':>6} {'K':>6} {'N':>6} {'matmul':>8} {'comm us':>8} "
-             f"{'reg us':>8} {'nccl us':>8} {'a2a us':>8} {'bound':>8} {'ferry':>8} {'reg':>8} {'pipelined':>9} {'unfused':>8} {'torch':>8} {'bound/best':>10} "
-             f"{'vs unfused':>10} {'check':>6}"]
+             f"(2 M K N / time, the slowest rank's); bound = max(matmul, comm); bound/best (best: the fastest "
+             f"ferry form) 1.00 is a perfect overlap",
+             f"{'model':>6} {'layer':>12} {'op':>3} {'dtype':>5} {'M':>6} {'K':>6} {'N':>6} {'matmul':>8} "
+             f"{'comm us':>8} {'reg us':>8} {'nccl us':>8} {'a2a us':>8} {'bound':>8} {'ferry':>8} {'reg':>8} "
+             f"{'pipelined':>9} {'unfused':>8} {'torch':>8} {'bound/best':>10} {'vs unfused':>10} {'check':>6}"]
     bad = False
     for i, (model, layer, op, m, k, nn, dtype) in enumerate(rows):
         rs = [per_rank[r][i] for r in range(n)]
@@ -272,7 +273,8 @@ def table(rows, per_rank, n, device_name):
         bound = max(mm, cm)
         wrong = sorted({w for r in rs for w in r["wrong"]})
         bad |= bool(wrong)
-        lines.append(f"{model:>6} {layer:>12} {op:>3} {dtype:>5} {m:>6} {k:>6} {nn:>6} {tf(mm):>8} {cm:>8.1f} {worst('comm_registered'):>8.1f} {worst('nccl_comm'):>8.1f} {us(worst('a2a')):>8} {tf(bound):>8} "
+        lines.append(f"{model:>6} {layer:>12} {op:>3} {dtype:>5} {m:>6} {k:>6} {nn:>6} {tf(mm):>8} {cm:>8.1f} "
+                     f"{worst('comm_registered'):>8.1f} {worst('nccl_comm'):>8.1f} {us(worst('a2a')):>8} {tf(bound):>8} "
                      f"{tf(fe):>8} {tf(fr):>8} {tf(pi):>9} {tf(worst('unfused')):>8} {tf(worst('torch')):>8} "
                      f"{bound / min(fe, fr, pi):>10.2f} {worst('unfused') / fe:>10.2f} "
                      f"{'WRONG: ' + ','.join(wrong) if wrong else 'ok':>6}")

@@ -76,7 +76,8 @@ def chosen_for_reduce_scatter(A: torch.Tensor, B: torch.Tensor, reduce_op: str, 
         return True
     from ferry.torch import registered_workspace
 
-    return 2 * A.numel() * B.shape[-1] >= RS_AUTO_MIN_FLOPS and registered_workspace.is_ferry_group(group_name, A.device)
+    large = 2 * A.numel() * B.shape[-1] >= RS_AUTO_MIN_FLOPS
+    return large and registered_workspace.is_ferry_group(group_name, A.device)
 
 
 def _workspace(group, nbytes):
