@@ -1,0 +1,74 @@
+"""AllReduce for ranks on several hosts, in three phases, each on the channels of its links:
+
+1. on each host, a reduce-scatter over memory channels (NVLink): local rank l ends with its host's
+   sum of input chunk l;
+2. across hosts, an all-reduce of chunk l among the ranks of local index l, one per host, over port
+   channels (the host proxy: the copy engine within a host, the network between hosts): every such
+   rank puts its host's sum to the others and adds theirs;
+3. on each host, an all-gather of the summed chunks over memory channels.
+
+So each byte leaves a host once per other host, from the one rank that holds that host's sum of it,
+and the ranks of a host share the cross-host traffic evenly (docs/multi-node.md).
+
+Rank r is local rank ``r % L`` of host ``r // L`` (``L = ranks_per_host``; by default the shape of
+two hosts: world_size / 2 ranks each, or one rank per host for an odd world size). Input chunk l is
+what local rank l sums across hosts. Scratch: slots 0 .. L - 2 hold the on-host peers' contributions
+(``slot(local sender, local receiver)``, reducescatter_allpairs' layout), slots L - 1 .. L + H - 3
+the other hosts' sums (``L - 1 + slot(sender host, receiver host)``). Every memory channel carries
+two signals (the phases 1 and 3), every port channel one; the n-th wait consumes the n-th signal.
+The sums run in local rank order on a host and in host order across hosts, so every rank computes
+the same bits. On one host the same plan runs with its port channels on the copy engine.
+"""
+
+from ferry.dsl import CollectiveProgram, MemoryChannel, PortChannel
+from ferry.programs.reducescatter_allpairs import slot
+
+
+def layout(world_size: int, ranks_per_host: int | None = None) -> tuple[int, int]:
+    """(ranks per host L, hosts H) of the program: L * H = world_size."""
+    per_host = ranks_per_host or (world_size // 2 if world_size % 2 == 0 else 1)
+    if per_host < 1 or world_size % per_host:
+        raise ValueError(f"allreduce_hierarchical: {world_size} ranks do not split into hosts of {per_host}")
+    return per_host, world_size // per_host
+
+
+def program(world_size: int, *, ranks_per_host: int | None = None,
+            name: str = "allreduce_hierarchical") -> CollectiveProgram:
+    w = world_size
+    L, H = layout(w, ranks_per_host)
+    with CollectiveProgram(name, "allreduce", world_size=w, input_chunks=L,
+                           scratch_chunks=(L - 1) + (H - 1)) as prog:
+        host, local = (lambda r: r // L), (lambda r: r % L)
+        on_host = {r: [p for p in range(w) if p != r and host(p) == host(r)] for r in range(w)}
+        across = {r: [p for p in range(w) if p != r and local(p) == local(r)] for r in range(w)}
+        memory = {(r, p): MemoryChannel(r, p) for r in range(w) for p in on_host[r]}
+        port = {(r, p): PortChannel(r, p) for r in range(w) for p in across[r]}
+        for r in range(w):
+            me, l = prog.rank(r), local(r)
+            # 1. On the host: every peer's share of my input to it, then my chunk's host sum.
+            for p in on_host[r]:
+                memory[r, p].put(me.input[local(p)], prog.rank(p).scratch[slot(l, local(p))], tb=0)
+                memory[r, p].signal(tb=0)
+            for p in on_host[r]:
+                memory[p, r].pair.wait(tb=0)
+            if on_host[r]:  # in local rank order
+                me.reduce([me.input[l] if k == l else me.scratch[slot(k, l)] for k in range(L)], me.output[l], tb=0)
+            else:
+                me.copy(me.input[l], me.output[l], tb=0)
+            # 2. Across hosts: my host's sum of chunk l to the rank of local index l on every other
+            # host (a port signal follows its put's landing), then the sum over hosts.
+            for p in across[r]:
+                port[r, p].put(me.output[l], prog.rank(p).scratch[L - 1 + slot(host(r), host(p))], tb=0)
+                port[r, p].signal(tb=0)
+            for p in across[r]:
+                port[p, r].pair.wait(tb=0)
+            if across[r]:  # in host order, the same on every host: every rank rounds alike
+                me.reduce([me.output[l] if h == host(r) else me.scratch[L - 1 + slot(h, host(r))] for h in range(H)],
+                          me.output[l], tb=0)
+            # 3. On the host: the summed chunk to every peer's output.
+            for p in on_host[r]:
+                memory[r, p].put(me.output[l], prog.rank(p).output[l], tb=0)
+                memory[r, p].signal(tb=0)
+            for p in on_host[r]:
+                memory[p, r].pair.wait(tb=0)
+    return prog
