@@ -66,6 +66,9 @@ plan_pairs=(
   "allgather_port allgather allgather_ce $max"
   "reducescatter_allpairs reducescatter reducescatter_direct $max"
   "alltoall_allpairs alltoall alltoall_direct $max"
+  "allreduce_hierarchical allreduce allreduce_direct $max"
+  "allgather_hierarchical allgather allgather_direct $max"
+  "reducescatter_hierarchical reducescatter reducescatter_direct $max"
 )
 
 part_plans() {

@@ -70,26 +70,38 @@ def test_programs_match_the_files_the_cpp_cross_check_compiles():
     assert found.group(1) == PROGRAM_GLOB
 
 
+HIERARCHICAL = ("allreduce_hierarchical", "allgather_hierarchical", "reducescatter_hierarchical")
+
+
+def _hierarchical(name, world_size, ranks_per_host):
+    import importlib
+    module = importlib.import_module(f"ferry.programs.{name}")
+    return module.program(world_size, ranks_per_host=ranks_per_host).to_plan()
+
+
+@pytest.mark.parametrize("name", HIERARCHICAL)
 @pytest.mark.parametrize("world_size,ranks_per_host", [(2, 1), (4, 2), (6, 3), (8, 4), (3, 1), (6, 2), (4, 1), (8, 2)])
-def test_hierarchical_allreduce_verifies_for_every_host_layout(world_size, ranks_per_host):
-    from ferry.programs.allreduce_hierarchical import program
-    plan = program(world_size, ranks_per_host=ranks_per_host).to_plan()
+def test_hierarchical_programs_verify_for_every_host_layout(name, world_size, ranks_per_host):
+    plan = _hierarchical(name, world_size, ranks_per_host)
     findings = verify(load_plan(plan))
     assert findings == [], "\n".join(map(str, findings))
     kinds = {ch["type"] for rank in plan["ranks"] for ch in rank.get("channels", [])}
     assert "port" in kinds and (ranks_per_host == 1 or "memory" in kinds), kinds
 
 
-def test_hierarchical_allreduce_without_its_cross_host_sum_is_caught():
-    from ferry.programs.allreduce_hierarchical import program
-    plan = program(8, ranks_per_host=4).to_plan()
+@pytest.mark.parametrize("name,op,which", [("allreduce_hierarchical", "reduce", 1),  # the sum over hosts
+                                           ("reducescatter_hierarchical", "reduce", -1),
+                                           ("allgather_hierarchical", "wait", 0)])  # a cross-host arrival
+def test_hierarchical_programs_with_a_step_dropped_are_caught(name, op, which):
+    plan = _hierarchical(name, 8, 4)
     ops = plan["ranks"][5]["thread_blocks"][0]["ops"]
-    ops.pop([i for i, o in enumerate(ops) if o["op"] == "reduce"][1])  # phase 2's sum over hosts
-    assert any("wrong_result" in str(f) for f in verify(load_plan(plan)))
+    ops.pop([i for i, o in enumerate(ops) if o["op"] == op][which])
+    found = verify(load_plan(plan))
+    assert any(f.rank in (4, 5) and ("wrong_result" in str(f) or "race" in str(f)) for f in found), found
 
 
-def test_hierarchical_allreduce_refuses_hosts_that_do_not_divide_the_ranks():
-    from ferry.programs.allreduce_hierarchical import layout
-    assert layout(8) == (4, 2) and layout(3) == (1, 3) and layout(6, 3) == (3, 2)
+def test_hierarchical_programs_refuse_hosts_that_do_not_divide_the_ranks():
+    from ferry.programs._hosts import Hosts, layout
+    assert layout(8) == Hosts(4, 2) and layout(3) == Hosts(1, 3) and layout(6, 3) == Hosts(3, 2)
     with pytest.raises(ValueError, match="do not split"):
         layout(6, 4)

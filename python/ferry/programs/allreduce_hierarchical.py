@@ -21,26 +21,19 @@ the same bits. On one host the same plan runs with its port channels on the copy
 """
 
 from ferry.dsl import CollectiveProgram, MemoryChannel, PortChannel
+from ferry.programs._hosts import layout
 from ferry.programs.reducescatter_allpairs import slot
-
-
-def layout(world_size: int, ranks_per_host: int | None = None) -> tuple[int, int]:
-    """(ranks per host L, hosts H) of the program: L * H = world_size."""
-    per_host = ranks_per_host or (world_size // 2 if world_size % 2 == 0 else 1)
-    if per_host < 1 or world_size % per_host:
-        raise ValueError(f"allreduce_hierarchical: {world_size} ranks do not split into hosts of {per_host}")
-    return per_host, world_size // per_host
 
 
 def program(world_size: int, *, ranks_per_host: int | None = None,
             name: str = "allreduce_hierarchical") -> CollectiveProgram:
     w = world_size
-    L, H = layout(w, ranks_per_host)
+    hosts = layout(w, ranks_per_host, program=name)
+    L, H, host, local = hosts.per_host, hosts.hosts, hosts.host, hosts.local
     with CollectiveProgram(name, "allreduce", world_size=w, input_chunks=L,
                            scratch_chunks=(L - 1) + (H - 1)) as prog:
-        host, local = (lambda r: r // L), (lambda r: r % L)
-        on_host = {r: [p for p in range(w) if p != r and host(p) == host(r)] for r in range(w)}
-        across = {r: [p for p in range(w) if p != r and local(p) == local(r)] for r in range(w)}
+        on_host = {r: hosts.on_host(r) for r in range(w)}
+        across = {r: hosts.across(r) for r in range(w)}
         memory = {(r, p): MemoryChannel(r, p) for r in range(w) for p in on_host[r]}
         port = {(r, p): PortChannel(r, p) for r in range(w) for p in across[r]}
         for r in range(w):
