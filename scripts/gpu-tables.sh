@@ -69,6 +69,7 @@ plan_pairs=(
   "allreduce_hierarchical allreduce allreduce_direct $max"
   "allgather_hierarchical allgather allgather_direct $max"
   "reducescatter_hierarchical reducescatter reducescatter_direct $max"
+  "alltoall_hierarchical alltoall alltoall_direct $max"
 )
 
 part_plans() {

@@ -70,7 +70,8 @@ def test_programs_match_the_files_the_cpp_cross_check_compiles():
     assert found.group(1) == PROGRAM_GLOB
 
 
-HIERARCHICAL = ("allreduce_hierarchical", "allgather_hierarchical", "reducescatter_hierarchical")
+HIERARCHICAL = ("allreduce_hierarchical", "allgather_hierarchical", "reducescatter_hierarchical",
+                "alltoall_hierarchical")
 
 
 def _hierarchical(name, world_size, ranks_per_host):
@@ -91,7 +92,8 @@ def test_hierarchical_programs_verify_for_every_host_layout(name, world_size, ra
 
 @pytest.mark.parametrize("name,op,which", [("allreduce_hierarchical", "reduce", 1),  # the sum over hosts
                                            ("reducescatter_hierarchical", "reduce", -1),
-                                           ("allgather_hierarchical", "wait", 0)])  # a cross-host arrival
+                                           ("allgather_hierarchical", "wait", 0),  # a cross-host arrival
+                                           ("alltoall_hierarchical", "wait", 0)])  # an on-host arrival
 def test_hierarchical_programs_with_a_step_dropped_are_caught(name, op, which):
     plan = _hierarchical(name, 8, 4)
     ops = plan["ranks"][5]["thread_blocks"][0]["ops"]
