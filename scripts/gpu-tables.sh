@@ -70,6 +70,7 @@ plan_pairs=(
   "allgather_hierarchical allgather allgather_direct $max"
   "reducescatter_hierarchical reducescatter reducescatter_direct $max"
   "alltoall_hierarchical alltoall alltoall_direct $max"
+  "broadcast_hierarchical broadcast broadcast_direct $max"
 )
 
 part_plans() {

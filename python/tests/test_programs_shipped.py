@@ -71,7 +71,7 @@ def test_programs_match_the_files_the_cpp_cross_check_compiles():
 
 
 HIERARCHICAL = ("allreduce_hierarchical", "allgather_hierarchical", "reducescatter_hierarchical",
-                "alltoall_hierarchical")
+                "alltoall_hierarchical", "broadcast_hierarchical")
 
 
 def _hierarchical(name, world_size, ranks_per_host):
@@ -93,7 +93,8 @@ def test_hierarchical_programs_verify_for_every_host_layout(name, world_size, ra
 @pytest.mark.parametrize("name,op,which", [("allreduce_hierarchical", "reduce", 1),  # the sum over hosts
                                            ("reducescatter_hierarchical", "reduce", -1),
                                            ("allgather_hierarchical", "wait", 0),  # a cross-host arrival
-                                           ("alltoall_hierarchical", "wait", 0)])  # an on-host arrival
+                                           ("alltoall_hierarchical", "wait", 0),  # an on-host arrival
+                                           ("broadcast_hierarchical", "wait", 0)])
 def test_hierarchical_programs_with_a_step_dropped_are_caught(name, op, which):
     plan = _hierarchical(name, 8, 4)
     ops = plan["ranks"][5]["thread_blocks"][0]["ops"]
@@ -107,3 +108,10 @@ def test_hierarchical_programs_refuse_hosts_that_do_not_divide_the_ranks():
     assert layout(8) == Hosts(4, 2) and layout(3) == Hosts(1, 3) and layout(6, 3) == Hosts(3, 2)
     with pytest.raises(ValueError, match="do not split"):
         layout(6, 4)
+
+
+@pytest.mark.parametrize("world_size,ranks_per_host,root", [(8, 4, 5), (6, 3, 4), (4, 2, 3), (6, 2, 3)])
+def test_hierarchical_broadcast_verifies_from_any_root(world_size, ranks_per_host, root):
+    from ferry.programs.broadcast_hierarchical import program
+    findings = verify(load_plan(program(world_size, ranks_per_host=ranks_per_host, root=root).to_plan()))
+    assert findings == [], "\n".join(map(str, findings))
