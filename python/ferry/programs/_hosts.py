@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from ferry.dsl import MemoryChannel, PortChannel
+
 
 @dataclass(frozen=True)
 class Hosts:
@@ -42,3 +44,15 @@ def layout(world_size: int, ranks_per_host: int | None = None, *, program: str =
     if per_host < 1 or world_size % per_host:
         raise ValueError(f"{program}: {world_size} ranks do not split into hosts of {per_host}")
     return Hosts(per_host, world_size // per_host)
+
+
+def memory_channels(hosts: Hosts) -> dict[tuple[int, int], MemoryChannel]:
+    """(r, p) -> the memory channel from r to p, for every pair of ranks on one host (inside the
+    program's ``with``)."""
+    return {(r, p): MemoryChannel(r, p) for r in range(hosts.world_size) for p in hosts.on_host(r)}
+
+
+def port_channels(hosts: Hosts) -> dict[tuple[int, int], PortChannel]:
+    """(r, p) -> the port channel from r to p, for every pair of ranks of one local index on two
+    hosts (inside the program's ``with``)."""
+    return {(r, p): PortChannel(r, p) for r in range(hosts.world_size) for p in hosts.across(r)}

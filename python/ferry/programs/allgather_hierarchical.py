@@ -12,8 +12,8 @@ the rank has waited for the chunks it forwards. On one host the same plan runs w
 channels on the copy engine (docs/multi-node.md).
 """
 
-from ferry.dsl import CollectiveProgram, MemoryChannel, PortChannel
-from ferry.programs._hosts import layout
+from ferry.dsl import CollectiveProgram
+from ferry.programs._hosts import layout, memory_channels, port_channels
 
 
 def program(world_size: int, *, ranks_per_host: int | None = None,
@@ -21,25 +21,23 @@ def program(world_size: int, *, ranks_per_host: int | None = None,
     w = world_size
     hosts = layout(w, ranks_per_host, program=name)
     with CollectiveProgram(name, "allgather", world_size=w, input_chunks=1) as prog:
-        on_host = {r: hosts.on_host(r) for r in range(w)}
-        across = {r: hosts.across(r) for r in range(w)}
-        memory = {(r, p): MemoryChannel(r, p) for r in range(w) for p in on_host[r]}
-        port = {(r, p): PortChannel(r, p) for r in range(w) for p in across[r]}
+        on_host, across = hosts.on_host, hosts.across
+        memory, port = memory_channels(hosts), port_channels(hosts)
         for r in range(w):
             me = prog.rank(r)
             # 1. Across hosts: my input to my local index's rank on every other host.
             me.copy(me.input[0], me.output[r], tb=0)
-            for p in across[r]:
+            for p in across(r):
                 port[r, p].put(me.input[0], prog.rank(p).output[r], tb=0)
                 port[r, p].signal(tb=0)
-            for p in across[r]:
+            for p in across(r):
                 port[p, r].pair.wait(tb=0)
             # 2. On the host: the chunks of my local index (mine and the other hosts') to every peer.
-            mine = [r] + across[r]
-            for p in on_host[r]:
+            mine = [r] + across(r)
+            for p in on_host(r):
                 for c in mine:
                     memory[r, p].put(me.output[c], prog.rank(p).output[c], tb=0)
                 memory[r, p].signal(tb=0)
-            for p in on_host[r]:
+            for p in on_host(r):
                 memory[p, r].pair.wait(tb=0)
     return prog

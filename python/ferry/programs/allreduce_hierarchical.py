@@ -20,8 +20,8 @@ The sums run in local rank order on a host and in host order across hosts, so ev
 the same bits. On one host the same plan runs with its port channels on the copy engine.
 """
 
-from ferry.dsl import CollectiveProgram, MemoryChannel, PortChannel
-from ferry.programs._hosts import layout
+from ferry.dsl import CollectiveProgram
+from ferry.programs._hosts import layout, memory_channels, port_channels
 from ferry.programs.reducescatter_allpairs import slot
 
 
@@ -32,36 +32,34 @@ def program(world_size: int, *, ranks_per_host: int | None = None,
     L, H, host, local = hosts.per_host, hosts.hosts, hosts.host, hosts.local
     with CollectiveProgram(name, "allreduce", world_size=w, input_chunks=L,
                            scratch_chunks=(L - 1) + (H - 1)) as prog:
-        on_host = {r: hosts.on_host(r) for r in range(w)}
-        across = {r: hosts.across(r) for r in range(w)}
-        memory = {(r, p): MemoryChannel(r, p) for r in range(w) for p in on_host[r]}
-        port = {(r, p): PortChannel(r, p) for r in range(w) for p in across[r]}
+        on_host, across = hosts.on_host, hosts.across
+        memory, port = memory_channels(hosts), port_channels(hosts)
         for r in range(w):
             me, l = prog.rank(r), local(r)
             # 1. On the host: every peer's share of my input to it, then my chunk's host sum.
-            for p in on_host[r]:
+            for p in on_host(r):
                 memory[r, p].put(me.input[local(p)], prog.rank(p).scratch[slot(l, local(p))], tb=0)
                 memory[r, p].signal(tb=0)
-            for p in on_host[r]:
+            for p in on_host(r):
                 memory[p, r].pair.wait(tb=0)
-            if on_host[r]:  # in local rank order
+            if on_host(r):  # in local rank order
                 me.reduce([me.input[l] if k == l else me.scratch[slot(k, l)] for k in range(L)], me.output[l], tb=0)
             else:
                 me.copy(me.input[l], me.output[l], tb=0)
             # 2. Across hosts: my host's sum of chunk l to the rank of local index l on every other
             # host (a port signal follows its put's landing), then the sum over hosts.
-            for p in across[r]:
+            for p in across(r):
                 port[r, p].put(me.output[l], prog.rank(p).scratch[L - 1 + slot(host(r), host(p))], tb=0)
                 port[r, p].signal(tb=0)
-            for p in across[r]:
+            for p in across(r):
                 port[p, r].pair.wait(tb=0)
-            if across[r]:  # in host order, the same on every host: every rank rounds alike
+            if across(r):  # in host order, the same on every host: every rank rounds alike
                 me.reduce([me.output[l] if h == host(r) else me.scratch[L - 1 + slot(h, host(r))] for h in range(H)],
                           me.output[l], tb=0)
             # 3. On the host: the summed chunk to every peer's output.
-            for p in on_host[r]:
+            for p in on_host(r):
                 memory[r, p].put(me.output[l], prog.rank(p).output[l], tb=0)
                 memory[r, p].signal(tb=0)
-            for p in on_host[r]:
+            for p in on_host(r):
                 memory[p, r].pair.wait(tb=0)
     return prog

@@ -15,8 +15,8 @@ local index). On one host the same plan runs with its port channels on the copy 
 (docs/multi-node.md).
 """
 
-from ferry.dsl import CollectiveProgram, MemoryChannel, PortChannel
-from ferry.programs._hosts import layout
+from ferry.dsl import CollectiveProgram
+from ferry.programs._hosts import layout, memory_channels, port_channels
 from ferry.programs.reducescatter_allpairs import slot
 
 
@@ -27,32 +27,30 @@ def program(world_size: int, *, ranks_per_host: int | None = None,
     L, H, host, local = hosts.per_host, hosts.hosts, hosts.host, hosts.local
     with CollectiveProgram(name, "alltoall", world_size=w, input_chunks=w,
                            scratch_chunks=(L - 1) * H) as prog:
-        on_host = {r: hosts.on_host(r) for r in range(w)}
-        across = {r: hosts.across(r) for r in range(w)}
-        memory = {(r, p): MemoryChannel(r, p) for r in range(w) for p in on_host[r]}
-        port = {(r, p): PortChannel(r, p) for r in range(w) for p in across[r]}
+        on_host, across = hosts.on_host, hosts.across
+        memory, port = memory_channels(hosts), port_channels(hosts)
         for r in range(w):
             me, h, l = prog.rank(r), host(r), local(r)
             # 1. On the host: each peer gets my chunks bound for its local index on every host; the
             # ones bound for its own host go straight to its output.
-            for p in on_host[r]:
+            for p in on_host(r):
                 k = local(p)
                 for g in range(H):
                     dst = prog.rank(p).output[r] if g == h else prog.rank(p).scratch[slot(l, k) * H + g]
                     memory[r, p].put(me.input[hosts.rank(g, k)], dst, tb=0)
                 memory[r, p].signal(tb=0)
             me.copy(me.input[r], me.output[r], tb=0)
-            for p in on_host[r]:
+            for p in on_host(r):
                 memory[p, r].pair.wait(tb=0)
             # 2. Across hosts: to my local index's rank on host g, the chunks of every rank of my host
             # bound for it (mine from my input, my peers' from my scratch), into its output.
-            for p in across[r]:
+            for p in across(r):
                 g = host(p)
                 for k in range(L):
                     sender = hosts.rank(h, k)
                     src = me.input[p] if k == l else me.scratch[slot(k, l) * H + g]
                     port[r, p].put(src, prog.rank(p).output[sender], tb=0)
                 port[r, p].signal(tb=0)
-            for p in across[r]:
+            for p in across(r):
                 port[p, r].pair.wait(tb=0)
     return prog

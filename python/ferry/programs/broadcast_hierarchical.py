@@ -15,8 +15,8 @@ two hosts, ferry/programs/_hosts.py). On one host the same plan runs with its po
 copy engine (docs/multi-node.md).
 """
 
-from ferry.dsl import CollectiveProgram, MemoryChannel, PortChannel
-from ferry.programs._hosts import layout
+from ferry.dsl import CollectiveProgram, PortChannel
+from ferry.programs._hosts import layout, memory_channels
 
 
 def program(world_size: int, *, ranks_per_host: int | None = None, root: int = 0,
@@ -26,18 +26,18 @@ def program(world_size: int, *, ranks_per_host: int | None = None, root: int = 0
     L, host, local = hosts.per_host, hosts.host, hosts.local
     h0 = host(root)
     with CollectiveProgram(name, "broadcast", world_size=w, input_chunks=L, root=root) as prog:
-        on_host = {r: hosts.on_host(r) for r in range(w)}
-        memory = {(r, p): MemoryChannel(r, p) for r in range(w) for p in on_host[r]}
+        on_host = hosts.on_host
+        memory = memory_channels(hosts)
         port = {(hosts.rank(h0, k), hosts.rank(g, k)): PortChannel(hosts.rank(h0, k), hosts.rank(g, k))
                 for k in range(L) for g in range(hosts.hosts) if g != h0}
         top = prog.rank(root)
         # 1. On the root's host: chunk k to local rank k.
         for k in range(L):
             top.copy(top.input[k], top.output[k], tb=0)
-        for p in on_host[root]:
+        for p in on_host(root):
             memory[root, p].put(top.input[local(p)], prog.rank(p).output[local(p)], tb=0)
             memory[root, p].signal(tb=0)
-        for p in on_host[root]:
+        for p in on_host(root):
             memory[root, p].pair.wait(tb=0)
         for r in range(w):
             me, k = prog.rank(r), local(r)
@@ -50,11 +50,11 @@ def program(world_size: int, *, ranks_per_host: int | None = None, root: int = 0
             else:
                 port[hosts.rank(h0, k), r].pair.wait(tb=0)
             # 3. On the host: my chunk to every peer (on the root's host, the root has them all).
-            receivers = [p for p in on_host[r] if p != root]
+            receivers = [p for p in on_host(r) if p != root]
             for p in receivers:
                 memory[r, p].put(me.output[k], prog.rank(p).output[k], tb=0)
                 memory[r, p].signal(tb=0)
             if r != root:
-                for p in on_host[r]:
+                for p in on_host(r):
                     memory[p, r].pair.wait(tb=0)
     return prog

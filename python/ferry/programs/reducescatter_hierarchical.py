@@ -16,8 +16,8 @@ local rank order, then in host order. On one host the same plan runs with its po
 copy engine (docs/multi-node.md).
 """
 
-from ferry.dsl import CollectiveProgram, MemoryChannel, PortChannel
-from ferry.programs._hosts import layout
+from ferry.dsl import CollectiveProgram
+from ferry.programs._hosts import layout, memory_channels, port_channels
 from ferry.programs.reducescatter_allpairs import slot
 
 
@@ -29,20 +29,18 @@ def program(world_size: int, *, ranks_per_host: int | None = None,
     P = (L - 1) * H
     with CollectiveProgram(name, "reducescatter", world_size=w, input_chunks=w,
                            scratch_chunks=P + H + (H - 1)) as prog:
-        on_host = {r: hosts.on_host(r) for r in range(w)}
-        across = {r: hosts.across(r) for r in range(w)}
-        memory = {(r, p): MemoryChannel(r, p) for r in range(w) for p in on_host[r]}
-        port = {(r, p): PortChannel(r, p) for r in range(w) for p in across[r]}
+        on_host, across = hosts.on_host, hosts.across
+        memory, port = memory_channels(hosts), port_channels(hosts)
         for r in range(w):
             me, h, l = prog.rank(r), host(r), local(r)
             # 1. On the host: each peer's chunks (its local index, every host) to its scratch; then
             # my host's sums of the chunks of my local index.
-            for p in on_host[r]:
+            for p in on_host(r):
                 k = local(p)
                 for g in range(H):
                     memory[r, p].put(me.input[g * L + k], prog.rank(p).scratch[slot(l, k) * H + g], tb=0)
                 memory[r, p].signal(tb=0)
-            for p in on_host[r]:
+            for p in on_host(r):
                 memory[p, r].pair.wait(tb=0)
 
             def host_sum(g):
@@ -54,11 +52,11 @@ def program(world_size: int, *, ranks_per_host: int | None = None,
                     me.reduce([me.input[g * L + l] if k == l else me.scratch[slot(k, l) * H + g] for k in range(L)],
                               me.scratch[P + g], tb=0)
             # 2. Across hosts: each host sum to its rank; then the sum over hosts of my chunk.
-            for p in across[r]:
+            for p in across(r):
                 g = host(p)
                 port[r, p].put(host_sum(g), prog.rank(p).scratch[P + H + slot(h, g)], tb=0)
                 port[r, p].signal(tb=0)
-            for p in across[r]:
+            for p in across(r):
                 port[p, r].pair.wait(tb=0)
             parts = [host_sum(h) if g == h else me.scratch[P + H + slot(g, h)] for g in range(H)]
             if len(parts) > 1:
