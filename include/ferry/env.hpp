@@ -31,6 +31,7 @@ struct FERRY_API Env {
   std::chrono::duration<double> connectionTimeout; // FERRY_CONNECTION_TIMEOUT
   std::int64_t ethernetLanes;                      // FERRY_ETHERNET_LANES
   std::string checkPointers;                       // FERRY_CHECK_POINTERS
+  bool phaseStamps;                                // FERRY_PHASE_STAMPS
   std::string algo;                                // FERRY_ALGO
   std::string tuningFile;                          // FERRY_TUNING_FILE
   std::string planDir;                             // FERRY_PLAN_DIR

@@ -60,6 +60,10 @@ CommResources::CommResources(Communicator& comm, std::uint64_t llSlotDataBytes, 
   context_.llSlotBytes = llSlotBytes;
   context_.scratchHalfBytes = scratchHalf;
   context_.timeoutNs = timeoutNanoseconds(env().deviceTimeout);
+  if (env().phaseStamps) {
+    stamps_ = std::make_unique<PhaseStamps>(rank);
+    context_.stamps = stamps_->ring();
+  }
 
   limits_.worldSize = size;
   limits_.llSlotDataBytes = llSlotDataBytes;

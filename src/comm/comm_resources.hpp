@@ -6,6 +6,7 @@
 #include <memory>
 
 #include "kernels/algorithm.hpp"
+#include "comm/phase_stamps.hpp"
 #include "kernels/device_context.hpp"
 #include "transport/peer_memory.hpp"
 
@@ -44,6 +45,7 @@ class CommResources {
 
  private:
   std::unique_ptr<PeerMemory> memory_;
+  std::unique_ptr<PhaseStamps> stamps_;  // FERRY_PHASE_STAMPS only
   CollectiveContext context_;
   CommLimits limits_;
 };

@@ -77,6 +77,10 @@ const Var kVars[] = {
     {"FERRY_DEVICE_TIMEOUT", &Env::deviceTimeout, "30",
      "Bound on every device-side wait (FIFO push and sync, semaphore and channel waits), in seconds; on "
      "expiry the kernel reports rank, peer and operation and traps. 0: never time out (debugging only)."},
+    {"FERRY_PHASE_STAMPS", &Env::phaseStamps, "0",
+     "1: every collective kernel records when it passes each phase (start word stored, peers started, "
+     "data moved, epoch advanced) for its last 65536 calls, and each Comm prints the medians per "
+     "collective and count to stderr when it is destroyed. For finding where a call's time goes."},
     {"FERRY_ALGO", &Env::algo, "",
      "Forces collective algorithms: NAME[,NAME...] or COLLECTIVE=NAME,... (e.g. allreduce=allreduce_ll); "
      "names as `ferry-bench --list` prints them. A forced algorithm that cannot run a call fails it."},

@@ -32,6 +32,7 @@
 #include "ferry/device/macros.hpp"
 #include "ferry/device/semaphore.hpp"
 #include "ferry/device/timeout.hpp"
+#include "kernels/phase_stamps.hpp"
 
 namespace ferry {
 
@@ -92,6 +93,7 @@ struct CollectiveContext {
   int planLanes = 1;  // host only: the most lanes a plan's thread block may run in (FERRY_PLAN_LANES)
   const executor::DevicePlans* plans = nullptr;  // host only: the loaded plans, uploaded here
   PortPeersSource* ports = nullptr;              // host only: the Comm's channels to its peers (port_peers.hpp)
+  PhaseRecord* stamps = nullptr;  // FERRY_PHASE_STAMPS: where block 0 records its phases (phase_stamps.hpp)
 };
 
 // The signal value of (call, round, phase). phase in [1, 7], round < 2^17.
@@ -144,8 +146,10 @@ FERRY_DEVICE FERRY_INLINE void announceStart(const CollectiveContext& c, int p, 
 // announces m to every peer.
 FERRY_DEVICE FERRY_INLINE std::uint64_t beginCall(const CollectiveContext& c) {
   const std::uint64_t m = c.state->epoch + 1;
+  stampPhase(c.stamps, m, kEntered, c.op, c.count);
   const int p = static_cast<int>(threadIdx.x);
   if (blockIdx.x == 0 && p < c.nranks && p != c.rank) announceStart(c, p, m);
+  stampPhase(c.stamps, m, kAnnounced);
   return m;
 }
 
@@ -176,6 +180,7 @@ FERRY_DEVICE FERRY_INLINE void awaitPeersStarted(const CollectiveContext& c, std
   const int p = static_cast<int>(threadIdx.x);
   if (p < c.nranks && p != c.rank && (mask >> p & 1)) awaitPeerStarted(c, p, m);
   __syncthreads();
+  stampPhase(c.stamps, m, kStarted);
 }
 
 // One thread: tells peer p that this block reached `value`, after every write of the block made
@@ -215,6 +220,7 @@ FERRY_DEVICE FERRY_INLINE void exchangeSignals(const CollectiveContext& c, std::
 // this one's shape; whichever of a pair finishes first sees the other's.
 FERRY_DEVICE FERRY_INLINE void endCall(const CollectiveContext& c, std::uint64_t m) {
   __syncthreads();
+  stampPhase(c.stamps, m, kDataDone);
   const int checker = static_cast<int>(blockDim.x - 1 - threadIdx.x);
   if (blockIdx.x == 0 && checker < c.nranks && checker != c.rank)
     checkPeerShape(c, checker, rowSemaphore(c, 0, checker).inboundValue(), m);
@@ -226,6 +232,7 @@ FERRY_DEVICE FERRY_INLINE void endCall(const CollectiveContext& c, std::uint64_t
       c.state->epoch = m;
     }
   }
+  stampPhase(c.stamps, m, kExited);
 }
 
 // This call's half of a region.
