@@ -69,7 +69,10 @@ std::string PlanAlgorithm::whyNot(const CollectiveCall& call, const CommLimits& 
   const std::uint64_t in = planInputBytes(call);
   if (in < static_cast<std::uint64_t>(p.minBytes) || in > static_cast<std::uint64_t>(p.maxBytes))
     return std::to_string(in) + " input bytes per rank lie outside the plan's range " + rangeText(p);
-  if (call.inPlace() != p.inplace)
+  // A broadcast's send buffer counts only on the root, so whether a call is in place is not what
+  // every rank sees alike, and the ranks must decide alike. A broadcast plan takes both: on an
+  // in-place root its copy of the input to the output moves each element onto itself.
+  if (p.collective != Collective::Broadcast && call.inPlace() != p.inplace)
     return p.inplace ? "the plan is for in-place calls only" : "the plan is for out-of-place calls only";
   if (p.collective == Collective::Broadcast && p.root != call.root)
     return "the plan broadcasts from rank " + std::to_string(p.root) + ", not " + std::to_string(call.root);
