@@ -43,9 +43,12 @@ __global__ void __launch_bounds__(kThreads)
   const int R = c.nranks, r = c.rank;
   const unsigned receivers = receiversOf(r, root);
   const Range part = splitRange((bytes + 7) / 8, gridDim.x, blockIdx.x, 1);
+  // This thread's first word is loaded while the start wait polls (at small sizes it is every word).
+  const std::uint64_t w0 = part.begin + threadIdx.x;
+  const std::uint64_t first = w0 < part.end ? loadWord(send, w0, bytes) : 0;
   if (receivers != 0) awaitPeersStarted(c, m, receivers);
-  for (std::uint64_t w = part.begin + threadIdx.x; w < part.end; w += kThreads) {
-    const std::uint64_t v = loadWord(send, w, bytes);
+  for (std::uint64_t w = w0; w < part.end; w += kThreads) {
+    const std::uint64_t v = w == w0 ? first : loadWord(send, w, bytes);
     for (int i = 1; i < R; ++i) {
       const int p = (r + i) % R;
       if (receivers >> p & 1) slotPackets(c.peerLl[p], c, m, r)[w].write(v, flag);
@@ -55,11 +58,12 @@ __global__ void __launch_bounds__(kThreads)
     endCall(c, m);
     return;
   }
-  for (std::uint64_t w = part.begin + threadIdx.x; w < part.end; w += kThreads) {
+  for (std::uint64_t w = w0; w < part.end; w += kThreads) {
     std::uint64_t acc = 0;
     for (int q = 0; q < R; ++q) {
-      const std::uint64_t v =
-          q == r ? loadWord(send, w, bytes) : slotPackets(c.ll, c, m, q)[w].read(flag, waitContext(c, q));
+      const std::uint64_t v = q != r    ? slotPackets(c.ll, c, m, q)[w].read(flag, waitContext(c, q))
+                              : w == w0 ? first
+                                        : loadWord(send, w, bytes);
       acc = q == 0 ? v : reduceWord<T, Op>(acc, v);
     }
     storeWord(recv, w, bytes, finishWord<T, Op>(acc, R));
@@ -223,9 +227,9 @@ class AllReduceLL final : public Algorithm {
     const std::uint64_t bytes = call.bytes();
     const unsigned grid = gridFor(context, (bytes + 7) / 8, kThreads, 1, 64);
     dispatchTypeOp(call.type, call.op, [&]<class T, ReduceOp Op>() {
-      allReduceLL<T, Op>
-          <<<grid, kThreads, 0, call.stream>>>(forCall(context, call), static_cast<const char*>(call.send),
-                                               static_cast<char*>(call.recv), bytes, rootOf(call));
+      launchCollective(context.earlyLaunch, allReduceLL<T, Op>, grid, kThreads, call.stream,
+                       forCall(context, call), static_cast<const char*>(call.send),
+                       static_cast<char*>(call.recv), bytes, rootOf(call));
     });
     checkLaunch(call, name());
   }
@@ -257,9 +261,9 @@ class AllReduceRing final : public Algorithm {
     const std::uint64_t chunkBytes = std::min<std::uint64_t>(slot, call.bytes() / context.nranks + 16);
     const unsigned grid = gridFor(context, chunkBytes, 8 << 10, 1, 32);
     dispatchTypeOp(call.type, call.op, [&]<class T, ReduceOp Op>() {
-      allReduceRing<T, Op><<<grid, kThreads, 0, call.stream>>>(forCall(context, call),
-                                                               static_cast<const char*>(call.send),
-                                                               static_cast<char*>(call.recv), call.count, slot);
+      launchCollective(context.earlyLaunch, allReduceRing<T, Op>, grid, kThreads, call.stream,
+                       forCall(context, call), static_cast<const char*>(call.send),
+                       static_cast<char*>(call.recv), call.count, slot);
     });
     checkLaunch(call, name());
   }
@@ -288,9 +292,9 @@ class AllReduceTwoShot final : public Algorithm {
     const std::uint64_t chunkBytes = std::min<std::uint64_t>(slot, call.bytes() / context.nranks + 16);
     const unsigned grid = gridFor(context, chunkBytes, 8 << 10, 1, 64);
     dispatchTypeOp(call.type, call.op, [&]<class T, ReduceOp Op>() {
-      allReduceTwoShot<T, Op>
-          <<<grid, kThreads, 0, call.stream>>>(forCall(context, call), static_cast<const char*>(call.send),
-                                               static_cast<char*>(call.recv), call.count, slot, rootOf(call));
+      launchCollective(context.earlyLaunch, allReduceTwoShot<T, Op>, grid, kThreads, call.stream,
+                       forCall(context, call), static_cast<const char*>(call.send),
+                       static_cast<char*>(call.recv), call.count, slot, rootOf(call));
     });
     checkLaunch(call, name());
   }

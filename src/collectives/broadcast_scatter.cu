@@ -120,9 +120,11 @@ class BroadcastScatter final : public Algorithm {
                              call.root,
                              call.inPlace()};
     // Blocks by the bytes of one owner's piece: what a non-root sends each peer per round.
-    const std::uint64_t piece = std::min(args.chunkBytes, args.bytes) / static_cast<std::uint64_t>(std::max(1, context.nranks - 1));
+    const std::uint64_t piece =
+        std::min(args.chunkBytes, args.bytes) / static_cast<std::uint64_t>(std::max(1, context.nranks - 1));
     const unsigned grid = gridFor(context, piece, 8 << 10, 1, 64);
-    broadcastScatter<<<grid, kThreads, 0, call.stream>>>(forCall(context, call), args);
+    launchCollective(context.earlyLaunch, broadcastScatter, grid, kThreads, call.stream,
+                     forCall(context, call), args);
     checkLaunch(call, name());
   }
   void preload() const override { preloadKernel(broadcastScatter); }

@@ -50,11 +50,17 @@ __global__ void __launch_bounds__(kThreads) copyLL(CollectiveContext c, CopyPlan
   const unsigned sendMask = plan.sendMask(r), recvMask = plan.recvMask(r);
   const std::uint64_t bytes = plan.bytes;
   const Range part = splitRange((bytes + 7) / 8, gridDim.x, blockIdx.x, 1);
+  // The word for the first peer is loaded while the start wait polls (allreduce.cu, allReduceLL).
+  const std::uint64_t w0 = part.begin + threadIdx.x;
+  const int p0 = (r + 1) % R;
+  const std::uint64_t first = sendMask && w0 < part.end ? loadWord(plan.source(p0), w0, bytes) : 0;
   if (sendMask) awaitPeersStarted(c, m, sendMask);
-  for (std::uint64_t w = part.begin + threadIdx.x; w < part.end; w += kThreads)
+  for (std::uint64_t w = w0; w < part.end; w += kThreads)
     for (int i = 1; i < R; ++i) {
       const int p = (r + i) % R;
-      if (sendMask >> p & 1) slotPackets(c.peerLl[p], c, m, r)[w].write(loadWord(plan.source(p), w, bytes), flag);
+      if (sendMask >> p & 1)
+        slotPackets(c.peerLl[p], c, m, r)[w].write(i == 1 && w == w0 ? first : loadWord(plan.source(p), w, bytes),
+                                                   flag);
     }
   if (plan.copiesOwn(r)) {
     const std::uint64_t b = part.begin * 8, e = min(part.end * 8, bytes);
@@ -63,7 +69,8 @@ __global__ void __launch_bounds__(kThreads) copyLL(CollectiveContext c, CopyPlan
   for (std::uint64_t w = part.begin + threadIdx.x; w < part.end; w += kThreads)
     for (int i = 1; i < R; ++i) {
       const int q = (r + i) % R;
-      if (recvMask >> q & 1) storeWord(plan.dest(q), w, bytes, slotPackets(c.ll, c, m, q)[w].read(flag, waitContext(c, q)));
+      if (recvMask >> q & 1)
+        storeWord(plan.dest(q), w, bytes, slotPackets(c.ll, c, m, q)[w].read(flag, waitContext(c, q)));
     }
   endCall(c, m);
 }
@@ -125,7 +132,7 @@ class CopyLL final : public Algorithm {
   void launch(const CollectiveCall& call, const CollectiveContext& context, void*) const override {
     const CopyPlan plan = planFor(call);
     const unsigned grid = gridFor(context, (plan.bytes + 7) / 8, kThreads, 1, 64);
-    copyLL<<<grid, kThreads, 0, call.stream>>>(forCall(context, call), plan);
+    launchCollective(context.earlyLaunch, copyLL, grid, kThreads, call.stream, forCall(context, call), plan);
     checkLaunch(call, name_);
   }
   void preload() const override { preloadKernel(copyLL); }
@@ -141,14 +148,16 @@ class CopyPush final : public Algorithm {
   const char* name() const override { return name_; }
   Collective collective() const override { return collective_; }
   std::string whyNot(const CollectiveCall&, const CommLimits& limits) const override {
-    if (slotBytes(limits.scratchHalfBytes, limits.worldSize) < 16) return "the scratch is too small (FERRY_SCRATCH_BYTES)";
+    if (slotBytes(limits.scratchHalfBytes, limits.worldSize) < 16)
+      return "the scratch is too small (FERRY_SCRATCH_BYTES)";
     return {};
   }
   void launch(const CollectiveCall& call, const CollectiveContext& context, void*) const override {
     const CopyPlan plan = planFor(call);
     const std::uint64_t slot = slotBytes(context.scratchHalfBytes, context.nranks);
     const unsigned grid = gridFor(context, std::min(slot, plan.bytes), 8 << 10, 1, 64);
-    copyPush<<<grid, kThreads, 0, call.stream>>>(forCall(context, call), plan, slot);
+    launchCollective(context.earlyLaunch, copyPush, grid, kThreads, call.stream, forCall(context, call), plan,
+                     slot);
     checkLaunch(call, name_);
   }
   void preload() const override { preloadKernel(copyPush); }

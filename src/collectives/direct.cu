@@ -123,27 +123,28 @@ class DirectAlgorithm : public Algorithm {
       case Collective::Reduce: {
         const int root = collective_ == Collective::Reduce ? call.root : -1;
         dispatchTypeOp(call.type, call.op, [&]<class T, ReduceOp Op>() {
-          allReduceDirect<T, Op>
-              <<<grid, kThreads, 0, call.stream>>>(c, published(call), send, recv, call.count, root);
+          launchCollective(context.earlyLaunch, allReduceDirect<T, Op>, grid, kThreads, call.stream, c,
+                           published(call), send, recv, call.count, root);
         });
         break;
       }
       case Collective::ReduceScatter:
         dispatchTypeOp(call.type, call.op, [&]<class T, ReduceOp Op>() {
-          reduceScatterDirect<T, Op><<<grid, kThreads, 0, call.stream>>>(c, published(call), send, recv, call.count);
+          launchCollective(context.earlyLaunch, reduceScatterDirect<T, Op>, grid, kThreads, call.stream, c,
+                           published(call), send, recv, call.count);
         });
         break;
       case Collective::AllGather:
-        moveDirect<Move::AllGather><<<grid, kThreads, 0, call.stream>>>(c, published(call), send, recv,
-                                                                        call.count * call.elementBytes(), 0);
+        launchCollective(context.earlyLaunch, moveDirect<Move::AllGather>, grid, kThreads, call.stream, c,
+                         published(call), send, recv, call.count * call.elementBytes(), 0);
         break;
       case Collective::AllToAll:
-        moveDirect<Move::AllToAll><<<grid, kThreads, 0, call.stream>>>(c, published(call), send, recv,
-                                                                       call.count * call.elementBytes(), 0);
+        launchCollective(context.earlyLaunch, moveDirect<Move::AllToAll>, grid, kThreads, call.stream, c,
+                         published(call), send, recv, call.count * call.elementBytes(), 0);
         break;
       case Collective::Broadcast:
-        moveDirect<Move::Broadcast><<<grid, kThreads, 0, call.stream>>>(c, published(call), send, recv,
-                                                                        call.count * call.elementBytes(), call.root);
+        launchCollective(context.earlyLaunch, moveDirect<Move::Broadcast>, grid, kThreads, call.stream, c,
+                         published(call), send, recv, call.count * call.elementBytes(), call.root);
         break;
     }
     checkLaunch(call, name_);

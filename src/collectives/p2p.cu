@@ -2,10 +2,12 @@
 // messages (p2p.hpp says how lanes, chunks and the two counters work).
 #include "kernels/launch.hpp"
 #include "collectives/p2p.hpp"
+#include "kernels/kernel_util.cuh"
 #include "kernels/ranges.hpp"
 #include "platform/cuda_check.hpp"
 #include "ferry/device/arch/atomics.hpp"
 #include "ferry/device/copy.hpp"
+#include "ferry/device/packet.hpp"
 #include "ferry/device/semaphore.hpp"
 #include "ferry/errors.hpp"
 
@@ -34,6 +36,15 @@ FERRY_DEVICE FERRY_INLINE SemaphoreDeviceHandle laneSemaphore(const P2PContext& 
   return s;
 }
 
+// The packet slot of chunk g of (sender, lane) in an inbox (p2p.hpp: packets have slots of their own).
+FERRY_DEVICE FERRY_INLINE std::uint64_t packetSlot(const P2PContext& c, int sender, int lane, std::uint64_t g) {
+  return p2pPacketSlotOffset(c.nranks, sender, lane, g % kP2PSlots);
+}
+
+FERRY_DEVICE FERRY_INLINE bool aborted(const WaitContext& wait) {
+  return wait.abortFlag != nullptr && *static_cast<const volatile std::uint32_t*>(wait.abortFlag) != 0;
+}
+
 // One message's lane: chunks through the ring of slots, continuing the running total of
 // (peer, lane). Every thread reads the total before the first barrier of the loop; thread 0
 // advances it only after the last.
@@ -45,6 +56,22 @@ FERRY_DEVICE FERRY_INLINE void sendLane(const P2PContext& c, int peer, const cha
   const SemaphoreDeviceHandle data = laneSemaphore(c, c.arrived, c.peerArrived, peer, lane);
   const SemaphoreDeviceHandle freed = laneSemaphore(c, c.acked, c.peerAcked, peer, lane);
   char* inbox = c.peerInbox[peer];
+  if (p2pPackets(bytes)) {
+    // One chunk of packets: word w of the part in packet w + 1, the message's size in packet 0 (for
+    // the receiver's check). No `arrived` signal: the packets are it.
+    const std::uint64_t g = first;
+    if (threadIdx.x == 0 && g >= kP2PSlots)
+      freed.waitAt(g + 1 - kP2PSlots, "send: waiting for the receiver to free a slot");
+    __syncthreads();
+    auto* packets = reinterpret_cast<LL16Packet*>(inbox + packetSlot(c, c.rank, lane, g));
+    const auto flag = static_cast<std::uint32_t>(g + 1);
+    if (threadIdx.x == 0) packets[0].write(bytes, flag);
+    const std::uint64_t words = (part.size() + 7) / 8;
+    for (std::uint64_t w = threadIdx.x; w < words; w += blockDim.x)
+      packets[1 + w].write(loadWord(src + part.begin, w, part.size()), flag);
+    if (threadIdx.x == 0) *total = first + 1;
+    return;
+  }
   for (std::uint64_t i = 0; i < chunks; ++i) {
     const std::uint64_t g = first + i;
     if (threadIdx.x == 0 && g >= kP2PSlots)
@@ -80,18 +107,70 @@ FERRY_DEVICE FERRY_INLINE void recvLane(const P2PContext& c, int peer, char* dst
   const std::uint64_t chunks = (part.size() + kP2PChunkBytes - 1) / kP2PChunkBytes;
   const SemaphoreDeviceHandle data = laneSemaphore(c, c.arrived, c.peerArrived, peer, lane);
   const SemaphoreDeviceHandle freed = laneSemaphore(c, c.acked, c.peerAcked, peer, lane);
+  if (p2pPackets(bytes)) {
+    // Packet 0 holds the sender's size. A sender whose message is too large for packets signals
+    // `arrived` instead, with its size beside the slot: thread 0 watches for both.
+    const std::uint64_t g = first;
+    const auto* packets = reinterpret_cast<const LL16Packet*>(c.inbox + packetSlot(c, peer, lane, g));
+    const auto flag = static_cast<std::uint32_t>(g + 1);
+    const WaitContext wait = data.wait_;
+    if (threadIdx.x == 0) {
+      std::uint64_t theirs = 0;
+      bool raw = false;
+      spinUntil(
+          [&] {
+            if (packets[0].tryRead(flag, theirs)) return true;
+            if (data.inboundValue() < g + 1) return false;
+            // `arrived` passed g: chunk g was raw, or packets that a later raw chunk's signal (a
+            // release, after them) has made visible by now.
+            raw = !packets[0].tryRead(flag, theirs);
+            return true;
+          },
+          wait, "recv: waiting for the sender's packets", g + 1);
+      if (raw) theirs = c.sizes[sizeCell(peer, lane, g % kP2PSlots)];
+      if (theirs != bytes && !aborted(wait)) reportSizeMismatch(c, peer, bytes, theirs);
+    }
+    const std::uint64_t words = (part.size() + 7) / 8;
+    for (std::uint64_t w = threadIdx.x; w < words; w += blockDim.x) {
+      std::uint64_t v = 0;
+      spinUntil([&] { return packets[1 + w].tryRead(flag, v); }, wait, "recv: waiting for the sender's packets",
+                g + 1);
+      storeWord(dst + part.begin, w, part.size(), v);
+    }
+    __syncthreads();  // every packet is read (its data stored) before the sender may overwrite the slot
+    if (threadIdx.x == 0) {
+      freed.relaxedSignalAt(g + 1);
+      *total = first + 1;
+    }
+    return;
+  }
   for (std::uint64_t i = 0; i < chunks; ++i) {
     const std::uint64_t g = first + i;
     // (The wait also returns on an abort, with nothing arrived: then there is nothing to compare.)
-    if (threadIdx.x == 0 && data.waitAt(g + 1, "recv: waiting for the sender's data") >= g + 1) {
-      const std::uint64_t theirs = c.sizes[sizeCell(peer, lane, g % kP2PSlots)];
-      if (theirs != bytes) reportSizeMismatch(c, peer, bytes, theirs);
+    // A sender whose message is small enough for packets sends them instead of signalling: the
+    // first chunk's wait also watches its size packet.
+    if (threadIdx.x == 0) {
+      const auto* sizePacket = reinterpret_cast<const LL16Packet*>(c.inbox + packetSlot(c, peer, lane, g));
+      std::uint64_t theirs = 0;
+      bool packets = false;
+      spinUntil(
+          [&] {
+            return data.inboundValue() >= g + 1 ||
+                   (i == 0 && lane < kP2PPacketLanes &&
+                    (packets = sizePacket->tryRead(static_cast<std::uint32_t>(g + 1), theirs)));
+          },
+          data.wait_, "recv: waiting for the sender's data", g + 1);
+      if (!packets && !aborted(data.wait_)) theirs = c.sizes[sizeCell(peer, lane, g % kP2PSlots)];
+      if ((packets || !aborted(data.wait_)) && theirs != bytes) reportSizeMismatch(c, peer, bytes, theirs);
     }
     __syncthreads();
     const std::uint64_t off = i * kP2PChunkBytes, len = min(kP2PChunkBytes, part.size() - off);
     copy(dst + part.begin + off, c.inbox + p2pSlotOffset(peer, lane, g % kP2PSlots), len, threadIdx.x, blockDim.x);
-    __syncthreads();  // every read of the slot is done before the sender may overwrite it
-    if (threadIdx.x == 0) freed.signalAt(g + 1);
+    // Every read of the slot is done before the sender may overwrite it: each thread stored what it
+    // read before the barrier, so its loads had returned. The signal orders nothing else, so it is
+    // relaxed; a release would hold every recv kernel up by a system-scope fence at its end.
+    __syncthreads();
+    if (threadIdx.x == 0) freed.relaxedSignalAt(g + 1);
   }
   if (threadIdx.x == 0) *total = first + chunks;
 }

@@ -47,9 +47,26 @@ inline constexpr int kP2PThreads = 512;
 inline constexpr int kP2PMaxOps = 64;       // messages per group
 inline constexpr int kP2PMaxStreams = 2 * kMaxRanks + 1;  // (peer, direction), and the copies to self
 
-// Lanes of a message: one per kP2PLaneGrain, at most kP2PLanes. Both sides compute it from the size.
+// Small messages go as packets (LL16, ferry/device/packet.hpp): each lane's part is one chunk of
+// packets that carry their own flag (the chunk's number g + 1), so the receiver polls the data
+// itself and the sender needs no fence before a signal (a system-scope fence costs about 1.5 us on
+// H100). Packets take twice the bytes, so only up to kP2PPacketBytes, in lanes of at most
+// kP2PPacketLaneGrain, whose packets fit a slot.
+// Packets have slots of their own (p2pPacketSlotOffset), never written by the other protocol: a
+// chunk's raw data left in a slot could hold the flag a later packet's receiver polls for.
+inline constexpr std::uint64_t kP2PPacketBytes = 64 << 10;
+inline constexpr std::uint64_t kP2PPacketLaneGrain = 16 << 10;
+inline constexpr int kP2PPacketLanes = static_cast<int>(kP2PPacketBytes / kP2PPacketLaneGrain);
+// Packet 0 carries the message's size, packet 1 + w word w of the lane's part.
+inline constexpr std::uint64_t kP2PPacketSlotBytes = 16 * (1 + kP2PPacketLaneGrain / 8);
+
+FERRY_HOST_DEVICE constexpr bool p2pPackets(std::uint64_t bytes) { return bytes <= kP2PPacketBytes; }
+
+// Lanes of a message: one per kP2PLaneGrain (kP2PPacketLaneGrain for packets), at most kP2PLanes.
+// Both sides compute it from the size.
 FERRY_HOST_DEVICE constexpr int p2pLanes(std::uint64_t bytes) {
-  const std::uint64_t n = (bytes + kP2PLaneGrain - 1) / kP2PLaneGrain;
+  const std::uint64_t grain = p2pPackets(bytes) ? kP2PPacketLaneGrain : kP2PLaneGrain;
+  const std::uint64_t n = (bytes + grain - 1) / grain;
   return n < 1 ? 1 : n > kP2PLanes ? kP2PLanes : static_cast<int>(n);
 }
 
@@ -63,7 +80,8 @@ struct P2PContext {
   std::uint64_t* peerArrived[kMaxRanks] = {};
   std::uint64_t* peerAcked[kMaxRanks] = {};
   std::uint64_t* peerSizes[kMaxRanks] = {};
-  char* inbox = nullptr;               // [sender][lane][slot] chunks
+  int nranks = 1;                      // senders of the inbox
+  char* inbox = nullptr;               // [sender][lane][slot] chunks, then the packet slots
   char* peerInbox[kMaxRanks] = {};
   std::uint64_t timeoutNs = 0;
   const std::uint32_t* abortFlag = nullptr;  // the Comm's (CallState::aborted)
@@ -98,6 +116,14 @@ struct P2PBatch {
 // Byte offset of (sender, lane, slot) in an inbox.
 FERRY_HOST_DEVICE constexpr std::uint64_t p2pSlotOffset(int sender, int lane, std::uint64_t slot) {
   return ((static_cast<std::uint64_t>(sender) * kP2PLanes + lane) * kP2PSlots + slot) * kP2PChunkBytes;
+}
+// Byte offset of the packet slot (sender, lane, slot) in an inbox of `senders` senders: after
+// every raw slot.
+FERRY_HOST_DEVICE constexpr std::uint64_t p2pPacketSlotOffset(int senders, int sender, int lane,
+                                                              std::uint64_t slot) {
+  return p2pSlotOffset(senders, 0, 0) +
+         ((static_cast<std::uint64_t>(sender) * kP2PPacketLanes + lane) * kP2PSlots + slot) *
+             kP2PPacketSlotBytes;
 }
 
 class P2PResources {

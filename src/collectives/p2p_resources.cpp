@@ -11,13 +11,14 @@ P2PResources::P2PResources(Communicator& comm, const std::uint32_t* abortFlag) {
   constexpr std::uint64_t kSizes = sizeof(std::uint64_t) * kMaxRanks * kP2PLanes * kP2PSlots;
   constexpr std::uint64_t kInboxOffset = 64 << 10;
   static_assert(4 * kCounters + kSizes <= kInboxOffset);
-  const std::uint64_t total = kInboxOffset + p2pSlotOffset(size, 0, 0);
+  const std::uint64_t total = kInboxOffset + p2pPacketSlotOffset(size, size, 0, 0);
   constexpr int kTag = 0x7032;  // the Comm's own tag for this exchange
   memory_ = std::make_unique<PeerMemory>(comm, total, kTag, "the send/recv inboxes");
 
   auto counters = [](char* base, int which) { return reinterpret_cast<std::uint64_t*>(base + which * kCounters); };
   char* base = memory_->local();
   context_.rank = comm.bootstrap()->rank();
+  context_.nranks = size;
   context_.sent = counters(base, 0);
   context_.received = counters(base, 1);
   context_.arrived = counters(base, 2);

@@ -25,11 +25,16 @@ __global__ void __launch_bounds__(kThreads)
   const auto flag = static_cast<std::uint32_t>(m);
   const int R = c.nranks, r = c.rank;
   const Range part = splitRange((bytes + 7) / 8, gridDim.x, blockIdx.x, 1);
+  // The word for the first peer is loaded while the start wait polls (allreduce.cu, allReduceLL).
+  const std::uint64_t w0 = part.begin + threadIdx.x;
+  const int p0 = (r + 1) % R;
+  const std::uint64_t first = w0 < part.end ? loadWord(send + p0 * bytes, w0, bytes) : 0;
   awaitPeersStarted(c, m);
-  for (std::uint64_t w = part.begin + threadIdx.x; w < part.end; w += kThreads) {
+  for (std::uint64_t w = w0; w < part.end; w += kThreads) {
     for (int i = 1; i < R; ++i) {
       const int p = (r + i) % R;
-      slotPackets(c.peerLl[p], c, m, r)[w].write(loadWord(send + p * bytes, w, bytes), flag);
+      slotPackets(c.peerLl[p], c, m, r)[w].write(i == 1 && w == w0 ? first : loadWord(send + p * bytes, w, bytes),
+                                                 flag);
     }
   }
   for (std::uint64_t w = part.begin + threadIdx.x; w < part.end; w += kThreads) {
@@ -95,9 +100,9 @@ class ReduceScatterLL final : public Algorithm {
     const std::uint64_t bytes = call.count * call.elementBytes();
     const unsigned grid = gridFor(context, (bytes + 7) / 8, kThreads, 1, 64);
     dispatchTypeOp(call.type, call.op, [&]<class T, ReduceOp Op>() {
-      reduceScatterLL<T, Op><<<grid, kThreads, 0, call.stream>>>(forCall(context, call),
-                                                                 static_cast<const char*>(call.send),
-                                                                 static_cast<char*>(call.recv), bytes);
+      launchCollective(context.earlyLaunch, reduceScatterLL<T, Op>, grid, kThreads, call.stream,
+                       forCall(context, call), static_cast<const char*>(call.send),
+                       static_cast<char*>(call.recv), bytes);
     });
     checkLaunch(call, name());
   }
@@ -111,7 +116,8 @@ class ReduceScatterPush final : public Algorithm {
   const char* name() const override { return "reducescatter_push"; }
   Collective collective() const override { return Collective::ReduceScatter; }
   std::string whyNot(const CollectiveCall&, const CommLimits& limits) const override {
-    if (slotBytes(limits.scratchHalfBytes, limits.worldSize) < 16) return "the scratch is too small (FERRY_SCRATCH_BYTES)";
+    if (slotBytes(limits.scratchHalfBytes, limits.worldSize) < 16)
+      return "the scratch is too small (FERRY_SCRATCH_BYTES)";
     return {};
   }
   void launch(const CollectiveCall& call, const CollectiveContext& context, void*) const override {
@@ -119,9 +125,9 @@ class ReduceScatterPush final : public Algorithm {
     const std::uint64_t blockBytes = std::min<std::uint64_t>(slot, call.count * call.elementBytes());
     const unsigned grid = gridFor(context, blockBytes, 8 << 10, 1, 64);
     dispatchTypeOp(call.type, call.op, [&]<class T, ReduceOp Op>() {
-      reduceScatterPush<T, Op><<<grid, kThreads, 0, call.stream>>>(
-          forCall(context, call), static_cast<const char*>(call.send), static_cast<char*>(call.recv), call.count,
-          slot);
+      launchCollective(context.earlyLaunch, reduceScatterPush<T, Op>, grid, kThreads, call.stream,
+                       forCall(context, call), static_cast<const char*>(call.send),
+                       static_cast<char*>(call.recv), call.count, slot);
     });
     checkLaunch(call, name());
   }

@@ -7,8 +7,8 @@
 #include <map>
 #include <vector>
 
-#include "platform/cuda_check.hpp"
 #include "ferry/collective.hpp"
+#include "platform/cuda_check.hpp"
 
 namespace ferry {
 namespace {
@@ -52,7 +52,8 @@ std::string PhaseStamps::summary() const {
     err = cudaMemcpy(records.data(), ring_, sizeof(PhaseRecord) * kPhaseRecords, cudaMemcpyDeviceToHost);
   if (err == cudaSuccess) err = cudaDeviceGetAttribute(&clockKhz, cudaDevAttrClockRate, device_);
   cudaSetDevice(previous);
-  if (err != cudaSuccess) return "ferry: phase stamps: could not read them back: " + std::string(cudaGetErrorString(err)) + "\n";
+  if (err != cudaSuccess)
+    return "ferry: phase stamps: could not read them back: " + std::string(cudaGetErrorString(err)) + "\n";
 
   const double usPerClock = clockKhz > 0 ? 1e3 / clockKhz : 0;
   auto clocks = [&](std::uint64_t a, std::uint64_t b) { return static_cast<double>(b - a) * usPerClock; };
@@ -75,8 +76,8 @@ std::string PhaseStamps::summary() const {
   std::snprintf(line, sizeof line,
                 "ferry: phase stamps of rank %d (GPU %d, SM clock taken as %.0f MHz), medians in us:\n"
                 "  %-14s %12s %7s %8s %8s %10s %8s %8s %8s\n",
-                rank_, device_, clockKhz / 1e3, "collective", "count", "calls", "gap", "announce", "start wait",
-                "data", "end", "kernel");
+                rank_, device_, clockKhz / 1e3, "collective", "count", "calls", "gap", "announce",
+                "start wait", "data", "end", "kernel");
   out += line;
   for (auto& [key, p] : byKey) {
     const auto op = static_cast<Collective>(key >> 56);

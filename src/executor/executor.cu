@@ -336,11 +336,13 @@ void launchPlan(const Plan& plan, const RankProgram& program, const DeviceProgra
     a.lanes = planLanes(program, call.bytes() / call.count * elements, context.planLanes, context.maxBlocks);
     const auto grid = static_cast<unsigned>(program.threadBlocks() * a.lanes);
     if (!call.reduces()) {
-      executePlan<std::uint8_t, ReduceOp::Sum><<<grid, kThreads, 0, call.stream>>>(c, a);
+      launchCollective(context.earlyLaunch, executePlan<std::uint8_t, ReduceOp::Sum>, grid, kThreads,
+                       call.stream, c, a);
     } else {
       const ReduceOp partial = call.op == ReduceOp::Avg ? ReduceOp::Sum : call.op;
       dispatchTypeOp(call.type, partial, [&]<class T, ReduceOp Op>() {
-        if constexpr (Op != ReduceOp::Avg) executePlan<T, Op><<<grid, kThreads, 0, call.stream>>>(c, a);
+        if constexpr (Op != ReduceOp::Avg)
+          launchCollective(context.earlyLaunch, executePlan<T, Op>, grid, kThreads, call.stream, c, a);
       });
     }
     checkLaunch(call, name);

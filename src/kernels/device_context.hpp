@@ -93,6 +93,7 @@ struct CollectiveContext {
   int planLanes = 1;  // host only: the most lanes a plan's thread block may run in (FERRY_PLAN_LANES)
   const executor::DevicePlans* plans = nullptr;  // host only: the loaded plans, uploaded here
   PortPeersSource* ports = nullptr;              // host only: the Comm's channels to its peers (port_peers.hpp)
+  bool earlyLaunch = false;       // host only: launch with programmatic dependent launch (FERRY_LAUNCH_PDL)
   PhaseRecord* stamps = nullptr;  // FERRY_PHASE_STAMPS: where block 0 records its phases (phase_stamps.hpp)
 };
 
@@ -137,18 +138,48 @@ FERRY_DEVICE FERRY_INLINE SemaphoreDeviceHandle rowSemaphore(const CollectiveCon
   return s;
 }
 
-// One thread: tells peer p that this rank started call m, with this call's shape.
+// One thread: tells peer p that this rank started call m, with this call's shape, after every
+// write this thread made before (a direct call's buffer descriptor).
 FERRY_DEVICE FERRY_INLINE void announceStart(const CollectiveContext& c, int p, std::uint64_t m) {
   rowSemaphore(c, 0, p).signalAt(startWord(m, c.shape));
 }
 
+// Programmatic dependent launch (FERRY_LAUNCH_PDL, launchCollective): a kernel launched with it may
+// start while the previous kernel of its stream still runs. Every collective kernel waits here,
+// before its first access to memory, until that kernel has finished and its writes are visible,
+// which is what stream order gives without it, and at once lets the next kernel of the stream get
+// its blocks onto the SMs, so that its launch overlaps this call instead of following it. Both are
+// no-ops for a kernel launched without the attribute.
+FERRY_DEVICE FERRY_INLINE void awaitPreviousKernel() {
+#if __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+}
+
+// The number of the call this kernel makes: one more than the epoch. A strong load (L2, not the
+// SM's L1, which may still hold a line an earlier kernel's block read there when this kernel was
+// launched early, FERRY_LAUNCH_PDL).
+FERRY_DEVICE FERRY_INLINE std::uint64_t callNumber(const CollectiveContext& c) {
+  return atomicLoad<std::uint64_t, cuda::thread_scope_device>(&c.state->epoch, memory_order_relaxed) + 1;
+}
+
 // Every block calls this first. Returns m, the number of this call (1 for the first). Block 0
 // announces m to every peer.
+//
+// The announcement is a relaxed store, not signalAt's release: it publishes no data. What a peer
+// learns from it is that this rank is done with call m - 1's reads of the half that call m + 1
+// writes, and those reads belong to an earlier kernel of this stream, which had finished (its loads
+// returned) before this one began. A release would put a system-scope fence at the head of every
+// call (docs/architecture.md, "Latency"). beginDirect, whose start word does publish a descriptor,
+// keeps the release.
 FERRY_DEVICE FERRY_INLINE std::uint64_t beginCall(const CollectiveContext& c) {
-  const std::uint64_t m = c.state->epoch + 1;
+  awaitPreviousKernel();
+  const std::uint64_t m = callNumber(c);
   stampPhase(c.stamps, m, kEntered, c.op, c.count);
   const int p = static_cast<int>(threadIdx.x);
-  if (blockIdx.x == 0 && p < c.nranks && p != c.rank) announceStart(c, p, m);
+  if (blockIdx.x == 0 && p < c.nranks && p != c.rank)
+    rowSemaphore(c, 0, p).relaxedSignalAt(startWord(m, c.shape));
   stampPhase(c.stamps, m, kAnnounced);
   return m;
 }
@@ -223,10 +254,16 @@ FERRY_DEVICE FERRY_INLINE void endCall(const CollectiveContext& c, std::uint64_t
   stampPhase(c.stamps, m, kDataDone);
   const int checker = static_cast<int>(blockDim.x - 1 - threadIdx.x);
   if (blockIdx.x == 0 && checker < c.nranks && checker != c.rank)
-    checkPeerShape(c, checker, rowSemaphore(c, 0, checker).inboundValue(), m);
+    checkPeerShape(c, checker, atomicLoad(rowSemaphore(c, 0, checker).inbound, memory_order_relaxed), m);
   if (threadIdx.x == 0) {
+    // The count publishes nothing: it only finds the last block, and every block had read the
+    // epoch (its m, which all its work depends on) long before it counts itself. So it is relaxed:
+    // an acq_rel add waits for the block's writes to peers to be acknowledged, about 0.5 us. One
+    // block needs no count at all; the next kernel reads the epoch after this one has finished.
     const std::uint32_t done =
-        atomicFetchAdd<std::uint32_t, cuda::thread_scope_device>(&c.state->blocksDone, 1u, memory_order_acq_rel);
+        gridDim.x == 1 ? 0
+                       : atomicFetchAdd<std::uint32_t, cuda::thread_scope_device>(&c.state->blocksDone, 1u,
+                                                                                  memory_order_relaxed);
     if (done + 1 == gridDim.x) {
       c.state->blocksDone = 0;
       c.state->epoch = m;

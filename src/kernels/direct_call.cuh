@@ -83,7 +83,9 @@ FERRY_DEVICE FERRY_INLINE char* resolveBuffer(const CollectiveContext& c, int pe
 FERRY_DEVICE FERRY_INLINE std::uint64_t beginDirect(const CollectiveContext& c, const CallBuffers& mine,
                                                     const char* send, char* recv, DirectBuffers& out,
                                                     unsigned recvPeers = ~0u) {
-  const std::uint64_t m = c.state->epoch + 1;
+  awaitPreviousKernel();
+  const std::uint64_t m = callNumber(c);
+  stampPhase(c.stamps, m, kEntered, c.op, c.count);
   const int p = static_cast<int>(threadIdx.x);
   if (p < c.nranks && p != c.rank) {
     if (blockIdx.x == 0) {
@@ -122,6 +124,7 @@ FERRY_DEVICE FERRY_INLINE std::uint64_t beginDirect(const CollectiveContext& c, 
     out.recvEntry[p] = mine.recvId == 0 ? nullptr : &c.regs->entry[mine.recvId % kRegSlots][p];
   }
   __syncthreads();
+  stampPhase(c.stamps, m, kStarted);
   return m;
 }
 

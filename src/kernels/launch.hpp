@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <utility>
 
 #include "kernels/collective_call.hpp"
 #include "kernels/device_context.hpp"
@@ -26,6 +27,27 @@ inline unsigned gridFor(const CollectiveContext& c, std::uint64_t units, std::ui
   hi = std::min(hi, cap);
   lo = std::min(std::max(lo, static_cast<unsigned>(std::max(1, c.minBlocks))), hi);
   return gridFor(units, perBlock, lo, hi);
+}
+
+// Launches a collective kernel, one whose blocks begin with beginCall or beginDirect, on `stream`;
+// early: with programmatic dependent launch (CollectiveContext::earlyLaunch), so that its blocks
+// take their SMs while the kernel before it still runs and start the moment it ends
+// (device_context.hpp, awaitPreviousKernel). Any error is left for checkLaunch.
+template <class... Params, class... Args>
+void launchCollective(bool early, void (*kernel)(Params...), unsigned grid, unsigned threads,
+                      cudaStream_t stream, Args&&... args) {
+  cudaLaunchConfig_t config{};
+  config.gridDim = dim3(grid);
+  config.blockDim = dim3(threads);
+  config.stream = stream;
+  cudaLaunchAttribute attribute{};
+  attribute.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attribute.val.programmaticStreamSerializationAllowed = 1;
+  if (early) {
+    config.attrs = &attribute;
+    config.numAttrs = 1;
+  }
+  (void)cudaLaunchKernelEx(&config, kernel, std::forward<Args>(args)...);
 }
 
 // After a launch: a launch error becomes a CudaError naming the call and the algorithm.

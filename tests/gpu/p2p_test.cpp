@@ -126,7 +126,7 @@ TEST_P(GpuP2P, SeveralMessagesToOnePeerInOneGroup) {
   runRanksOk(n, [&](int rank) {
     Rank r(id, rank, n);
     const int next = (rank + 1) % n, prev = (rank + n - 1) % n;
-    const std::size_t sizes[] = {3u << 20, 1, 100000, 40000, 5u << 20};
+    const std::size_t sizes[] = {3u << 20, 1, 100000, 40000, 65536, 65537, 16385, 5u << 20};
     for (int round = 0; round < 3; ++round) {
       std::vector<std::unique_ptr<DeviceBuffer>> out, in;
       for (std::size_t k = 0; k < std::size(sizes); ++k) {
@@ -301,14 +301,15 @@ TEST_P(GpuP2P, BadCallsAndAMissingSender) {
 }
 
 // A recv whose send has another size stops with a report naming both sizes, at once (well inside
-// FERRY_DEVICE_TIMEOUT), in either direction; the sends are small enough to finish without the
-// receiver, so only the receiver's kernel stops (ranks may share a GPU).
+// FERRY_DEVICE_TIMEOUT), in either direction, also where one side's message goes as packets and
+// the other's as raw chunks (p2p.hpp, kP2PPacketBytes); the sends are small enough to finish
+// without the receiver, so only the receiver's kernel stops (ranks may share a GPU).
 TEST_P(GpuP2P, SendAndRecvOfDifferentSizesAreAnError) {
   const int n = GetParam();
   struct Case {
     std::size_t sent, expected;  // bytes
   };
-  for (const Case c : {Case{1000, 2000}, Case{40000, 4000}}) {
+  for (const Case c : {Case{1000, 2000}, Case{40000, 4000}, Case{100000, 4000}, Case{4000, 100000}}) {
     SCOPED_TRACE(std::to_string(c.sent) + " bytes sent, " + std::to_string(c.expected) + " expected");
     UniqueId id = UniqueId::create();
     runRanksOk(

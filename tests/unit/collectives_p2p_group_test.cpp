@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "collectives/p2p_group.hpp"
+#include "kernels/ranges.hpp"
 #include "ferry/errors.hpp"
 
 namespace ferry {
@@ -38,9 +39,29 @@ std::string refusal(const std::vector<PeerCall>& calls, int resident) {
 
 TEST(P2PGroup, LanesFollowTheSizeAlone) {
   EXPECT_EQ(p2pLanes(1), 1);
-  EXPECT_EQ(p2pLanes(kP2PLaneGrain), 1);
-  EXPECT_EQ(p2pLanes(kP2PLaneGrain + 1), 2);
+  EXPECT_EQ(p2pLanes(kP2PPacketLaneGrain), 1);
+  EXPECT_EQ(p2pLanes(kP2PPacketLaneGrain + 1), 2);
+  EXPECT_EQ(p2pLanes(kP2PPacketBytes), kP2PPacketLanes);
+  EXPECT_EQ(p2pLanes(kP2PPacketBytes + 1), static_cast<int>(kP2PPacketBytes / kP2PLaneGrain) + 1);
   EXPECT_EQ(p2pLanes(1ull << 30), kP2PLanes);
+}
+
+// Every lane of a message sent as packets fits its packet slot (the size packet and one packet per
+// word), and the packet slots of every sender fit behind the raw ones.
+TEST(P2PGroup, PacketLanesFitTheirSlots) {
+  for (std::uint64_t bytes = 1; bytes <= kP2PPacketBytes; bytes += bytes < 4096 ? 1 : 4093) {
+    ASSERT_TRUE(p2pPackets(bytes));
+    const int lanes = p2pLanes(bytes);
+    ASSERT_LE(lanes, kP2PPacketLanes) << bytes;
+    for (int lane = 0; lane < lanes; ++lane) {
+      const Range part = splitRange(bytes, lanes, lane, 16);
+      EXPECT_LE(16 * (1 + (part.size() + 7) / 8), kP2PPacketSlotBytes) << bytes << " lane " << lane;
+    }
+  }
+  EXPECT_FALSE(p2pPackets(kP2PPacketBytes + 1));
+  EXPECT_EQ(p2pPacketSlotOffset(2, 1, kP2PPacketLanes - 1, kP2PSlots - 1) + kP2PPacketSlotBytes,
+            p2pPacketSlotOffset(2, 2, 0, 0));
+  EXPECT_EQ(p2pPacketSlotOffset(2, 0, 0, 0), p2pSlotOffset(2, 0, 0));
 }
 
 // A two-rank all-to-all through send/recv: the transfer each way and the copy to self, in one
