@@ -6,7 +6,13 @@
 #
 #   scripts/bench-before-after.sh [BEFORE_DIR] [ferry-bench collectives...]
 #   BENCH_ARGS="-b 1K -e 1G -f 4" scripts/bench-before-after.sh .before allreduce allgather
-# Tables go to ${OUT:-build-ab}/before_<coll>.txt and after_<coll>.txt, JSON beside them.
+#   AB_VARIANTS="pdl:FERRY_LAUNCH_PDL=1" scripts/bench-before-after.sh .before all
+#       # also runs this tree with each NAME:VAR=VAL[,VAR=VAL...] setting, as run NAME
+#   AB_STAMPS="allreduce -b 1K -e 64K -f 4" scripts/bench-before-after.sh .before all
+#       # also runs these ferry-bench arguments with FERRY_PHASE_STAMPS=1 on both trees (no NCCL):
+#       # the phase medians go to stamps_before.txt and stamps_after.txt
+# Tables go to ${OUT:-build-ab}/before_<coll>.txt and after_<coll>.txt, JSON beside them, and
+# compare_<coll>.md puts every run beside the fastest NCCL of them all (scripts/bench-tables.py).
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 2
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1  # rule 1: no multicast, NCCL included
@@ -31,12 +37,36 @@ wait $pb || { echo "before: build failed"; tail -20 build-ab/before.build.log; e
 wait $pa || { echo "after: build failed"; tail -20 build-ab/after.build.log; exit 1; }
 echo "built both in $SECONDS s"
 
+read -ra variants <<<"${AB_VARIANTS:-}"
+bench() {  # SIDE NAME COLLECTIVE [VAR=VAL...]: one run of ferry-bench, as run NAME
+  local side=$1 name=$2 c=$3
+  shift 3
+  echo "== $name: ferry-bench $c ${bench_args[*]} $*"
+  env "$@" LD_PRELOAD="$PWD/build-ab/$side/tools/guard/libferry_guard.so" \
+    "build-ab/$side/tools/ferry-bench/ferry-bench" "$c" "${bench_args[@]}" --json "$out/${name}_$c.json" \
+    >"$out/${name}_$c.txt" 2>&1
+  echo "rc=$?"
+}
 for c in "${collectives[@]}"; do
+  runs=()
   for side in before after; do
-    echo "== $side: ferry-bench $c ${bench_args[*]}"
-    LD_PRELOAD=$PWD/build-ab/$side/tools/guard/libferry_guard.so \
-      "build-ab/$side/tools/ferry-bench/ferry-bench" "$c" "${bench_args[@]}" --json "$out/${side}_$c.json" \
-      >"$out/${side}_$c.txt" 2>&1
-    echo "rc=$?"
+    bench "$side" "$side" "$c"
+    [[ -s $out/${side}_$c.json ]] && runs+=("$side=$out/${side}_$c.json")
   done
+  for v in "${variants[@]}"; do
+    IFS=, read -ra settings <<<"${v#*:}"
+    bench after "${v%%:*}" "$c" "${settings[@]}"
+    [[ -s $out/${v%%:*}_$c.json ]] && runs+=("${v%%:*}=$out/${v%%:*}_$c.json")
+  done
+  ((${#runs[@]})) && python3 scripts/bench-tables.py compare "${runs[@]}" >"$out/compare_$c.md" &&
+    cat "$out/compare_$c.md"
 done
+if [[ -n ${AB_STAMPS:-} ]]; then
+  read -ra stamp_args <<<"$AB_STAMPS"
+  for side in before after; do
+    FERRY_PHASE_STAMPS=1 LD_PRELOAD="$PWD/build-ab/$side/tools/guard/libferry_guard.so" \
+      "build-ab/$side/tools/ferry-bench/ferry-bench" "${stamp_args[@]}" --no-nccl 2>&1 |
+      grep -A 40 '^ferry: phase stamps' >"$out/stamps_$side.txt"
+    echo "== phase stamps, $side:" && cat "$out/stamps_$side.txt"
+  done
+fi

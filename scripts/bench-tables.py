@@ -9,6 +9,9 @@ native algorithm of the same shape, and ferry through the NCCL API beside native
     scripts/bench-tables.py api api.json bench.json           # NCCL API (api.json's "nccl" column,
                                                               # measured with --nccl libferry_nccl.so),
                                                               # native ferry, real NCCL (bench.json)
+    scripts/bench-tables.py compare before=b.json after=a.json   # several runs of one call (builds,
+                                                              # settings) beside the fastest NCCL of
+                                                              # them all, and the wrong results
 
 Times are the out-of-place medians in microseconds; a size missing from a file shows as "-".
 """
@@ -134,6 +137,43 @@ def api(through_api: dict, bench: dict) -> str:
     return "\n\n".join(parts) + "\n"
 
 
+def wrong_of(row: dict) -> int:
+    """Wrong elements of every measurement in a row: ferry's and each NCCL variant's."""
+    measures = [row.get("out_of_place"), row.get("in_place"), row.get("nccl")]
+    measures += list((row.get("nccl_variants") or {}).values())
+    return sum(m.get("wrong", 0) for m in measures if m)
+
+
+def best_nccl(rows: list[dict]) -> float | None:
+    """The fastest NCCL time of any variant in any of the rows."""
+    times = [variant_time(r, v) for r in rows for v in VARIANTS] + [time_of(r, "nccl") for r in rows]
+    times = [t for t in times if t is not None]
+    return min(times) if times else None
+
+
+def compare(runs: list[tuple[str, dict]]) -> str:
+    """One table per collective: each named run's ferry time, the fastest NCCL of every run, the
+    ratio of that NCCL to each run (above 1: ferry is faster) and the wrong results of all runs."""
+    names = [n for n, _ in runs]
+    grouped = [groups(doc) for _, doc in runs]
+    parts = []
+    for key in grouped[0]:
+        lines = [f"### {title(runs[0][1], key)}", "",
+                 "| size | " + " | ".join(f"{n} (us)" for n in names) + " | best NCCL (us) | " +
+                 " | ".join(f"NCCL / {n}" for n in names) + " | wrong |",
+                 "| --- |" + " --- |" * (2 * len(names) + 2)]
+        sizes = sorted(set().union(*(g.get(key, {}).keys() for g in grouped)))
+        for size in sizes:
+            rows = [g.get(key, {}).get(size) for g in grouped]
+            present = [r for r in rows if r]
+            nccl = best_nccl(present)
+            times = [time_of(r, "out_of_place") for r in rows]
+            lines.append(f"| {human_bytes(size)} | " + " | ".join(cell(t) for t in times) + f" | {cell(nccl)} | " +
+                         " | ".join(ratio(nccl, t) for t in times) + f" | {sum(wrong_of(r) for r in present)} |")
+        parts.append("\n".join(lines))
+    return "\n\n".join(parts) + "\n"
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="what", required=True)
@@ -144,12 +184,22 @@ def main(argv: list[str] | None = None) -> int:
     p = sub.add_parser("api")
     p.add_argument("through_api", type=Path)
     p.add_argument("bench", type=Path)
+    p = sub.add_parser("compare")
+    p.add_argument("runs", nargs="+", metavar="NAME=FILE")
     args = parser.parse_args(argv)
     try:
         if args.what == "summary":
             print(summary(load(args.bench)), end="")
         elif args.what == "pair":
             print(pair(load(args.plan), load(args.native)), end="")
+        elif args.what == "compare":
+            runs = []
+            for item in args.runs:
+                name, sep, path = item.partition("=")
+                if not sep or not name or not path:
+                    raise ValueError(f"'{item}': give each run as NAME=FILE")
+                runs.append((name, load(Path(path))))
+            print(compare(runs), end="")
         else:
             print(api(load(args.through_api), load(args.bench)), end="")
     except (OSError, ValueError, KeyError) as e:

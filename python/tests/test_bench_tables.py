@@ -61,6 +61,24 @@ def test_api_puts_the_three_side_by_side(tmp_path, capsys):
     assert "| 1 KiB | 11.00 | 10.00 | 1.10 | 30.00 |" in capsys.readouterr().out
 
 
+def test_compare_puts_runs_beside_the_fastest_nccl_of_them_all(tmp_path, capsys):
+    tables = load_script("bench-tables.py")
+    before = bench_file(tmp_path / "b.json", "allreduce_ll", 10.0, 30.0)
+    after = bench_file(tmp_path / "a.json", "allreduce_ll", 0.0, 8.0)
+    doc = json.loads(after.read_text())
+    doc["rows"][0]["nccl_variants"] = {"plain": measure(50.0), "registered": None, "window": measure(15.0)}
+    doc["rows"][1]["out_of_place"]["wrong"] = 3
+    after.write_text(json.dumps(doc))
+    assert tables.main(["compare", f"before={before}", f"after={after}"]) == 0
+    out = capsys.readouterr().out
+    assert "| size | before (us) | after (us) | best NCCL (us) | NCCL / before | NCCL / after | wrong |" in out
+    # 1 KiB: ferry 20 and 10; NCCL 40 (before), 15 (after's window): the fastest is 15.
+    assert "| 1 KiB | 20.00 | 10.00 | 15.00 | 0.75 | 1.50 | 0 |" in out
+    assert "| 1 MiB | 30.00 | 20.00 | 28.00 | 0.93 | 1.40 | 3 |" in out
+    assert tables.main(["compare", str(before)]) == 2
+    assert "give each run as NAME=FILE" in capsys.readouterr().err
+
+
 def test_not_a_bench_file_is_an_error(tmp_path, capsys):
     tables = load_script("bench-tables.py")
     bad = tmp_path / "bad.json"

@@ -70,6 +70,26 @@ Json packets() {
           {"min_bytes", 0},         {"max_bytes", 1 << 16}, {"ranks", ranks}};
 }
 
+// Two ranks, broadcast from rank 0: the root copies its input to its output and puts that into
+// rank 1's output.
+Json broadcast() {
+  Json ranks = Json::array();
+  Json rootOps = Json::array();
+  rootOps.push_back({{"op", "copy"}, {"src", ref("input", 0)}, {"dst", ref("output", 0)}});
+  rootOps.push_back({{"op", "put"}, {"channel", 0}, {"src", ref("output", 0)}, {"dst", ref("output", 0)}});
+  rootOps.push_back({{"op", "signal"}, {"channel", 0}});
+  Json leafOps = Json::array();
+  leafOps.push_back({{"op", "wait"}, {"channel", 0}});
+  for (int r = 0; r < 2; ++r)
+    ranks.push_back({{"rank", r},
+                     {"channels", {{{"type", "memory"}, {"peer", 1 - r}}}},
+                     {"thread_blocks", {{{"id", 0}, {"ops", r == 0 ? rootOps : leafOps}}}}});
+  return {{"format", "ferry-plan"}, {"version", 1},      {"name", "bc"},   {"collective", "broadcast"},
+          {"protocol", "Simple"},   {"inplace", false},  {"world_size", 2}, {"root", 0},
+          {"chunks", {{"input", 1}, {"output", 1}, {"scratch", 0}}},        {"min_bytes", 0},
+          {"max_bytes", 1 << 20},   {"ranks", ranks}};
+}
+
 // The message of the InvalidUsage error `f` throws; a test failure (and "") for anything else.
 using ::ferry::testing::invalidUsageOf;
 
@@ -366,6 +386,29 @@ TEST(PlanAlgorithm, WhyNotNamesEachLimit) {
   EXPECT_EQ(a.whyNot(call, {2, 1 << 20, 1024}), "");  // 2 KiB of scratch: it runs in rounds
   EXPECT_CONTAINS(a.whyNot(call, {2, 1 << 20, 8}), "FERRY_SCRATCH_BYTES");  // not even 16 bytes
   EXPECT_CONTAINS(a.whyNot(call, {2, 1 << 20, 1 << 20, 0}), "thread blocks; the Comm allows 0");  // maxBlocks
+}
+
+// Only the root's send buffer says whether a broadcast is in place (the other ranks' is not
+// read), so every rank must take the call alike whatever its own buffers: a broadcast plan takes
+// both. Refusing on one rank and not another had them run different algorithms: a hang.
+TEST(PlanAlgorithm, BroadcastPlansTakeInPlaceAndOutOfPlaceCallsOnEveryRank) {
+  TempDir dir;
+  dir.write("bc.json", broadcast());
+  auto algos = loadPlanAlgorithms(dir.path.string());
+  ASSERT_EQ(algos.size(), 1u);
+  const PlanAlgorithm& a = *algos[0];
+  for (int rank = 0; rank < 2; ++rank) {
+    CollectiveCall call = callOf(1024, rank);
+    call.collective = ferry::Collective::Broadcast;
+    call.root = 0;
+    EXPECT_EQ(a.whyNot(call, kLimits), "") << "rank " << rank << ", out of place";
+    call.send = call.recv;
+    EXPECT_EQ(a.whyNot(call, kLimits), "") << "rank " << rank << ", in place";
+    call.send = nullptr;
+    EXPECT_EQ(a.whyNot(call, kLimits), "") << "rank " << rank << ", no send buffer";
+    call.root = 1;
+    EXPECT_CONTAINS(a.whyNot(call, kLimits), "broadcasts from rank 0, not 1");
+  }
 }
 
 TEST(PlanAlgorithm, PacketPlansNeedRoomInThePacketRegion) {
