@@ -105,9 +105,63 @@ def test_hierarchical_programs_with_a_step_dropped_are_caught(name, op, which):
 
 def test_hierarchical_programs_refuse_hosts_that_do_not_divide_the_ranks():
     from ferry.programs._hosts import Hosts, layout
-    assert layout(8) == Hosts(4, 2) and layout(3) == Hosts(1, 3) and layout(6, 3) == Hosts(3, 2)
+    assert layout(8) == Hosts.even(4, 2) and layout(3) == Hosts.even(1, 3) and layout(6, 3) == Hosts.even(3, 2)
+    assert layout(4, host_sizes=[3, 1]) == Hosts((3, 1))
     with pytest.raises(ValueError, match="do not split"):
         layout(6, 4)
+    with pytest.raises(ValueError, match=r"hosts of \[3, 2\] ranks do not make 4 ranks"):
+        layout(4, host_sizes=[3, 2])
+    with pytest.raises(ValueError, match="not both"):
+        layout(4, 2, host_sizes=[2, 2])
+
+
+def test_partners_across_hosts_of_different_sizes():
+    from ferry.programs._hosts import Hosts
+    hosts = Hosts((3, 1))  # ranks 0, 1, 2 on host 0; rank 3 on host 1
+    assert [hosts.sends_to(r) for r in range(4)] == [[3], [3], [3], [0]]
+    assert [hosts.receives_from(r) for r in range(4)] == [[3], [], [], [0, 1, 2]]
+    assert hosts.on_host(1) == [0, 2] and hosts.on_host(3) == []
+    even = Hosts.even(2, 3)
+    assert all(even.sends_to(r) == even.receives_from(r) == even.across(r) for r in range(6))
+    with pytest.raises(ValueError, match="hosts of one size, not 3\\+1"):
+        hosts.across(0)
+
+
+UNEVEN = [[3, 1], [1, 3], [2, 1, 3], [3, 2], [4, 1, 1], [1, 2]]
+
+
+@pytest.mark.parametrize("sizes", UNEVEN)
+def test_hierarchical_allgather_verifies_for_hosts_of_different_sizes(sizes):
+    from ferry.programs.allgather_hierarchical import program
+    findings = verify(load_plan(program(sum(sizes), host_sizes=sizes).to_plan()))
+    assert findings == [], "\n".join(map(str, findings))
+
+
+@pytest.mark.parametrize("sizes", UNEVEN)
+def test_hierarchical_broadcast_verifies_for_hosts_of_different_sizes_from_every_root(sizes):
+    from ferry.programs.broadcast_hierarchical import program
+    for root in range(sum(sizes)):
+        findings = verify(load_plan(program(sum(sizes), host_sizes=sizes, root=root).to_plan()))
+        assert findings == [], f"root {root}:\n" + "\n".join(map(str, findings))
+
+
+def test_a_rank_that_forwards_several_hosts_chunks_is_checked():
+    # 3 + 2: rank 3 is the partner of ranks 0 and 2, and forwards both chunks to rank 4; without
+    # its wait for rank 2's, it forwards what is not there yet.
+    from ferry.programs.allgather_hierarchical import program
+    plan = program(5, host_sizes=[3, 2]).to_plan()
+    ops = plan["ranks"][3]["thread_blocks"][0]["ops"]
+    ops.pop([i for i, o in enumerate(ops) if o["op"] == "wait"][1])
+    found = verify(load_plan(plan))
+    assert any(f.rank in (3, 4) for f in found), found
+
+
+@pytest.mark.parametrize("name", ["allreduce_hierarchical", "reducescatter_hierarchical", "alltoall_hierarchical"])
+def test_the_programs_for_hosts_of_one_size_refuse_others(name):
+    import importlib
+    module = importlib.import_module(f"ferry.programs.{name}")
+    with pytest.raises(ValueError, match=f"{name}: needs hosts of one size, not 3\\+1"):
+        module.program(4, host_sizes=[3, 1])
 
 
 @pytest.mark.parametrize("world_size,ranks_per_host,root", [(8, 4, 5), (6, 3, 4), (4, 2, 3), (6, 2, 3)])

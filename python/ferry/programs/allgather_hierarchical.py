@@ -1,39 +1,40 @@
 """AllGather for ranks on several hosts, in two phases, each on the channels of its links:
 
-1. across hosts, every rank puts its input into the output of the rank of its local index on every
-   other host, over port channels (the host proxy: the copy engine within a host, the network
-   between hosts); so each input leaves its host once per other host;
-2. on each host, every rank puts the H chunks it now holds (those of its local index, one per host)
+1. across hosts, every rank puts its input into the output of its partner on every other host
+   (the rank of its local index), over port channels (the host proxy: the copy engine within a
+   host, the network between hosts); so each input leaves its host once per other host;
+2. on each host, every rank puts the chunks it now holds (its own and those its partners sent it)
    into the output of every other rank of its host, over memory channels (NVLink).
 
-Rank r is local rank ``r % L`` of host ``r // L`` (``L = ranks_per_host``; by default two hosts,
-ferry/programs/_hosts.py). Every port channel carries one signal, every memory channel one, after
-the rank has waited for the chunks it forwards. On one host the same plan runs with its port
-channels on the copy engine (docs/multi-node.md).
+The hosts hold ``ranks_per_host`` consecutive ranks each (by default two hosts), or ``host_sizes``
+ranks, which may differ (3 + 1): then a rank of a smaller host is the partner of several ranks of
+a larger one and forwards all their chunks (ferry/programs/_hosts.py). Every port channel carries
+one signal, every memory channel one, after the rank has waited for the chunks it forwards. On one
+host the same plan runs with its port channels on the copy engine (docs/multi-node.md).
 """
 
 from ferry.dsl import CollectiveProgram
 from ferry.programs._hosts import layout, memory_channels, port_channels
 
 
-def program(world_size: int, *, ranks_per_host: int | None = None,
+def program(world_size: int, *, ranks_per_host: int | None = None, host_sizes: list[int] | None = None,
             name: str = "allgather_hierarchical") -> CollectiveProgram:
     w = world_size
-    hosts = layout(w, ranks_per_host, program=name)
+    hosts = layout(w, ranks_per_host, host_sizes=host_sizes, program=name)
     with CollectiveProgram(name, "allgather", world_size=w, input_chunks=1) as prog:
-        on_host, across = hosts.on_host, hosts.across
+        on_host, sends_to, receives_from = hosts.on_host, hosts.sends_to, hosts.receives_from
         memory, port = memory_channels(hosts), port_channels(hosts)
         for r in range(w):
             me = prog.rank(r)
-            # 1. Across hosts: my input to my local index's rank on every other host.
+            # 1. Across hosts: my input to my partner on every other host.
             me.copy(me.input[0], me.output[r], tb=0)
-            for p in across(r):
+            for p in sends_to(r):
                 port[r, p].put(me.input[0], prog.rank(p).output[r], tb=0)
                 port[r, p].signal(tb=0)
-            for p in across(r):
+            for p in receives_from(r):
                 port[p, r].pair.wait(tb=0)
-            # 2. On the host: the chunks of my local index (mine and the other hosts') to every peer.
-            mine = [r] + across(r)
+            # 2. On the host: the chunks I hold (mine and my partners') to every peer.
+            mine = [r] + receives_from(r)
             for p in on_host(r):
                 for c in mine:
                     memory[r, p].put(me.output[c], prog.rank(p).output[c], tb=0)

@@ -16,14 +16,14 @@ local index). On one host the same plan runs with its port channels on the copy 
 """
 
 from ferry.dsl import CollectiveProgram
-from ferry.programs._hosts import layout, memory_channels, port_channels
+from ferry.programs._hosts import even_layout, memory_channels, port_channels
 from ferry.programs.reducescatter_allpairs import slot
 
 
-def program(world_size: int, *, ranks_per_host: int | None = None,
+def program(world_size: int, *, ranks_per_host: int | None = None, host_sizes: list[int] | None = None,
             name: str = "alltoall_hierarchical") -> CollectiveProgram:
     w = world_size
-    hosts = layout(w, ranks_per_host, program=name)
+    hosts = even_layout(w, ranks_per_host, host_sizes=host_sizes, program=name)
     L, H, host, local = hosts.per_host, hosts.hosts, hosts.host, hosts.local
     with CollectiveProgram(name, "alltoall", world_size=w, input_chunks=w,
                            scratch_chunks=(L - 1) * H) as prog:
