@@ -131,9 +131,11 @@ UNEVEN = [[3, 1], [1, 3], [2, 1, 3], [3, 2], [4, 1, 1], [1, 2]]
 
 
 @pytest.mark.parametrize("sizes", UNEVEN)
-def test_hierarchical_allgather_verifies_for_hosts_of_different_sizes(sizes):
-    from ferry.programs.allgather_hierarchical import program
-    findings = verify(load_plan(program(sum(sizes), host_sizes=sizes).to_plan()))
+@pytest.mark.parametrize("name", ["allgather_hierarchical", "alltoall_hierarchical"])
+def test_hierarchical_programs_verify_for_hosts_of_different_sizes(name, sizes):
+    import importlib
+    module = importlib.import_module(f"ferry.programs.{name}")
+    findings = verify(load_plan(module.program(sum(sizes), host_sizes=sizes).to_plan()))
     assert findings == [], "\n".join(map(str, findings))
 
 
@@ -156,7 +158,7 @@ def test_a_rank_that_forwards_several_hosts_chunks_is_checked():
     assert any(f.rank in (3, 4) for f in found), found
 
 
-@pytest.mark.parametrize("name", ["allreduce_hierarchical", "reducescatter_hierarchical", "alltoall_hierarchical"])
+@pytest.mark.parametrize("name", ["allreduce_hierarchical", "reducescatter_hierarchical"])
 def test_the_programs_for_hosts_of_one_size_refuse_others(name):
     import importlib
     module = importlib.import_module(f"ferry.programs.{name}")

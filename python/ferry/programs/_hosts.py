@@ -107,7 +107,7 @@ def even_layout(world_size: int, ranks_per_host: int | None = None, *, host_size
     hosts = layout(world_size, ranks_per_host, host_sizes=host_sizes, program=program)
     if not hosts.is_even:
         raise ValueError(f"{program}: needs hosts of one size, not {'+'.join(map(str, hosts.sizes))} "
-                         "(allgather_hierarchical and broadcast_hierarchical take hosts of different sizes)")
+                         "(allgather_, alltoall_ and broadcast_hierarchical take hosts of different sizes)")
     return hosts
 
 
