@@ -6,8 +6,8 @@ across hosts. Hosts of different sizes (3 + 1, say) pair each rank with local ra
 of host h, so a rank of a small host is the partner of several ranks of a larger one: its
 ``receives_from`` lists them all, while its own ``sends_to`` names one rank per host. With equal
 sizes both lists are the same ranks, the ones of its local index on the other hosts (``across``).
-The programs that are written for equal hosts (every local index on every host) say so through
-``per_host``, which refuses uneven layouts."""
+The programs' parts written for equal hosts (every local index on every host) use ``per_host`` and
+``across``, which refuse uneven layouts; each program has a part of its own for those."""
 
 from __future__ import annotations
 
@@ -99,16 +99,6 @@ def layout(world_size: int, ranks_per_host: int | None = None, *, host_sizes: li
     if per_host < 1 or world_size % per_host:
         raise ValueError(f"{program}: {world_size} ranks do not split into hosts of {per_host}")
     return Hosts.even(per_host, world_size // per_host)
-
-
-def even_layout(world_size: int, ranks_per_host: int | None = None, *, host_sizes: list[int] | None = None,
-                program: str = "hierarchical") -> Hosts:
-    """layout(), for a program written for hosts of one size: uneven ``host_sizes`` are an error."""
-    hosts = layout(world_size, ranks_per_host, host_sizes=host_sizes, program=program)
-    if not hosts.is_even:
-        raise ValueError(f"{program}: needs hosts of one size, not {'+'.join(map(str, hosts.sizes))} "
-                         "(allgather_, alltoall_ and broadcast_hierarchical take hosts of different sizes)")
-    return hosts
 
 
 def memory_channels(hosts: Hosts) -> dict[tuple[int, int], MemoryChannel]:

@@ -18,17 +18,25 @@ the other hosts' sums (``L - 1 + slot(sender host, receiver host)``). Every memo
 two signals (the phases 1 and 3), every port channel one; the n-th wait consumes the n-th signal.
 The sums run in local rank order on a host and in host order across hosts, so every rank computes
 the same bits. On one host the same plan runs with its port channels on the copy engine.
+
+Hosts of different sizes (``host_sizes``, 3 + 1) have no common local index; there the input is cut
+into one chunk per rank, rank d's chunk is summed at d as reducescatter_hierarchical does it
+(``reduce_scatter_uneven``), and the sums are all-gathered through the partners across hosts
+(ferry/programs/_hosts.py), as allgather_hierarchical does.
 """
 
 from ferry.dsl import CollectiveProgram
-from ferry.programs._hosts import even_layout, memory_channels, port_channels
+from ferry.programs._hosts import Hosts, layout, memory_channels, port_channels
 from ferry.programs.reducescatter_allpairs import slot
+from ferry.programs.reducescatter_hierarchical import reduce_scatter_uneven, uneven_scratch_chunks
 
 
 def program(world_size: int, *, ranks_per_host: int | None = None, host_sizes: list[int] | None = None,
             name: str = "allreduce_hierarchical") -> CollectiveProgram:
     w = world_size
-    hosts = even_layout(w, ranks_per_host, host_sizes=host_sizes, program=name)
+    hosts = layout(w, ranks_per_host, host_sizes=host_sizes, program=name)
+    if not hosts.is_even:
+        return uneven_program(hosts, name)
     L, H, host, local = hosts.per_host, hosts.hosts, hosts.host, hosts.local
     with CollectiveProgram(name, "allreduce", world_size=w, input_chunks=L,
                            scratch_chunks=(L - 1) + (H - 1)) as prog:
@@ -61,5 +69,31 @@ def program(world_size: int, *, ranks_per_host: int | None = None, host_sizes: l
                 memory[r, p].put(me.output[l], prog.rank(p).output[l], tb=0)
                 memory[r, p].signal(tb=0)
             for p in on_host(r):
+                memory[p, r].pair.wait(tb=0)
+    return prog
+
+
+def uneven_program(hosts: Hosts, name: str) -> CollectiveProgram:
+    """AllReduce on hosts of different sizes: chunk d summed at rank d, then all-gathered: each
+    rank puts its sum to its partner on every other host, and every rank hands the sums it holds to
+    its host peers. Each port and memory channel carries a signal per phase that uses it; the n-th
+    wait consumes the n-th signal."""
+    w = hosts.world_size
+    with CollectiveProgram(name, "allreduce", world_size=w, input_chunks=w,
+                           scratch_chunks=uneven_scratch_chunks(hosts)) as prog:
+        memory, port = memory_channels(hosts), port_channels(hosts)
+        reduce_scatter_uneven(prog, hosts, memory, port, lambda r: prog.rank(r).output[r])
+        for r in range(w):
+            me = prog.rank(r)
+            for p in hosts.sends_to(r):
+                port[r, p].put(me.output[r], prog.rank(p).output[r], tb=0)
+                port[r, p].signal(tb=0)
+            for q in hosts.receives_from(r):
+                port[q, r].pair.wait(tb=0)
+            for p in hosts.on_host(r):
+                for c in [r] + hosts.receives_from(r):
+                    memory[r, p].put(me.output[c], prog.rank(p).output[c], tb=0)
+                memory[r, p].signal(tb=0)
+            for p in hosts.on_host(r):
                 memory[p, r].pair.wait(tb=0)
     return prog
