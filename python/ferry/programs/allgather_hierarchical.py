@@ -14,7 +14,7 @@ host the same plan runs with its port channels on the copy engine (docs/multi-no
 """
 
 from ferry.dsl import CollectiveProgram
-from ferry.programs._hosts import layout, memory_channels, port_channels
+from ferry.programs._hosts import Hosts, layout, memory_channels, port_channels
 
 
 def program(world_size: int, *, ranks_per_host: int | None = None, host_sizes: list[int] | None = None,
@@ -22,23 +22,30 @@ def program(world_size: int, *, ranks_per_host: int | None = None, host_sizes: l
     w = world_size
     hosts = layout(w, ranks_per_host, host_sizes=host_sizes, program=name)
     with CollectiveProgram(name, "allgather", world_size=w, input_chunks=1) as prog:
-        on_host, sends_to, receives_from = hosts.on_host, hosts.sends_to, hosts.receives_from
-        memory, port = memory_channels(hosts), port_channels(hosts)
         for r in range(w):
-            me = prog.rank(r)
-            # 1. Across hosts: my input to my partner on every other host.
-            me.copy(me.input[0], me.output[r], tb=0)
-            for p in sends_to(r):
-                port[r, p].put(me.input[0], prog.rank(p).output[r], tb=0)
-                port[r, p].signal(tb=0)
-            for p in receives_from(r):
-                port[p, r].pair.wait(tb=0)
-            # 2. On the host: the chunks I hold (mine and my partners') to every peer.
-            mine = [r] + receives_from(r)
-            for p in on_host(r):
-                for c in mine:
-                    memory[r, p].put(me.output[c], prog.rank(p).output[c], tb=0)
-                memory[r, p].signal(tb=0)
-            for p in on_host(r):
-                memory[p, r].pair.wait(tb=0)
+            prog.rank(r).copy(prog.rank(r).input[0], prog.rank(r).output[r], tb=0)
+        gather_through_partners(prog, hosts, memory_channels(hosts), port_channels(hosts),
+                                lambda r: prog.rank(r).input[0])
     return prog
+
+
+def gather_through_partners(prog: CollectiveProgram, hosts: Hosts, memory, port, source) -> None:
+    """Rank r's chunk ``source(r)`` (already in its ``output[r]``) into ``output[r]`` of every
+    rank: to r's partner on every other host (port channels), then from each rank to its host
+    peers, with the chunks its partners sent it (memory channels)."""
+    on_host, sends_to, receives_from = hosts.on_host, hosts.sends_to, hosts.receives_from
+    for r in range(hosts.world_size):
+        me = prog.rank(r)
+        # 1. Across hosts: my chunk to my partner on every other host.
+        for p in sends_to(r):
+            port[r, p].put(source(r), prog.rank(p).output[r], tb=0)
+            port[r, p].signal(tb=0)
+        for p in receives_from(r):
+            port[p, r].pair.wait(tb=0)
+        # 2. On the host: the chunks I hold (mine and my partners') to every peer.
+        for p in on_host(r):
+            for c in [r] + receives_from(r):
+                memory[r, p].put(me.output[c], prog.rank(p).output[c], tb=0)
+            memory[r, p].signal(tb=0)
+        for p in on_host(r):
+            memory[p, r].pair.wait(tb=0)

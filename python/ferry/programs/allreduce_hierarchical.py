@@ -28,6 +28,7 @@ into one chunk per rank, rank d's chunk is summed at d as reducescatter_hierarch
 from ferry.dsl import CollectiveProgram
 from ferry.programs._hosts import Hosts, layout, memory_channels, port_channels
 from ferry.programs.reducescatter_allpairs import slot
+from ferry.programs.allgather_hierarchical import gather_through_partners
 from ferry.programs.reducescatter_hierarchical import reduce_scatter_uneven, uneven_scratch_chunks
 
 
@@ -83,17 +84,5 @@ def uneven_program(hosts: Hosts, name: str) -> CollectiveProgram:
                            scratch_chunks=uneven_scratch_chunks(hosts)) as prog:
         memory, port = memory_channels(hosts), port_channels(hosts)
         reduce_scatter_uneven(prog, hosts, memory, port, lambda r: prog.rank(r).output[r])
-        for r in range(w):
-            me = prog.rank(r)
-            for p in hosts.sends_to(r):
-                port[r, p].put(me.output[r], prog.rank(p).output[r], tb=0)
-                port[r, p].signal(tb=0)
-            for q in hosts.receives_from(r):
-                port[q, r].pair.wait(tb=0)
-            for p in hosts.on_host(r):
-                for c in [r] + hosts.receives_from(r):
-                    memory[r, p].put(me.output[c], prog.rank(p).output[c], tb=0)
-                memory[r, p].signal(tb=0)
-            for p in hosts.on_host(r):
-                memory[p, r].pair.wait(tb=0)
+        gather_through_partners(prog, hosts, memory, port, lambda r: prog.rank(r).output[r])
     return prog
