@@ -11,6 +11,8 @@
 #   AB_STAMPS="allreduce -b 1K -e 64K -f 4" scripts/bench-before-after.sh .before all
 #       # also runs these ferry-bench arguments with FERRY_PHASE_STAMPS=1 on both trees (no NCCL):
 #       # the phase medians go to stamps_before.txt and stamps_after.txt
+#   AB_PERF="-s 64M,256M" scripts/bench-before-after.sh .before all
+#       # also runs ferry-perf with these arguments on both trees: perf_before.txt, perf_after.txt
 # Tables go to ${OUT:-build-ab}/before_<coll>.txt and after_<coll>.txt, JSON beside them, and
 # compare_<coll>.md puts every run beside the fastest NCCL of them all (scripts/bench-tables.py).
 set -uo pipefail
@@ -29,13 +31,15 @@ jobs=$(nproc)
 configure_and_build() {  # SOURCE BUILD
   cmake -S "$1" -B "$2" -G Ninja -DCMAKE_BUILD_TYPE=Release -DFERRY_BUILD_TESTS=OFF \
     -DFERRY_THIRD_PARTY_DIR="$PWD/.deps" >"$2.configure.log" 2>&1 &&
-    cmake --build "$2" --parallel "$((jobs / 2))" --target ferry-bench ferry_guard >"$2.build.log" 2>&1
+    cmake --build "$2" --parallel "$((jobs / 2))" --target ferry-bench ferry_guard \
+      ${AB_PERF:+ferry-perf} >"$2.build.log" 2>&1
 }
 configure_and_build "$before" build-ab/before & pb=$!
 configure_and_build . build-ab/after & pa=$!
 wait $pb || { echo "before: build failed"; tail -20 build-ab/before.build.log; exit 1; }
 wait $pa || { echo "after: build failed"; tail -20 build-ab/after.build.log; exit 1; }
 echo "built both in $SECONDS s"
+[[ -n ${AB_BUILD_ONLY:-} ]] && exit 0  # AB_BUILD_ONLY=1: build now (beside other work), time in a later run
 
 read -ra variants <<<"${AB_VARIANTS:-}"
 bench() {  # SIDE NAME COLLECTIVE [VAR=VAL...]: one run of ferry-bench, as run NAME
@@ -68,5 +72,13 @@ if [[ -n ${AB_STAMPS:-} ]]; then
       "build-ab/$side/tools/ferry-bench/ferry-bench" "${stamp_args[@]}" --no-nccl 2>&1 |
       grep -A 40 '^ferry: phase stamps' >"$out/stamps_$side.txt"
     echo "== phase stamps, $side:" && cat "$out/stamps_$side.txt"
+  done
+fi
+if [[ -n ${AB_PERF:-} ]]; then
+  read -ra perf_args <<<"$AB_PERF"
+  for side in before after; do
+    LD_PRELOAD="$PWD/build-ab/$side/tools/guard/libferry_guard.so" \
+      "build-ab/$side/tools/ferry-perf/ferry-perf" "${perf_args[@]}" >"$out/perf_$side.txt" 2>&1
+    echo "== ferry-perf, $side (rc=$?):" && cat "$out/perf_$side.txt"
   done
 fi

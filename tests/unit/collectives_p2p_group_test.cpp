@@ -114,7 +114,7 @@ TEST(P2PGroup, ManyWideStreamsShareTheResidentBlocks) {
 TEST(P2PGroup, NarrowStreamsLeaveTheirBlocksToWideOnes) {
   std::vector<PeerCall> calls = {call(true, 1, 100, 0, 4), call(false, 2, 100, 0, 4),
                                  call(true, 3, 1ull << 30, 0, 4)};
-  const P2PBatch b = planP2PGroup(calls, 40);
+  const P2PBatch b = planP2PGroup(calls, kP2PLanes + 10);
   ASSERT_EQ(b.streams, 3);
   EXPECT_EQ(b.stream[0].blocks, 1);  // send to 1
   EXPECT_EQ(b.stream[1].blocks, 1);  // recv from 2
