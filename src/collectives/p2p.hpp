@@ -127,6 +127,14 @@ FERRY_HOST_DEVICE constexpr std::uint64_t p2pPacketSlotOffset(int senders, int s
              kP2PPacketSlotBytes;
 }
 
+// What a collective needs to run on the send/recv kernel (p2p_collectives.hpp): the Comm's inboxes,
+// and the blocks a group may have (planP2PGroup's residentBlocks and maxBlocks).
+struct P2PLauncher {
+  const P2PContext* context = nullptr;
+  int residentBlocks = 0;
+  int maxBlocks = 0;  // CommOptions::maxBlocks (0: none)
+};
+
 class P2PResources {
  public:
   // Collective over comm's ranks. @pre worldSize <= kMaxRanks, a current CUDA device.

@@ -48,8 +48,9 @@ struct Comm::Impl {
   std::vector<std::shared_ptr<const void>> retired;
   std::unique_ptr<CommResources> resources;
   std::unique_ptr<P2PResources> p2p;
-  int p2pResidentBlocks = 0;  // blocks of the send/recv kernel that fit on the GPU at once
-  int p2pMaxBlocks = 0;       // this rank's CommOptions::maxBlocks (0: none); the ranks need not agree
+  // The inboxes, the blocks of the send/recv kernel that fit on the GPU at once, and this rank's
+  // CommOptions::maxBlocks (0: none; the ranks need not agree).
+  P2PLauncher p2pLaunch;
   // Before the registry: freed after it has dropped their registrations.
   std::unique_ptr<Staging> staging;  // registered stand-ins for unregistered calls that need them
   PreMulScratch preMulScratch;       // scaled inputs of PreMulSum reduceScatters and reduces
@@ -83,8 +84,8 @@ struct Comm::Impl {
       int least = 0, greatest = 0;
       FERRY_CUDA_CHECK(cudaDeviceGetStreamPriorityRange(&least, &greatest));
       FERRY_CUDA_CHECK(cudaStreamCreateWithPriority(&control, cudaStreamNonBlocking, greatest));
-      p2pResidentBlocks = ferry::p2pResidentBlocks();
-      p2pMaxBlocks = options.maxBlocks;
+      p2pLaunch = P2PLauncher{&p2p->context(), ferry::p2pResidentBlocks(), options.maxBlocks};
+      resources->setP2P(&p2pLaunch);
       preloadKernelsOnce(device);
       ports = std::make_unique<CommPorts>(communicator, options.connect, resources->memory(),
                                           &resources->context().state->aborted);
@@ -267,7 +268,7 @@ struct Comm::Impl {
     std::erase_if(calls, [](const PeerCall& c) { return c.count == 0; });
     if (calls.empty()) return;
     // A Comm of one rank has no send/recv kernel: all it can hold is copies to itself.
-    const P2PBatch batch = planP2PGroup(calls, p2p ? p2pResidentBlocks : 1, p2pMaxBlocks);
+    const P2PBatch batch = planP2PGroup(calls, p2p ? p2pLaunch.residentBlocks : 1, p2pLaunch.maxBlocks);
     DeviceGuard scope(device);
     work->orderAfterLast(calls.front().stream);
     if (p2p) {

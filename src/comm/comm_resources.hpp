@@ -30,6 +30,8 @@ class CommResources {
   void setPlans(const executor::DevicePlans* plans) { context_.plans = plans; }
   // The Comm's channels to its peers, for the proxy-driven algorithms and plans (port_peers.hpp).
   void setPorts(PortPeersSource* ports) { context_.ports = ports; }
+  // The Comm's send/recv kernel, for the algorithms that run a collective on it (p2p_collectives.hpp).
+  void setP2P(const P2PLauncher* p2p) { context_.p2p = p2p; }
   // Every rank's shared allocation (what PortPeers::region names).
   const PeerMemory& memory() const { return *memory_; }
   // @pre 1 <= minBlocks <= maxBlocks <= kMaxBlocks, the same on every rank.

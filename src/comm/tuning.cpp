@@ -18,6 +18,14 @@ std::vector<TuningRow> defaultTuning() {
   const auto registered = [&](Collective c, std::uint64_t maxBytes, const char* algorithm) {
     return TuningRow{c, 2, maxBytes, algorithm, anyType, true};
   };
+  // Unregistered, above LL: send/recv groups (p2p_collectives.hpp) beat the push kernels on 2 H100,
+  // 2026-11-26 (docs/measurements/h100x2-2026-11-26-issue19-23-same-call.md): at 64 MiB 108 us
+  // against 137 (allgather and alltoall), 1 GiB 1560 against 1721-1727; broadcast 16.3 / 53.2 us
+  // against 17.5 / 56.8 at 4 / 16 MiB and even from 64 MiB. An in-place all-to-all falls through
+  // to the general rows (alltoall_push).
+  const auto unregistered = [&](Collective c, const char* algorithm) {
+    return TuningRow{c, 2, any, algorithm, anyType, false};
+  };
   std::vector<TuningRow> rows = {
       {Collective::AllReduce, 2, 1 * MiB, "allreduce_ll"},
       registered(Collective::AllReduce, any, "allreduce_two_shot"),
@@ -36,6 +44,9 @@ std::vector<TuningRow> defaultTuning() {
       {Collective::Reduce, 2, 1 * MiB, "reduce_ll"},
       registered(Collective::Reduce, 4 * MiB, "reduce_direct"),
       registered(Collective::Reduce, any, "reduce_two_shot"),
+      unregistered(Collective::AllGather, "allgather_p2p"),
+      unregistered(Collective::AllToAll, "alltoall_p2p"),
+      unregistered(Collective::Broadcast, "broadcast_p2p"),
   };
   // Four ranks: ferry-bench broadcast, bf16, 2026-11-26. Unregistered, on 4 H200 (NVSwitch):
   // broadcast_push is bound by the root's links (120 GB/s at 1 GiB); broadcast_scatter sends each

@@ -62,6 +62,7 @@ FERRY_HOST_DEVICE constexpr std::uint64_t startedCall(std::uint64_t word) { retu
 struct CallBuffers;
 struct RegTable;
 class PortPeersSource;
+struct P2PLauncher;
 namespace executor {
 class DevicePlans;
 }
@@ -93,6 +94,7 @@ struct CollectiveContext {
   int planLanes = 1;  // host only: the most lanes a plan's thread block may run in (FERRY_PLAN_LANES)
   const executor::DevicePlans* plans = nullptr;  // host only: the loaded plans, uploaded here
   PortPeersSource* ports = nullptr;              // host only: the Comm's channels to its peers (port_peers.hpp)
+  const P2PLauncher* p2p = nullptr;              // host only: the Comm's send/recv kernel (collectives/p2p.hpp)
   bool earlyLaunch = false;       // host only: launch with programmatic dependent launch (FERRY_LAUNCH_PDL)
   PhaseRecord* stamps = nullptr;  // FERRY_PHASE_STAMPS: where block 0 records its phases (phase_stamps.hpp)
 };

@@ -12,6 +12,7 @@
 #include <fstream>
 #include <functional>
 #include <random>
+#include <regex>
 #include <sstream>
 #include <thread>
 
@@ -40,6 +41,14 @@ const bool kEnvironmentSet = [] {
   ::setenv("FERRY_DEVICE_TIMEOUT", "10", 1);
   return true;
 }();
+
+// GPU_TESTS_ALGORITHMS=REGEX: the tests that go through every algorithm take only the matching ones
+// (a focused run, e.g. '_p2p$'); unset, all of them.
+bool algorithmChosen(const std::string& algo) {
+  static const char* pattern = std::getenv("GPU_TESTS_ALGORITHMS");
+  static const std::regex chosen(pattern ? pattern : "");
+  return pattern == nullptr || std::regex_search(algo, chosen);
+}
 
 struct Rank {
   int rank, size, device;
@@ -230,7 +239,7 @@ TEST_P(GpuCollectives, EveryAlgorithmTypeOpAndPlacement) {
     for (int c = 0; c < kCollectiveCount; ++c) {
       const auto coll = static_cast<Collective>(c);
       for (const std::string& algo : Comm::algorithmNames(coll)) {
-        if (algo.starts_with("plan:")) continue;  // EveryPlan's
+        if (algo.starts_with("plan:") || !algorithmChosen(algo)) continue;  // plans: EveryPlan's
         // The zero-copy and copy-engine algorithms run on buffers registered for the call (on every rank).
         const bool direct = algo.ends_with("_direct") || algo.ends_with("_ce");
         r.comm->setAlgorithm(coll, algo);
@@ -280,9 +289,10 @@ TEST_P(GpuCollectives, ManyRoundsEndingShort) {
     for (int c = 0; c < kCollectiveCount; ++c) {
       const auto coll = static_cast<Collective>(c);
       for (const std::string& algo : Comm::algorithmNames(coll)) {
+        // (The _p2p ones run on the send/recv inboxes, not in scratch rounds.)
         const bool rounds = !algo.starts_with("plan:") && !algo.ends_with("_ll") &&
-                            !algo.ends_with("_direct") && !algo.ends_with("_ce");
-        if (!rounds) continue;
+                            !algo.ends_with("_direct") && !algo.ends_with("_ce") && !algo.ends_with("_p2p");
+        if (!rounds || !algorithmChosen(algo)) continue;
         r.comm->setAlgorithm(coll, algo);
         for (DataType t : {DataType::Int32, DataType::BFloat16}) {
           for (int repeat = 0; repeat < 6; ++repeat) {
@@ -582,7 +592,7 @@ TEST_P(GpuCollectives, EveryAlgorithmWithinBlockBounds) {
       for (int c = 0; c < kCollectiveCount; ++c) {
         const auto coll = static_cast<Collective>(c);
         for (const std::string& algo : Comm::algorithmNames(coll)) {
-          if (algo.starts_with("plan:")) continue;
+          if (algo.starts_with("plan:") || !algorithmChosen(algo)) continue;
           const bool direct = algo.ends_with("_direct") || algo.ends_with("_ce");
           r.comm->setAlgorithm(coll, algo);
           for (DataType t : {DataType::Float32, DataType::BFloat16}) {
@@ -631,7 +641,7 @@ TEST_P(GpuCollectives, MixedAlgorithmsBackToBack) {
       const auto coll = static_cast<Collective>(rng() % kCollectiveCount);
       const auto names = Comm::algorithmNames(coll);
       std::string algo = names[rng() % names.size()];
-      if (algo.starts_with("plan:")) continue;
+      if (algo.starts_with("plan:") || !algorithmChosen(algo)) continue;
       const auto type = static_cast<DataType>(rng() % kDataTypeCount);
       const auto op = tools::reduces(coll) ? static_cast<ReduceOp>(rng() % kReduceOpCount) : ReduceOp::Sum;
       const std::size_t count = 1 + (rng() % 4 == 0 ? rng() % 60000 : rng() % 3000);

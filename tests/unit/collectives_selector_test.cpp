@@ -138,7 +138,8 @@ TEST_P(DefaultSelection, RegisteredBuffersGoDirectAboveLL) {
 }
 
 // Two ranks have their own measured rows: LL to 1 MiB on any buffers; on registered ones the
-// scratch kernels or the copy engine where zero-copy lost. Other world sizes keep the general rows.
+// scratch kernels or the copy engine where zero-copy lost; on unregistered ones send/recv groups
+// for allgather, alltoall (out of place) and broadcast. Other world sizes keep the general rows.
 TEST(DefaultTuning, TwoRanksFollowTheirMeasurement) {
   const Selector s(defaultTuning());
   const CommLimits two{2, 1 << 20, 64 << 20};
@@ -154,14 +155,19 @@ TEST(DefaultTuning, TwoRanksFollowTheirMeasurement) {
   EXPECT_EQ(selected(s, call(Collective::AllReduce, 1ull << 30, 4, true)), "allreduce_direct");
   EXPECT_EQ(selected(s, call(Collective::AllGather, 2 << 20, 2, true), two), "allgather_push");
   EXPECT_EQ(selected(s, call(Collective::AllGather, 1ull << 30, 2, true), two), "allgather_ce");
-  EXPECT_EQ(selected(s, call(Collective::AllGather, 1ull << 30, 2, false), two), "allgather_push");
+  EXPECT_EQ(selected(s, call(Collective::AllGather, 1ull << 30, 2, false), two), "allgather_p2p");
+  EXPECT_EQ(selected(s, call(Collective::AllGather, 1ull << 30, 4, false)), "allgather_push");
+  EXPECT_EQ(selected(s, call(Collective::AllToAll, 4 << 20, 2, false), two), "alltoall_p2p");
+  CollectiveCall inPlace = call(Collective::AllToAll, 4 << 20, 2, false);
+  inPlace.send = inPlace.recv;
+  EXPECT_EQ(selected(s, inPlace, two), "alltoall_push");
+  EXPECT_EQ(selected(s, call(Collective::Broadcast, 1ull << 30, 2, false), two), "broadcast_p2p");
   EXPECT_EQ(selected(s, call(Collective::Broadcast, 32 << 20, 2, true), two), "broadcast_push");
   EXPECT_EQ(selected(s, call(Collective::Reduce, 1ull << 30, 2, true), two), "reduce_two_shot");
 }
 
 // Four ranks broadcast large calls by scatter + all-gather: the root's links bound broadcast_push
-// there, and broadcast_direct lost above 16 MiB. Two ranks have nothing to scatter to and keep
-// the push.
+// there, and broadcast_direct lost above 16 MiB. Two ranks have nothing to scatter to: one send.
 TEST(DefaultTuning, FourRanksBroadcastLargeCallsByScatter) {
   const Selector s(defaultTuning());
   auto call = [](std::uint64_t bytes, int worldSize) {
@@ -174,7 +180,7 @@ TEST(DefaultTuning, FourRanksBroadcastLargeCallsByScatter) {
   EXPECT_EQ(selected(s, call(1 << 20, 4)), "broadcast_push");
   EXPECT_EQ(selected(s, call(4 << 20, 4)), "broadcast_scatter");
   EXPECT_EQ(selected(s, call(1ull << 30, 4)), "broadcast_scatter");
-  EXPECT_EQ(selected(s, call(1ull << 30, 2), two), "broadcast_push");
+  EXPECT_EQ(selected(s, call(1ull << 30, 2), two), "broadcast_p2p");
   CollectiveCall registered = call(16 << 20, 4);
   registered.sendId = registered.recvId = 1;
   EXPECT_EQ(selected(s, registered), "broadcast_direct");
