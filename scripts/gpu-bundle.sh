@@ -10,6 +10,9 @@
 #                                             # guard there, then runs CMD from build-bundle/ under it
 #   scripts/gpu-bundle.sh run ./gpu_collectives --gtest_filter='*Mixed*'
 #   scripts/gpu-bundle.sh run ./ferry-bench alltoall -b 4M -e 1G -f 4
+#   scripts/gpu-bundle.sh tests [REGEX]       # every GPU test program (as ctest -L gpu runs them,
+#                                             # the plan runs included), or those REGEX matches;
+#                                             # logs in ${OUT:-build-bundle-out}, a summary at the end
 #
 # The bundle holds the GPU test programs, ferry-bench, ferry-perf, libferry.so, the guard and its
 # driver check, without debug info and xz-compressed (the carry limit is 64 MiB). The run sets what
@@ -37,6 +40,8 @@ pack() {
   local soname
   soname=$(objdump -p "$build/src/libferry.so" | awk '$1 == "SONAME" {print $2}')
   objcopy --strip-debug "$(readlink -f "$build/src/libferry.so")" "$stage/$soname"
+  # The shipped plans, compiled by tests/unit's plan_compile_* fixture: the plan tests run them.
+  if [[ -d $build/tests/unit/compiled_plans ]]; then cp -r "$build/tests/unit/compiled_plans" "$stage/"; fi
   git rev-parse HEAD >"$stage/REVISION" 2>/dev/null || true
   git status --short >>"$stage/REVISION" 2>/dev/null || true
   mkdir -p .gpu-bin
@@ -45,8 +50,9 @@ pack() {
     "carry .gpu-bin"
 }
 
-run() {
-  (($#)) || { echo "gpu-bundle.sh run: name the program to run" >&2; exit 2; }
+# Unpacks the bundle into build-bundle/ and enters it, with gpu-check.sh's settings; proves the
+# guard before anything touches a GPU.
+prepare() {
   [[ -f $bundle ]] || { echo "gpu-bundle.sh: $bundle is missing (pack it on the CPU machine, carry .gpu-bin)" >&2; exit 1; }
   rm -rf build-bundle && mkdir -p build-bundle
   xz -dc "$bundle" | tar -C build-bundle -xf -
@@ -55,17 +61,63 @@ run() {
   export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1
   export LD_LIBRARY_PATH=$PWD:/usr/local/cuda/lib64${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
   if [[ $(nvidia-smi -L 2>/dev/null | grep -c '^GPU') -eq 1 ]]; then export GPU_TESTS_SHARE_GPUS=1; fi
-  # Nothing touches a GPU unless the guard is proven to catch the driver's multicast entry points here.
   LD_PRELOAD=$PWD/libferry_guard.so ./gpu_guard_driver >guard_check.log 2>&1 || {
     cat guard_check.log
     echo "gpu-bundle.sh: the multicast guard failed its check; nothing was run" >&2
     exit 1
   }
-  LD_PRELOAD=$PWD/libferry_guard.so${LD_PRELOAD:+:$LD_PRELOAD} "$@"
+}
+
+guarded() { LD_PRELOAD=$PWD/libferry_guard.so${LD_PRELOAD:+:$LD_PRELOAD} "$@"; }
+
+run() {
+  (($#)) || { echo "gpu-bundle.sh run: name the program to run" >&2; exit 2; }
+  prepare
+  guarded "$@"
+}
+
+# The GPU tests, each as tests/gpu/CMakeLists.txt registers it with ctest: NAME TIMEOUT ENV... -- ARGS...
+tests() {
+  local only=${1:-.} out=${OUT:-build-bundle-out}
+  mkdir -p "$out" && out=$(cd "$out" && pwd)
+  prepare
+  local plans=$PWD/compiled_plans
+  local specs=(
+    "gpu_device_primitives 600 --"
+    "gpu_fifo 600 --"
+    "gpu_memory_sharing 600 --"
+    "gpu_memory_leak 900 --"
+    "gpu_channels 600 --"
+    "gpu_collectives 1500 --"
+    "gpu_collectives_plans 1200 FERRY_PLAN_DIR=$plans -- gpu_collectives --gtest_filter=*Plan*"
+    "gpu_collectives_plans_one_lane 1200 FERRY_PLAN_DIR=$plans FERRY_PLAN_LANES=1 -- gpu_collectives --gtest_filter=*Plan*"
+    "gpu_p2p 1200 --"
+    "gpu_runtime_algorithms 600 FERRY_TEST_PLAN_DIR=$plans --"
+    "gpu_foreign_connection 600 FERRY_TEST_PLAN_DIR=$plans --"
+  )
+  local summary=() failed=0 spec
+  for spec in "${specs[@]}"; do
+    local words name limit envs=() cmd=() i=2
+    read -ra words <<<"$spec"
+    name=${words[0]} limit=${words[1]}
+    [[ $name =~ $only ]] || continue
+    while [[ ${words[i]} != -- ]]; do envs+=("${words[i]}"); i=$((i + 1)); done
+    cmd=("${words[@]:i+1}")
+    ((${#cmd[@]})) || cmd=("$name")
+    cmd[0]=./${cmd[0]}
+    local t0=$SECONDS rc=0
+    guarded env "${envs[@]}" timeout "$limit" "${cmd[@]}" >"$out/$name.log" 2>&1 || rc=$?
+    summary+=("$(printf '%-32s %-10s %5d s' "$name" "$([[ $rc == 0 ]] && echo ok || echo "FAILED($rc)")" $((SECONDS - t0)))")
+    [[ $rc == 0 ]] || { failed=$((failed + 1)); tail -20 "$out/$name.log"; }
+  done
+  printf '%s\n' "${summary[@]}" | tee "$out/summary.txt"
+  echo "bundle of $(head -1 REVISION 2>/dev/null): ${#summary[@]} run, $failed failed" | tee -a "$out/summary.txt"
+  ((failed == 0))
 }
 
 case ${1:-} in
   pack) shift; pack "$@" ;;
   run) shift; run "$@" ;;
-  *) sed -n '2,19p' "$0" | sed 's/^# \{0,1\}//'; exit 2 ;;
+  tests) shift; tests "$@" ;;
+  *) sed -n '2,22p' "$0" | sed 's/^# \{0,1\}//'; exit 2 ;;
 esac
