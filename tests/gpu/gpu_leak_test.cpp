@@ -52,7 +52,7 @@ TEST(GpuLeak, TenThousandRegistrationCycles) {
     };
     gpuCycle(0);
     mallocCycle(0);
-    std::size_t fds = openFdCount(), mem = freeGpuMemory();
+    std::size_t fds = steadyFdCount(), mem = freeGpuMemory();
     for (int i = 0; i < 10000; ++i) gpuCycle(i);
     expectNear(mem, freeGpuMemory(), "gpuAlloc cycles");
     EXPECT_EQ(settledFdCount(fds), fds) << "gpuAlloc cycles";
@@ -95,7 +95,7 @@ TEST(GpuLeak, TenThousandPeerMappingCycles) {
                    ASSERT_NE(m.data(), nullptr);
                    bytes[k] = m.serialize();
                  }
-                 std::size_t fds = openFdCount(), mem = freeGpuMemory();
+                 std::size_t fds = steadyFdCount(), mem = freeGpuMemory();
                  for (int k = 0; k < 2; ++k) {
                    for (int i = 0; i < 10000; ++i) {
                      RegisteredMemory m = RegisteredMemory::deserialize(bytes[k]);

@@ -182,7 +182,7 @@ TEST(RegisteredMemory, TenThousandPeerMappingsLeakNothing) {
         (void)m.serialize();
       };
       cycle();
-      std::size_t fds = openFdCount(), maps = mappingCount();
+      std::size_t fds = steadyFdCount(), maps = mappingCount();
       for (int i = 0; i < 10000; ++i) cycle();
       EXPECT_EQ(settledFdCount(fds), fds);
       EXPECT_EQ(mappingCount(), maps);
@@ -202,7 +202,7 @@ TEST(RegisteredMemory, TenThousandPeerMappingsLeakNothing) {
       again = RegisteredMemory();
       first = RegisteredMemory();
       EXPECT_EQ(liveImportCount(), imports - 1);
-      std::size_t fds = openFdCount(), maps = mappingCount();
+      std::size_t fds = steadyFdCount(), maps = mappingCount();
       for (int i = 0; i < 10000; ++i) {
         RegisteredMemory m = RegisteredMemory::deserialize(bytes);
         ASSERT_EQ(static_cast<char*>(m.data())[(3 << 20) - 1], 42);

@@ -394,7 +394,7 @@ TEST(RegisteredMemory, TenThousandCyclesLeakNothing) {
     ASSERT_EQ(static_cast<char*>(buf.get())[bytes - 1], 1);
   };
   cycle(1);  // warm-up: starts the fd server (its socket and eventfd stay)
-  std::size_t fds = openFdCount();
+  std::size_t fds = steadyFdCount();
   std::size_t allocs = liveAllocationCount();
   std::size_t imports = liveImportCount();
   for (int i = 0; i < 10000; ++i) {
