@@ -14,11 +14,14 @@
 #                                             # the plan runs included), or those REGEX matches;
 #                                             # logs in ${OUT:-build-bundle-out}, a summary at the end
 #
-# The bundle holds the GPU test programs, ferry-bench, ferry-perf, libferry.so, the guard and its
-# driver check, without debug info and xz-compressed (the carry limit is 64 MiB). The run sets what
-# gpu-check.sh sets: the guard preloaded (any cuMulticast* call aborts; architecture.md rule 1),
-# NCCL_NVLS_ENABLE=0, and GPU_TESTS_SHARE_GPUS=1 on a one-GPU machine. It is not the GPU check:
-# Python, the torch extension and the NCCL shim's tests need scripts/gpu-check.sh.
+# The bundle holds the GPU test programs, ferry-bench, ferry-perf, libferry.so, libferry_nccl.so
+# (for `ferry-bench --nccl ./libferry_nccl.so`: ferry through the NCCL API), the guard and its
+# driver check, without debug info and xz-compressed: with the tree it must stay under the 64 MiB
+# a device call carries (50 MB + 3.5 MB on 2026-11-26; leave .deps out of such a call). The run
+# sets what gpu-check.sh sets: the guard preloaded (any cuMulticast* call aborts; architecture.md
+# rule 1), NCCL_NVLS_ENABLE=0, and GPU_TESTS_SHARE_GPUS=1 on a one-GPU machine. It is not the GPU
+# check: Python, the torch extension and the NCCL shim's tests need scripts/gpu-check.sh (the
+# extensions built here are for this machine's Python 3.11; the GPU machine's is 3.12).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -31,7 +34,7 @@ pack() {
   trap 'rm -rf "$stage"' EXIT
   local p n=0
   for p in "$build"/tests/gpu/gpu_* "$build"/tools/ferry-bench/ferry-bench "$build"/tools/ferry-perf/ferry-perf \
-    "$build"/tests/guard/gpu_guard_driver "$build"/tools/guard/libferry_guard.so; do
+    "$build"/tests/guard/gpu_guard_driver "$build"/tools/guard/libferry_guard.so "$build"/shims/nccl/libferry_nccl.so; do
     [[ -f $p && -x $p ]] || continue
     objcopy --strip-debug "$p" "$stage/$(basename "$p")"
     n=$((n + 1))
@@ -119,5 +122,5 @@ case ${1:-} in
   pack) shift; pack "$@" ;;
   run) shift; run "$@" ;;
   tests) shift; tests "$@" ;;
-  *) sed -n '2,22p' "$0" | sed 's/^# \{0,1\}//'; exit 2 ;;
+  *) sed -n '2,25p' "$0" | sed 's/^# \{0,1\}//'; exit 2 ;;
 esac

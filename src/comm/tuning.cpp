@@ -21,8 +21,8 @@ std::vector<TuningRow> defaultTuning() {
   // Unregistered, above LL: send/recv groups (p2p_collectives.hpp) beat the push kernels on 2 H100,
   // 2026-11-26 (docs/measurements/h100x2-2026-11-26-issue19-23-same-call.md): at 64 MiB 108 us
   // against 137 (allgather and alltoall), 1 GiB 1560 against 1721-1727; broadcast 16.3 / 53.2 us
-  // against 17.5 / 56.8 at 4 / 16 MiB and even from 64 MiB. An in-place all-to-all falls through
-  // to the general rows (alltoall_push).
+  // against 17.5 / 56.8 at 4 / 16 MiB, within 1% of it either way from 64 MiB. An in-place
+  // all-to-all falls through to the general rows (alltoall_push).
   const auto unregistered = [&](Collective c, const char* algorithm) {
     return TuningRow{c, 2, any, algorithm, anyType, false};
   };
