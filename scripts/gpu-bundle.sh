@@ -122,5 +122,5 @@ case ${1:-} in
   pack) shift; pack "$@" ;;
   run) shift; run "$@" ;;
   tests) shift; tests "$@" ;;
-  *) sed -n '2,25p' "$0" | sed 's/^# \{0,1\}//'; exit 2 ;;
+  *) sed -n '2,24p' "$0" | sed 's/^# \{0,1\}//'; exit 2 ;;
 esac
