@@ -1,7 +1,8 @@
 #include "collectives/p2p.hpp"
 
-#include "ferry/env.hpp"
 #include "core/deadline.hpp"
+#include "ferry/env.hpp"
+#include "kernels/early_launch.hpp"
 
 namespace ferry {
 
@@ -33,6 +34,7 @@ P2PResources::P2PResources(Communicator& comm, const std::uint32_t* abortFlag) {
   }
   context_.timeoutNs = timeoutNanoseconds(env().deviceTimeout);
   context_.abortFlag = abortFlag;
+  context_.earlyLaunch = earlyLaunchWanted();
 }
 
 }  // namespace ferry
