@@ -36,7 +36,8 @@ pack() {
   for p in "$build"/tests/gpu/gpu_* "$build"/tools/ferry-bench/ferry-bench "$build"/tools/ferry-perf/ferry-perf \
     "$build"/tests/guard/gpu_guard_driver "$build"/tools/guard/libferry_guard.so "$build"/shims/nccl/libferry_nccl.so; do
     [[ -f $p && -x $p ]] || continue
-    objcopy --strip-debug "$p" "$stage/$(basename "$p")"
+    # (A program objcopy cannot read, a script, goes as it is.)
+    objcopy --strip-debug "$p" "$stage/$(basename "$p")" 2>/dev/null || cp "$p" "$stage/"
     n=$((n + 1))
   done
   # libferry.so under its soname, which the programs ask for (their RUNPATH points into the build).
