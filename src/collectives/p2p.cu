@@ -45,20 +45,13 @@ FERRY_DEVICE FERRY_INLINE bool aborted(const WaitContext& wait) {
   return wait.abortFlag != nullptr && *static_cast<const volatile std::uint32_t*>(wait.abortFlag) != 0;
 }
 
-// The running total of (peer, lane), read with a strong load: with FERRY_LAUNCH_PDL this kernel's
-// block may sit on an SM whose L1 still holds the line from an earlier kernel's block that read it,
-// while a block on another SM advanced it since (device_context.hpp, callNumber).
-FERRY_DEVICE FERRY_INLINE std::uint64_t runningTotal(const std::uint64_t* total) {
-  return atomicLoad<std::uint64_t, cuda::thread_scope_device>(total, memory_order_relaxed);
-}
-
 // One message's lane: chunks through the ring of slots, continuing the running total of
 // (peer, lane). Every thread reads the total before the first barrier of the loop; thread 0
 // advances it only after the last.
 FERRY_DEVICE FERRY_INLINE void sendLane(const P2PContext& c, int peer, const char* src, std::uint64_t bytes,
                                         int lane, const Range& part) {
   std::uint64_t* total = c.sent + peer * kP2PLanes + lane;
-  const std::uint64_t first = runningTotal(total);
+  const std::uint64_t first = *total;
   const std::uint64_t chunks = (part.size() + kP2PChunkBytes - 1) / kP2PChunkBytes;
   const SemaphoreDeviceHandle data = laneSemaphore(c, c.arrived, c.peerArrived, peer, lane);
   const SemaphoreDeviceHandle freed = laneSemaphore(c, c.acked, c.peerAcked, peer, lane);
@@ -110,7 +103,7 @@ FERRY_DEVICE void reportSizeMismatch(const P2PContext& c, int peer, std::uint64_
 FERRY_DEVICE FERRY_INLINE void recvLane(const P2PContext& c, int peer, char* dst, std::uint64_t bytes,
                                         int lane, const Range& part) {
   std::uint64_t* total = c.received + peer * kP2PLanes + lane;
-  const std::uint64_t first = runningTotal(total);
+  const std::uint64_t first = *total;
   const std::uint64_t chunks = (part.size() + kP2PChunkBytes - 1) / kP2PChunkBytes;
   const SemaphoreDeviceHandle data = laneSemaphore(c, c.arrived, c.peerArrived, peer, lane);
   const SemaphoreDeviceHandle freed = laneSemaphore(c, c.acked, c.peerAcked, peer, lane);
@@ -183,7 +176,6 @@ FERRY_DEVICE FERRY_INLINE void recvLane(const P2PContext& c, int peer, char* dst
 }
 
 __global__ void __launch_bounds__(kP2PThreads, 2) p2pKernel(P2PContext c, P2PBatch batch) {
-  awaitPreviousKernel();  // launched early (FERRY_LAUNCH_PDL): the previous kernel's writes first
   int k = 0;
   while (k + 1 < batch.streams && batch.stream[k + 1].firstBlock <= static_cast<int>(blockIdx.x)) ++k;
   const P2PStream& s = batch.stream[k];
@@ -221,8 +213,7 @@ void preloadP2P() { preloadKernel(p2pKernel); }
 
 void launchP2P(const P2PBatch& batch, const P2PContext& context, cudaStream_t stream) {
   if (batch.streams == 0) return;
-  launchCollective(context.earlyLaunch, p2pKernel, static_cast<unsigned>(batch.blocks), kP2PThreads, stream,
-                   context, batch);
+  p2pKernel<<<batch.blocks, kP2PThreads, 0, stream>>>(context, batch);
   const cudaError_t err = cudaGetLastError();
   if (err != cudaSuccess)
     throw CudaError("rank " + std::to_string(context.rank) + ": send/recv: launching the kernel failed: " +

@@ -86,7 +86,6 @@ struct P2PContext {
   char* peerInbox[kMaxRanks] = {};
   std::uint64_t timeoutNs = 0;
   const std::uint32_t* abortFlag = nullptr;  // the Comm's (CallState::aborted)
-  bool earlyLaunch = false;  // host only: launch with programmatic dependent launch (FERRY_LAUNCH_PDL)
 };
 
 // One send, recv or copy to self of a group, as the kernel sees it.

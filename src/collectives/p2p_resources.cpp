@@ -1,8 +1,7 @@
 #include "collectives/p2p.hpp"
 
-#include "core/deadline.hpp"
 #include "ferry/env.hpp"
-#include "kernels/early_launch.hpp"
+#include "core/deadline.hpp"
 
 namespace ferry {
 
@@ -34,7 +33,6 @@ P2PResources::P2PResources(Communicator& comm, const std::uint32_t* abortFlag) {
   }
   context_.timeoutNs = timeoutNanoseconds(env().deviceTimeout);
   context_.abortFlag = abortFlag;
-  context_.earlyLaunch = earlyLaunchWanted();
 }
 
 }  // namespace ferry

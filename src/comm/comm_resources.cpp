@@ -1,6 +1,5 @@
 #include "comm/comm_resources.hpp"
 
-#include "kernels/early_launch.hpp"
 #include "kernels/registration.hpp"
 #include "platform/cuda_check.hpp"
 #include "ferry/env.hpp"
@@ -61,7 +60,11 @@ CommResources::CommResources(Communicator& comm, std::uint64_t llSlotDataBytes, 
   context_.llSlotBytes = llSlotBytes;
   context_.scratchHalfBytes = scratchHalf;
   context_.timeoutNs = timeoutNanoseconds(env().deviceTimeout);
-  context_.earlyLaunch = earlyLaunchWanted();
+  // Programmatic dependent launch came with compute capability 9.0.
+  int device = 0, major = 0;
+  FERRY_CUDA_CHECK(cudaGetDevice(&device));
+  FERRY_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device));
+  context_.earlyLaunch = env().launchPdl && major >= 9;
   if (env().phaseStamps) {
     stamps_ = std::make_unique<PhaseStamps>(rank);
     context_.stamps = stamps_->ring();
