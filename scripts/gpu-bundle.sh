@@ -12,7 +12,10 @@
 #   scripts/gpu-bundle.sh run ./ferry-bench alltoall -b 4M -e 1G -f 4
 #   scripts/gpu-bundle.sh tests [REGEX]       # every GPU test program (as ctest -L gpu runs them,
 #                                             # the plan runs included), or those REGEX matches;
-#                                             # logs in ${OUT:-build-bundle-out}, a summary at the end
+#                                             # logs in ${OUT:-build-bundle-out}, a summary line
+#                                             # per test as it ends, the totals at the end
+#   scripts/gpu-bundle.sh tables [PART...]    # scripts/gpu-tables.sh's parts (perf, bench, plans, ...)
+#                                             # on the bundle's programs; tables in ${OUT:-build-bundle-out}
 #
 # The bundle holds the GPU test programs, ferry-bench, ferry-perf, libferry.so, libferry_nccl.so
 # (for `ferry-bench --nccl ./libferry_nccl.so`: ferry through the NCCL API), the guard and its
@@ -111,7 +114,9 @@ tests() {
     cmd[0]=./${cmd[0]}
     local t0=$SECONDS rc=0
     guarded env "${envs[@]}" timeout "$limit" "${cmd[@]}" >"$out/$name.log" 2>&1 || rc=$?
+    # Each line as its test ends: a call cut short by its time limit still says what ran.
     summary+=("$(printf '%-32s %-10s %5d s' "$name" "$([[ $rc == 0 ]] && echo ok || echo "FAILED($rc)")" $((SECONDS - t0)))")
+    echo "${summary[-1]}" >>"$out/progress.txt"
     [[ $rc == 0 ]] || { failed=$((failed + 1)); tail -20 "$out/$name.log"; }
   done
   printf '%s\n' "${summary[@]}" | tee "$out/summary.txt"
@@ -119,9 +124,19 @@ tests() {
   ((failed == 0))
 }
 
+# gpu-tables.sh on the bundle's programs (the plans part compiles the shipped programs with the
+# tree's Python, which needs no extension).
+tables() {
+  local out=${OUT:-build-bundle-out}
+  mkdir -p "$out" && out=$(cd "$out" && pwd)
+  prepare
+  GPU_TABLES_BIN=$PWD OUT=$out ../scripts/gpu-tables.sh "$@"
+}
+
 case ${1:-} in
   pack) shift; pack "$@" ;;
+  tables) shift; tables "$@" ;;
   run) shift; run "$@" ;;
   tests) shift; tests "$@" ;;
-  *) sed -n '2,24p' "$0" | sed 's/^# \{0,1\}//'; exit 2 ;;
+  *) sed -n '2,27p' "$0" | sed 's/^# \{0,1\}//'; exit 2 ;;
 esac

@@ -13,8 +13,11 @@
 #   scripts/gpu-tables.sh tune                  # ferry-bench --tune on registered buffers: tuning.json
 #
 # One part fits in a device call of 10 minutes on 4 GPUs; give several parts to one call only when
-# they fit together. Sizes: GPU_TABLES_MAX (default 1G). With one GPU the collectives run 2 ranks
-# on it: every result is checked, no time means anything, and NCCL is not run.
+# they fit together. Sizes: GPU_TABLES_MAX (default 1G); more ferry-bench options for the bench
+# parts: GPU_TABLES_BENCH_ARGS (e.g. --no-in-place, which halves their time). With one GPU the
+# collectives run 2 ranks on it: every result is checked, no time means anything, and NCCL is not
+# run. GPU_TABLES_BIN=DIR takes the programs from DIR, flat, and builds nothing: `scripts/gpu-bundle.sh
+# tables PART...` sets it to the bundle built on the CPU machine, so the call spends no time compiling.
 # shellcheck disable=SC2317,SC2054  # parts are called through "part_$part"; sizes are comma lists
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 2
@@ -29,7 +32,12 @@ bench=$PWD/$build/tools/ferry-bench/ferry-bench
 perf=$PWD/$build/tools/ferry-perf/ferry-perf
 shim=$PWD/$build/shims/nccl/libferry_nccl.so
 guard=$PWD/$build/tools/guard/libferry_guard.so
+if [[ -n ${GPU_TABLES_BIN:-} ]]; then
+  bench=$GPU_TABLES_BIN/ferry-bench perf=$GPU_TABLES_BIN/ferry-perf
+  shim=$GPU_TABLES_BIN/libferry_nccl.so guard=$GPU_TABLES_BIN/libferry_guard.so
+fi
 tables=$PWD/scripts/bench-tables.py
+read -ra bench_args <<<"${GPU_TABLES_BENCH_ARGS:-}"
 
 guarded() { LD_PRELOAD="$guard${LD_PRELOAD:+:$LD_PRELOAD}" "$@"; }
 
@@ -37,7 +45,10 @@ gpus=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU' || true)
 ranks=()
 ((gpus == 1)) && ranks=(-g 2)
 
-if [[ ! -x $bench || ! -x $perf || ! -f $shim || ! -f $guard ]]; then
+if [[ -n ${GPU_TABLES_BIN:-} && ! (-x $bench && -x $perf && -f $shim && -f $guard) ]]; then
+  echo "gpu-tables.sh: $GPU_TABLES_BIN lacks ferry-bench, ferry-perf, libferry_nccl.so or libferry_guard.so" >&2
+  exit 1
+elif [[ ! -x $bench || ! -x $perf || ! -f $shim || ! -f $guard ]]; then
   GPU_CHECK_STEPS="configure build guard_selftest" OUT="$out/build" scripts/gpu-check.sh | tail -n 8 || exit 1
 fi
 
@@ -48,12 +59,12 @@ part_perf() {
 }
 
 part_bench() {
-  guarded "$bench" all "${ranks[@]}" -b 1K -e "$max" -f 4 --json "$out/bench.json" >"$out/bench.txt" &&
+  guarded "$bench" all "${ranks[@]}" "${bench_args[@]}" -b 1K -e "$max" -f 4 --json "$out/bench.json" >"$out/bench.txt" &&
     python3 "$tables" summary "$out/bench.json" | tee "$out/bench.md"
 }
 
 part_bench-registered() {
-  guarded "$bench" all "${ranks[@]}" -R 1 -b 1K -e "$max" -f 4 --json "$out/bench_registered.json" \
+  guarded "$bench" all "${ranks[@]}" "${bench_args[@]}" -R 1 -b 1K -e "$max" -f 4 --json "$out/bench_registered.json" \
     >"$out/bench_registered.txt" && python3 "$tables" summary "$out/bench_registered.json" | tee "$out/bench_registered.md"
 }
 
@@ -99,14 +110,14 @@ part_plans() {
 
 part_nccl-api() {
   # The shim stands where ferry-bench loads NCCL: its "NCCL" column is ferry through the NCCL API.
-  guarded "$bench" all "${ranks[@]}" -b 1K -e "$max" -f 4 --no-in-place --nccl "$shim" \
+  guarded "$bench" all "${ranks[@]}" "${bench_args[@]}" -b 1K -e "$max" -f 4 --no-in-place --nccl "$shim" \
     --json "$out/nccl_api.json" >"$out/nccl_api.txt" || return 1
   [[ -f $out/bench.json ]] || part_bench >/dev/null || return 1
   python3 "$tables" api "$out/nccl_api.json" "$out/bench.json" | tee "$out/nccl_api.md"
 }
 
 part_tune() {
-  guarded "$bench" all "${ranks[@]}" -R 1 -b 1K -e "$max" -f 4 --no-in-place --no-nccl --tune "$out/tuning.json" \
+  guarded "$bench" all "${ranks[@]}" "${bench_args[@]}" -R 1 -b 1K -e "$max" -f 4 --no-in-place --no-nccl --tune "$out/tuning.json" \
     >"$out/tune.txt" && cat "$out/tuning.json"
 }
 

@@ -157,13 +157,16 @@ def _forms(torch, dist, op, dtype, m, k, nn, n, dev, g, ferry_group, nccl_group)
             dist.all_to_all_single(received, wire, group=ferry_group)
 
         if dtype == "fp8":
+            # The product's shape: PyTorch's op takes len() of it (a None raised TypeError on 4 H200).
+            shape = [m, nn]
+
             def fused():
                 return torch.ops.ferry.fused_scaled_matmul_reduce_scatter(
-                    A, B, one, b_scale, "sum", 0, 0, name, None, out_dtype=torch.bfloat16)
+                    A, B, one, b_scale, "sum", 0, 0, name, shape, out_dtype=torch.bfloat16)
 
             def theirs():
                 return torch.ops.symm_mem.fused_scaled_matmul_reduce_scatter(
-                    A, B, one, b_scale, "sum", 0, 0, nccl_name, None, out_dtype=torch.bfloat16)
+                    A, B, one, b_scale, "sum", 0, 0, nccl_name, shape, out_dtype=torch.bfloat16)
         else:
             def fused():
                 return torch.ops.ferry.fused_matmul_reduce_scatter(A, B, "sum", 0, name)
