@@ -16,6 +16,7 @@
 //                       root reduces what arrived.
 //   reduce_two_shot     reduce-scatter as above, then every rank pushes its reduced chunk to the
 //                       root only, so the root's links carry each byte twice rather than R - 1 times.
+// (reduce_chain, in reduce_chain.cu, brings each byte into the root once.)
 #include "collectives/builtin.hpp"
 #include "kernels/kernel_util.cuh"
 #include "kernels/launch.hpp"
@@ -322,7 +323,7 @@ std::vector<const Algorithm*> allReduceAlgorithms() {
 std::vector<const Algorithm*> reduceAlgorithms() {
   static const AllReduceLL ll("reduce_ll", Collective::Reduce);
   static const AllReduceTwoShot twoShot("reduce_two_shot", Collective::Reduce);
-  return {&ll, &twoShot};
+  return {&ll, &twoShot, &reduceChainAlgorithm()};
 }
 
 }  // namespace ferry

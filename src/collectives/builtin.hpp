@@ -20,6 +20,8 @@ std::vector<const Algorithm*> broadcastAlgorithms();
 // broadcast_scatter (broadcast_scatter.cu), one of broadcastAlgorithms().
 const Algorithm& broadcastScatterAlgorithm();
 std::vector<const Algorithm*> reduceAlgorithms();
+// reduce_chain (reduce_chain.cu), one of reduceAlgorithms().
+const Algorithm& reduceChainAlgorithm();
 // The zero-copy algorithms of every collective (direct.cu), on registered buffers only.
 std::vector<const Algorithm*> directAlgorithms();
 // The copy-engine algorithms (ce_collectives.cu), on registered buffers only.

@@ -98,8 +98,8 @@ const Var kVars[] = {
      "collective, world size and size range, ahead of the tuning table."},
     {"FERRY_PLAN_LANES", &Env::planLanes, "32",
      "Most thread blocks that run each thread block of a plan, each on its own part of every chunk (one "
-     "per 256 KiB of the call, at most 32); 1 runs plans as written. The smallest value of any rank "
-     "applies."},
+     "per 256 KiB of the call, 8 KiB for LL plans, at most 32); 1 runs plans as written. The smallest "
+     "value of any rank applies."},
     {"FERRY_SCRATCH_BYTES", &Env::scratchBytes, "128M",
      "Scratch memory per rank that peers write into for Simple-protocol collectives (two halves); "
      "larger calls run in rounds."},

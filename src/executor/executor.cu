@@ -130,9 +130,14 @@ FERRY_DEVICE FERRY_INLINE void gridBarrier(const CollectiveContext& c, const Exe
   __syncthreads();
 }
 
+// `fenced`: the op before this one was a signal on a memory channel, which fenced (a release). A
+// signal right after it needs no fence of its own: nothing was written or acquired since, and a
+// strong store after that fence is itself a release. So a program that makes all its puts and then
+// all its signals pays one system-scope fence (about 1.5 us, docs/architecture.md) rather than one
+// per peer. Any other op (a write, a wait's acquire, a barrier) clears it.
 template <class T, ReduceOp Op>
 FERRY_DEVICE FERRY_INLINE void runOp(const ExecOp& op, const ExecArgs& a, const Bases& b, const CollectiveContext& c,
-                                     std::uint64_t m) {
+                                     std::uint64_t m, bool& fenced) {
   const std::uint32_t tid = threadIdx.x, nt = blockDim.x;
   const int row = laneFlagRow(op.slot, static_cast<int>(blockIdx.x % static_cast<unsigned>(a.lanes)));
   const std::uint64_t es = a.elementBytes;
@@ -168,11 +173,16 @@ FERRY_DEVICE FERRY_INLINE void runOp(const ExecOp& op, const ExecArgs& a, const 
       });
       break;
     }
-    case OpKind::Signal:
+    case OpKind::Signal: {
       __syncthreads();
       if (tid == 0 && op.proxy) a.ports->channel[op.peer].flush();  // the channel's puts have landed
-      if (tid == 0) rowSemaphore(c, row, op.peer).signalAt(signalValue(m, op.seq, 1));
-      break;
+      const SemaphoreDeviceHandle s = rowSemaphore(c, row, op.peer);
+      if (tid == 0 && fenced) s.relaxedSignalAt(signalValue(m, op.seq, 1));
+      if (tid == 0 && !fenced) s.signalAt(signalValue(m, op.seq, 1));
+      fenced = !op.proxy;  // after a proxy's flush (the host's) the next signal fences again
+      __syncthreads();
+      return;
+    }
     case OpKind::Wait:
       if (tid == 0) rowSemaphore(c, row, op.peer).waitAt(signalValue(m, op.seq, 1), "plan: wait on a channel");
       break;
@@ -224,6 +234,7 @@ FERRY_DEVICE FERRY_INLINE void runOp(const ExecOp& op, const ExecArgs& a, const 
       break;
     }
   }
+  fenced = false;
   __syncthreads();
 }
 
@@ -260,9 +271,10 @@ __global__ void __launch_bounds__(kThreads) executePlan(CollectiveContext c, Exe
   __syncthreads();
   const unsigned tb = blockIdx.x / static_cast<unsigned>(a.lanes);
   const std::uint32_t first = a.program.tbFirst[tb], last = a.program.tbFirst[tb + 1];
+  bool fenced = false;
   for (std::uint32_t i = first; i < last; ++i) {
     const ExecOp op = a.program.ops[i];
-    runOp<T, Op>(op, a, b, c, m);
+    runOp<T, Op>(op, a, b, c, m, fenced);
   }
   if (a.finalExchange || a.average) gridBarrier(c, a);
   if (a.finalExchange && blockIdx.x == 0) {

@@ -38,6 +38,7 @@ class Compiler {
       for (std::size_t i = 0; i < tbs[b].ops.size(); ++i) out_.ops.push_back(compile(tbs[b].ops[i], static_cast<i64>(b), static_cast<i64>(i)));
     }
     out_.tbFirst.push_back(static_cast<std::uint32_t>(out_.ops.size()));
+    out_.ll = plan_.protocol == Protocol::LL;
     for (const RankPlan& r : plan_.ranks) {
       out_.widestRank = std::max(out_.widestRank, static_cast<int>(r.threadBlocks.size()));
       for (const Channel& ch : r.channels)
@@ -230,7 +231,7 @@ RankProgram compileRankProgram(const Plan& plan, int rank) { return Compiler(pla
 int planLanes(const RankProgram& program, std::uint64_t bytes, int maxLanes, int maxBlocks) {
   if (program.planHasPortChannels) return 1;
   const auto fit = static_cast<std::uint64_t>(std::min(maxBlocks, kMaxThreadBlocks) / program.widestRank);
-  const std::uint64_t want = std::max<std::uint64_t>(1, bytes / kLaneBytes);
+  const std::uint64_t want = std::max<std::uint64_t>(1, bytes / (program.ll ? kLaneBytesLL : kLaneBytes));
   const std::uint64_t most = std::min<std::uint64_t>(
       {static_cast<std::uint64_t>(std::max(1, maxLanes)), static_cast<std::uint64_t>(kMaxLanes), fit});
   return static_cast<int>(std::max<std::uint64_t>(1, std::min(want, most)));

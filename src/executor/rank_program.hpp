@@ -53,6 +53,10 @@ inline constexpr int kMaxThreadBlocks = 128;
 // a slice of the data, and the verifier's proof holds lane by lane.
 inline constexpr int kMaxLanes = 32;
 inline constexpr std::uint64_t kLaneBytes = 256 << 10;  // call bytes per lane
+// LL plans take calls of at most a packet half (256 KiB by default): at kLaneBytes they ran on one
+// block a thread block, and a 256 KiB all-pairs allreduce took 18 times the native LL kernel's time
+// on 4 H200 (docs/measurements/h200x4-2026-11-26-issue24.md), which spreads words over up to 64 blocks.
+inline constexpr std::uint64_t kLaneBytesLL = 8 << 10;
 
 // The flag row of channel row `slot` (1 .. kMaxChannelSlots) in lane `lane`: lane 0 keeps the row;
 // the others take rows past kFinalSlot.
@@ -77,11 +81,12 @@ struct RankProgram {
   // blocks of the rank with the most, and whether any rank has a port channel.
   int widestRank = 1;
   bool planHasPortChannels = false;
+  bool ll = false;  // the plan's protocol is LL (its lanes are kLaneBytesLL)
   int threadBlocks() const { return static_cast<int>(tbFirst.size()) - 1; }
 };
 
 // The lanes a call of `bytes` runs each thread block of `program`'s plan in, the same on every rank:
-// one per kLaneBytes, at most `maxLanes` (FERRY_PLAN_LANES, agreed by the Comm), and within
+// one per kLaneBytes (kLaneBytesLL for LL plans), at most `maxLanes` (FERRY_PLAN_LANES, agreed by the Comm), and within
 // `maxBlocks` (CommOptions) and kMaxThreadBlocks for the plan's widest rank. 1 for plans with port
 // channels: their puts go through the proxy, which lanes would only cut into more requests.
 int planLanes(const RankProgram& program, std::uint64_t bytes, int maxLanes, int maxBlocks);

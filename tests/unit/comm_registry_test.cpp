@@ -253,5 +253,26 @@ TEST(CommRegistry, RingsPlansAndUnknownUserAlgorithmsReduceInAnotherOrder) {
   EXPECT_TRUE(NativeAlgorithmAdapter(std::make_shared<InOrder>()).reducesInRankOrder());
 }
 
+// reduce_chain's pieces: a 32nd of the message, at least 256 KiB, at most a quarter of the scratch
+// half; fewer than 2^17 of them (the round field of a signal).
+TEST(CommRegistry, ReduceChainNeedsTwoRanksAndScratchForItsPieces) {
+  Selector s(defaultTuning());
+  const Algorithm* chain = nullptr;
+  for (const auto& e : s.registry().entries())
+    if (std::string(e.algorithm->name()) == "reduce_chain") chain = e.algorithm;
+  ASSERT_NE(chain, nullptr);
+  EXPECT_EQ(chain->collective(), Collective::Reduce);
+  EXPECT_FALSE(chain->reducesInRankOrder());  // in chain order, from root + 1
+  CollectiveCall call;
+  call.collective = Collective::Reduce;
+  call.type = DataType::Float32;
+  call.count = 1 << 28;  // 1 GiB
+  EXPECT_EQ(chain->whyNot(call, CommLimits{4, 1 << 20, 64 << 20}), "");
+  EXPECT_NE(chain->whyNot(call, CommLimits{1, 1 << 20, 64 << 20}), "");
+  EXPECT_NE(chain->whyNot(call, CommLimits{4, 1 << 20, 32}), "");  // no 16-byte piece fits
+  call.count = 1ull << 40;                                         // 4 TiB in 16 MiB pieces
+  EXPECT_NE(chain->whyNot(call, CommLimits{4, 1 << 20, 64 << 20}), "");
+}
+
 }  // namespace
 }  // namespace ferry

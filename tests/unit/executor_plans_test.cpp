@@ -229,7 +229,7 @@ TEST(RankProgram, NoPacketsInASimplePlan) {
   EXPECT_CONTAINS(refusal(plan, 0), "packet op in a Simple-protocol plan");
 }
 
-// One lane per 256 KiB of the call, within FERRY_PLAN_LANES, the Comm's blocks (for the rank with
+// One lane per 256 KiB of the call (8 KiB for LL plans), within FERRY_PLAN_LANES, the Comm's blocks (for the rank with
 // the most thread blocks) and kMaxLanes; plans with port channels run as written.
 TEST(PlanLanes, FollowTheSizeWithinEveryBound) {
   const RankProgram plan = compileRankProgram(loadPlan(twoShot().dump()), 0);  // one thread block a rank
@@ -247,6 +247,12 @@ TEST(PlanLanes, FollowTheSizeWithinEveryBound) {
   Json port = twoShot();
   for (int r = 0; r < 2; ++r) port["ranks"][r]["channels"][1]["type"] = "port";
   EXPECT_EQ(planLanes(compileRankProgram(loadPlan(port.dump()), 0), 1ull << 30, 32, 128), 1);
+  // LL plans: one lane per 8 KiB, so a 256 KiB call spreads over 32 blocks a thread block.
+  const RankProgram ll = compileRankProgram(loadPlan(packets().dump()), 0);
+  EXPECT_EQ(planLanes(ll, 1 << 10, 32, 128), 1);
+  EXPECT_EQ(planLanes(ll, 64 << 10, 32, 128), 8);
+  EXPECT_EQ(planLanes(ll, 256 << 10, 32, 128), 32);
+  EXPECT_EQ(planLanes(ll, 256 << 10, 32, 16), 16);
 }
 
 // Every (channel row, lane) has a flag row of its own, clear of the call-start and final rows.

@@ -6,16 +6,22 @@ from ferry.dsl import CollectiveProgram, MemoryChannel
 
 
 def program(world_size: int, *, name: str = "allgather_allpairs", channel=MemoryChannel,
-            inplace: bool = False) -> CollectiveProgram:
-    w = world_size
-    with CollectiveProgram(name, "allgather", world_size=w, input_chunks=1, inplace=inplace) as prog:
+            inplace: bool = False, copy_blocks: int = 0) -> CollectiveProgram:
+    """``copy_blocks`` > 0: the own copy runs on that many thread blocks of its own, after the
+    peers' (the input then has that many chunks); 0: on thread block 0, before its put."""
+    w, k = world_size, max(1, copy_blocks)
+    with CollectiveProgram(name, "allgather", world_size=w, input_chunks=k, inplace=inplace) as prog:
         ch = {(r, p): channel(r, p) for r in range(w) for p in range(w) if r != p}
         for r in range(w):
             me = prog.rank(r)
-            if not inplace:
-                me.copy(me.input[0], me.output[r], tb=0)
+            mine = prog.rank(r).output[r * k:(r + 1) * k]
+            if not inplace and copy_blocks == 0:
+                me.copy(me.input[0], mine, tb=0)
             for tb, p in enumerate(p for p in range(w) if p != r):
-                ch[r, p].put(me.input[0], prog.rank(p).output[r], tb=tb)
+                ch[r, p].put(me.input[0:k], prog.rank(p).output[r * k:(r + 1) * k], tb=tb)
                 ch[r, p].signal(tb=tb)
                 ch[p, r].pair.wait(tb=tb)
+            if not inplace and copy_blocks > 0:
+                for j in range(k):
+                    me.copy(me.input[j], me.output[r * k + j], tb=w - 1 + j)
     return prog
