@@ -16,7 +16,7 @@
 //                       root reduces what arrived.
 //   reduce_two_shot     reduce-scatter as above, then every rank pushes its reduced chunk to the
 //                       root only, so the root's links carry each byte twice rather than R - 1 times.
-// (reduce_chain, in reduce_chain.cu, brings each byte into the root once.)
+// (reduce_chain, in chain.cu, brings each byte into the root once.)
 #include "collectives/builtin.hpp"
 #include "kernels/kernel_util.cuh"
 #include "kernels/launch.hpp"

@@ -20,8 +20,9 @@ std::vector<const Algorithm*> broadcastAlgorithms();
 // broadcast_scatter (broadcast_scatter.cu), one of broadcastAlgorithms().
 const Algorithm& broadcastScatterAlgorithm();
 std::vector<const Algorithm*> reduceAlgorithms();
-// reduce_chain (reduce_chain.cu), one of reduceAlgorithms().
+// reduce_chain and broadcast_chain (chain.cu), of reduceAlgorithms() and broadcastAlgorithms().
 const Algorithm& reduceChainAlgorithm();
+const Algorithm& broadcastChainAlgorithm();
 // The zero-copy algorithms of every collective (direct.cu), on registered buffers only.
 std::vector<const Algorithm*> directAlgorithms();
 // The copy-engine algorithms (ce_collectives.cu), on registered buffers only.

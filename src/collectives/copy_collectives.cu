@@ -192,7 +192,7 @@ std::vector<const Algorithm*> allToAllAlgorithms() {
 std::vector<const Algorithm*> broadcastAlgorithms() {
   static const CopyLL ll("broadcast_ll", Collective::Broadcast);
   static const CopyPush push("broadcast_push", Collective::Broadcast);
-  return {&ll, &push, &broadcastScatterAlgorithm()};
+  return {&ll, &push, &broadcastScatterAlgorithm(), &broadcastChainAlgorithm()};
 }
 
 }  // namespace ferry

@@ -253,25 +253,32 @@ TEST(CommRegistry, RingsPlansAndUnknownUserAlgorithmsReduceInAnotherOrder) {
   EXPECT_TRUE(NativeAlgorithmAdapter(std::make_shared<InOrder>()).reducesInRankOrder());
 }
 
-// reduce_chain's pieces: a 32nd of the message, at least 256 KiB, at most a quarter of the scratch
-// half; fewer than 2^17 of them (the round field of a signal).
-TEST(CommRegistry, ReduceChainNeedsTwoRanksAndScratchForItsPieces) {
+// The chain algorithms' pieces: a 32nd of the message, at least 256 KiB, at most a quarter of the
+// scratch half; fewer than 2^17 of them (the round field of a signal).
+TEST(CommRegistry, ChainAlgorithmsNeedTwoRanksAndScratchForTheirPieces) {
   Selector s(defaultTuning());
-  const Algorithm* chain = nullptr;
-  for (const auto& e : s.registry().entries())
-    if (std::string(e.algorithm->name()) == "reduce_chain") chain = e.algorithm;
-  ASSERT_NE(chain, nullptr);
-  EXPECT_EQ(chain->collective(), Collective::Reduce);
-  EXPECT_FALSE(chain->reducesInRankOrder());  // in chain order, from root + 1
-  CollectiveCall call;
-  call.collective = Collective::Reduce;
-  call.type = DataType::Float32;
-  call.count = 1 << 28;  // 1 GiB
-  EXPECT_EQ(chain->whyNot(call, CommLimits{4, 1 << 20, 64 << 20}), "");
-  EXPECT_NE(chain->whyNot(call, CommLimits{1, 1 << 20, 64 << 20}), "");
-  EXPECT_NE(chain->whyNot(call, CommLimits{4, 1 << 20, 32}), "");  // no 16-byte piece fits
-  call.count = 1ull << 40;                                         // 4 TiB in 16 MiB pieces
-  EXPECT_NE(chain->whyNot(call, CommLimits{4, 1 << 20, 64 << 20}), "");
+  for (const Collective collective : {Collective::Reduce, Collective::Broadcast}) {
+    const std::string name = collective == Collective::Reduce ? "reduce_chain" : "broadcast_chain";
+    const Algorithm* chain = nullptr;
+    for (const auto& e : s.registry().entries())
+      if (e.algorithm->name() == name) chain = e.algorithm;
+    ASSERT_NE(chain, nullptr) << name;
+    EXPECT_EQ(chain->collective(), collective);
+    CollectiveCall call;
+    call.collective = collective;
+    call.type = DataType::Float32;
+    call.count = 1 << 28;  // 1 GiB
+    EXPECT_EQ(chain->whyNot(call, CommLimits{4, 1 << 20, 64 << 20}), "") << name;
+    EXPECT_NE(chain->whyNot(call, CommLimits{1, 1 << 20, 64 << 20}), "") << name;
+    EXPECT_NE(chain->whyNot(call, CommLimits{4, 1 << 20, 32}), "") << name;  // no 16-byte piece fits
+    call.count = 1ull << 40;                                                  // 4 TiB in 16 MiB pieces
+    EXPECT_NE(chain->whyNot(call, CommLimits{4, 1 << 20, 64 << 20}), "") << name;
+  }
+  for (const auto& e : s.registry().entries()) {
+    if (std::string(e.algorithm->name()) == "reduce_chain") {
+      EXPECT_FALSE(e.algorithm->reducesInRankOrder());  // in chain order, from root + 1
+    }
+  }
 }
 
 }  // namespace
