@@ -11,6 +11,8 @@
 #   scripts/gpu-tables.sh plans                 # each shipped plan beside the native algorithm of its shape
 #   scripts/gpu-tables.sh nccl-api              # ferry through libferry_nccl.so beside native ferry and NCCL
 #   scripts/gpu-tables.sh tune                  # ferry-bench --tune on registered buffers: tuning.json
+#   scripts/gpu-tables.sh candidates            # algorithms without default rows beside the default
+#                                               # choice and NCCL (GPU_TABLES_CANDIDATES, below)
 #
 # One part fits in a device call of 10 minutes on 4 GPUs; give several parts to one call only when
 # they fit together. Sizes: GPU_TABLES_MAX (default 1G); more ferry-bench options for the bench
@@ -114,6 +116,34 @@ part_nccl-api() {
     --json "$out/nccl_api.json" >"$out/nccl_api.txt" || return 1
   [[ -f $out/bench.json ]] || part_bench >/dev/null || return 1
   python3 "$tables" api "$out/nccl_api.json" "$out/bench.json" | tee "$out/nccl_api.md"
+}
+
+# Algorithms not yet picked by default, each forced beside what the table picks and NCCL, from
+# 1 MiB: "collective:algorithm" words. (Their GPU tests ran first: gpu_collectives covers every
+# registered algorithm.) The chains are new; the send/recv groups have default rows for 2 ranks
+# only, where they beat the push kernels.
+candidates=${GPU_TABLES_CANDIDATES:-reduce:reduce_chain broadcast:broadcast_chain allgather:allgather_p2p alltoall:alltoall_p2p}
+
+part_candidates() {
+  local pair coll algo rc=0 dir="$out/candidates"
+  mkdir -p "$dir"
+  : >"$out/candidates.md"
+  for pair in $candidates; do
+    coll=${pair%%:*} algo=${pair#*:}
+    for forced in default "$algo"; do
+      local args=() file="$dir/${coll}_$forced"
+      [[ $forced == default ]] || args=(--algo "$forced")
+      if guarded "$bench" "$coll" "${ranks[@]}" "${bench_args[@]}" "${args[@]}" --no-in-place -b 1M -e "$max" -f 4 \
+        --json "$file.json" >"$file.txt" 2>&1; then
+        { echo "#### $coll: ${forced}"; python3 "$tables" summary "$file.json"; } | tee -a "$out/candidates.md"
+      else
+        echo "$coll $forced failed; the end of its output:" | tee -a "$out/candidates.md"
+        tail -n 5 "$file.txt" | tee -a "$out/candidates.md"
+        rc=1
+      fi
+    done
+  done
+  return "$rc"
 }
 
 part_tune() {

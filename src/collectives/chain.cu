@@ -17,8 +17,12 @@
 // same bytes of every piece: ranges.hpp's roundPart rule), at signalValue(call, piece, phase):
 //   phase 1, rank -> successor: the piece is in the successor's buffer;
 //   phase 2, rank -> predecessor: it has read the piece's buffer, which the predecessor may fill
-//            again (with piece + kSlots).
+//            again (with piece + kSlots). It publishes no data: a relaxed store after the block's
+//            barrier, as the send/recv kernel's "slot freed" (docs/architecture.md, "Latency"), so
+//            a piece costs each block one system-scope fence, not two.
 // Each directed pair carries one phase, so its values rise monotonically.
+#include <algorithm>
+
 #include "collectives/builtin.hpp"
 #include "kernels/kernel_util.cuh"
 #include "kernels/launch.hpp"
@@ -67,7 +71,7 @@ FERRY_DEVICE FERRY_INLINE void walkChain(const CollectiveContext& c, std::uint64
     __syncthreads();
     if (threadIdx.x == 0) {
       if (!tail) signalPeer(c, next, signalValue(m, k, 1));
-      if (!head) signalPeer(c, prev, signalValue(m, k, 2));
+      if (!head) rowSemaphore(c, 1 + static_cast<int>(blockIdx.x), prev).relaxedSignalAt(signalValue(m, k, 2));
     }
   }
 }
@@ -110,11 +114,12 @@ __global__ void __launch_bounds__(kThreads) broadcastChain(CollectiveContext c, 
 }
 
 // A multiple of 16 bytes (every type's element and the kernels' grain): a 32nd of the message, at
-// least kMinPieceBytes, at most a slot of the scratch half.
+// least kMinPieceBytes, at most a slot of the scratch half, and no larger than the message (blocks
+// split a piece by its full size: a piece larger than the call would leave blocks idle).
 std::uint64_t pieceBytes(std::uint64_t bytes, std::uint64_t scratchHalf) {
   const std::uint64_t slot = scratchHalf / kSlots / 16 * 16;
   const std::uint64_t want = std::max(kMinPieceBytes, (bytes / kPiecesPerMessage + 15) / 16 * 16);
-  return std::min(want, slot);
+  return std::min({want, slot, std::max<std::uint64_t>(16, (bytes + 15) / 16 * 16)});
 }
 
 std::string whyNotChain(const CollectiveCall& call, const CommLimits& limits) {
@@ -133,8 +138,7 @@ ChainArgs chainArgs(const CollectiveCall& call, const CollectiveContext& context
 
 // Blocks by the bytes of a piece, as the other scratch algorithms.
 unsigned chainGrid(const CollectiveCall& call, const CollectiveContext& context) {
-  return gridFor(context, std::min(pieceBytes(call.bytes(), context.scratchHalfBytes), call.bytes()), 8 << 10, 1,
-                 64);
+  return gridFor(context, pieceBytes(call.bytes(), context.scratchHalfBytes), 8 << 10, 1, 64);
 }
 
 class ReduceChain final : public Algorithm {

@@ -96,9 +96,9 @@ const Var kVars[] = {
      "Collective plans (docs/plan-format.md) to load as algorithms named plan:NAME: a plan file, or a "
      "directory whose *.json files are plans; several separated by ':'. A plan runs the calls of its "
      "collective, world size and size range, ahead of the tuning table."},
-    {"FERRY_PLAN_LANES", &Env::planLanes, "32",
+    {"FERRY_PLAN_LANES", &Env::planLanes, "64",
      "Most thread blocks that run each thread block of a plan, each on its own part of every chunk (one "
-     "per 256 KiB of the call, 8 KiB for LL plans, at most 32); 1 runs plans as written. The smallest "
+     "per 256 KiB of the call, 8 KiB for LL plans, at most 64); 1 runs plans as written. The smallest "
      "value of any rank applies."},
     {"FERRY_SCRATCH_BYTES", &Env::scratchBytes, "128M",
      "Scratch memory per rank that peers write into for Simple-protocol collectives (two halves); "

@@ -92,7 +92,12 @@ FERRY_DEVICE FERRY_INLINE void forPieces(const ExecArgs& a, const ExecRef* const
   const std::uint64_t n = static_cast<std::uint64_t>(count);
   if (a.lanes == 1) {
     const std::uint64_t pieces = a.merge ? 1 : n, per = a.merge ? n : 1;
-    for (std::uint64_t p = 0; p < pieces; ++p) f(p * per, 0, pieceElements(a, refs, nrefs, p * per, per));
+    // An empty piece (a chunk past the end of a short call) is skipped: a proxy put of it would name
+    // an offset past the peer's buffer, which the connection refuses.
+    for (std::uint64_t p = 0; p < pieces; ++p) {
+      const std::uint64_t len = pieceElements(a, refs, nrefs, p * per, per);
+      if (len > 0) f(p * per, 0, len);
+    }
     return;
   }
   const std::uint64_t lane = blockIdx.x % static_cast<unsigned>(a.lanes);
@@ -130,11 +135,13 @@ FERRY_DEVICE FERRY_INLINE void gridBarrier(const CollectiveContext& c, const Exe
   __syncthreads();
 }
 
-// `fenced`: the op before this one was a signal on a memory channel, which fenced (a release). A
-// signal right after it needs no fence of its own: nothing was written or acquired since, and a
-// strong store after that fence is itself a release. So a program that makes all its puts and then
-// all its signals pays one system-scope fence (about 1.5 us, docs/architecture.md) rather than one
-// per peer. Any other op (a write, a wait's acquire, a barrier) clears it.
+// `fenced`: the op before this one was a signal on a memory channel, made as a release fence and a
+// relaxed store. A signal right after it needs no fence of its own: nothing was written or acquired
+// since, and a strong store after that fence forms a release with it (PTX: a release pattern is a
+// fence followed by a strong write, to any address; a release store alone would not do). So a
+// program that makes all its puts and then all its signals pays one system-scope fence (about 1.5
+// us, docs/architecture.md) rather than one per peer. Any other op (a write, a wait's acquire, a
+// barrier, a proxy's flush) clears it.
 template <class T, ReduceOp Op>
 FERRY_DEVICE FERRY_INLINE void runOp(const ExecOp& op, const ExecArgs& a, const Bases& b, const CollectiveContext& c,
                                      std::uint64_t m, bool& fenced) {
@@ -176,10 +183,10 @@ FERRY_DEVICE FERRY_INLINE void runOp(const ExecOp& op, const ExecArgs& a, const 
     case OpKind::Signal: {
       __syncthreads();
       if (tid == 0 && op.proxy) a.ports->channel[op.peer].flush();  // the channel's puts have landed
-      const SemaphoreDeviceHandle s = rowSemaphore(c, row, op.peer);
-      if (tid == 0 && fenced) s.relaxedSignalAt(signalValue(m, op.seq, 1));
-      if (tid == 0 && !fenced) s.signalAt(signalValue(m, op.seq, 1));
-      fenced = !op.proxy;  // after a proxy's flush (the host's) the next signal fences again
+      // A proxy's flush acquires what the copy engine wrote: that needs a fence of its own.
+      if (tid == 0 && (!fenced || op.proxy)) atomicFence(memory_order_release);
+      if (tid == 0) rowSemaphore(c, row, op.peer).relaxedSignalAt(signalValue(m, op.seq, 1));
+      fenced = !op.proxy;
       __syncthreads();
       return;
     }

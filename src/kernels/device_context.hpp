@@ -40,7 +40,7 @@ inline constexpr int kMaxRanks = 8;
 inline constexpr int kMaxBlocks = 128;
 // Flag rows: 0 for call starts, 1 + b for block b of a native kernel, and the executor's rows for
 // its channels in every lane (executor/rank_program.hpp), which take the most.
-inline constexpr int kFlagSlots = 4096;
+inline constexpr int kFlagSlots = 8192;  // a plan's 64 lanes of channel rows (executor.cu)
 
 // What every algorithm of the Comm shares: the call counter and the abort word. State of one
 // algorithm's own lives elsewhere (Algorithm::deviceStateBytes).

@@ -408,15 +408,15 @@ std::size_t countFor(Collective coll, std::size_t elements, int n) {
   return perRank ? elements / static_cast<std::size_t>(n) : elements;
 }
 
-// Every plan on a call large enough to run in every lane FERRY_PLAN_LANES allows (32 by default;
+// Every plan on a call large enough to run in every lane FERRY_PLAN_LANES allows (64 by default;
 // a call runs in one lane per 256 KiB), with a count that leaves every lane a ragged tail. This
 // binary's scratch is 1 MiB, so the plans with scratch chunks run such a call in rounds.
 TEST_P(GpuCollectives, EveryPlanInManyLanes) {
   const int n = GetParam();
   if (std::getenv("FERRY_PLAN_DIR") == nullptr) GTEST_SKIP() << "FERRY_PLAN_DIR is not set: no plans to run";
   forEveryPlanOnEveryRank(n, [&](Rank& r, Collective coll, const std::string& algo, bool inPlace) {
-    // 12 MiB (and 5 floats) in the larger buffer: past 32 lanes of 256 KiB.
-    const std::size_t elements = (std::size_t{3} << 20) + 5;
+    // 16 MiB (and 5 floats) in the larger buffer: 64 lanes of 256 KiB.
+    const std::size_t elements = (std::size_t{4} << 20) + 5;
     const CallShape s{coll,
                       DataType::Float32,
                       ReduceOp::Sum,
