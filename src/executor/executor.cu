@@ -245,10 +245,25 @@ FERRY_DEVICE FERRY_INLINE void runOp(const ExecOp& op, const ExecArgs& a, const 
   __syncthreads();
 }
 
+// A thread block's first kStagedOps ops are copied into shared memory at the kernel's start, while
+// the start handshake is still to come: each op is then read from there, not from global memory by
+// every thread (a dependent load of some 40 bytes per op, which on 4 H200 left the small plans at 2-3
+// times the native kernels' time: docs/measurements/h200x4-2026-11-26-issue24.md).
+constexpr std::uint32_t kStagedOps = 128;
+static_assert(sizeof(ExecOp) % 4 == 0 && alignof(ExecOp) <= 4, "ops are staged as 4-byte words");
+
 template <class T, ReduceOp Op>
 __global__ void __launch_bounds__(kThreads) executePlan(CollectiveContext c, ExecArgs a) {
   __shared__ DirectBuffers direct;
   __shared__ Bases b;
+  __shared__ std::uint32_t staged[kStagedOps * sizeof(ExecOp) / 4];
+  const unsigned tb = blockIdx.x / static_cast<unsigned>(a.lanes);
+  const std::uint32_t first = a.program.tbFirst[tb], last = a.program.tbFirst[tb + 1];
+  const std::uint32_t nstaged = min(last - first, kStagedOps);
+  {
+    const auto* from = reinterpret_cast<const std::uint32_t*>(a.program.ops + first);
+    for (std::uint32_t w = threadIdx.x; w < nstaged * sizeof(ExecOp) / 4; w += blockDim.x) staged[w] = from[w];
+  }  // (visible to the block after the __syncthreads below)
   std::uint64_t m;
   if (a.direct) {
     m = beginDirect(c, a.mine, a.input, a.output, direct);
@@ -276,11 +291,9 @@ __global__ void __launch_bounds__(kThreads) executePlan(CollectiveContext c, Exe
     }
   }
   __syncthreads();
-  const unsigned tb = blockIdx.x / static_cast<unsigned>(a.lanes);
-  const std::uint32_t first = a.program.tbFirst[tb], last = a.program.tbFirst[tb + 1];
   bool fenced = false;
   for (std::uint32_t i = first; i < last; ++i) {
-    const ExecOp op = a.program.ops[i];
+    const ExecOp op = i - first < nstaged ? reinterpret_cast<const ExecOp*>(staged)[i - first] : a.program.ops[i];
     runOp<T, Op>(op, a, b, c, m, fenced);
   }
   if (a.finalExchange || a.average) gridBarrier(c, a);
