@@ -20,8 +20,10 @@ std::vector<const Algorithm*> broadcastAlgorithms();
 // broadcast_scatter (broadcast_scatter.cu), one of broadcastAlgorithms().
 const Algorithm& broadcastScatterAlgorithm();
 std::vector<const Algorithm*> reduceAlgorithms();
-// reduce_chain and broadcast_chain (chain.cu), of reduceAlgorithms() and broadcastAlgorithms().
+// reduce_chain, broadcast_chain and reducescatter_ring (chain.cu), of reduceAlgorithms(),
+// broadcastAlgorithms() and reduceScatterAlgorithms().
 const Algorithm& reduceChainAlgorithm();
+const Algorithm& reduceScatterRingAlgorithm();
 const Algorithm& broadcastChainAlgorithm();
 // The zero-copy algorithms of every collective (direct.cu), on registered buffers only.
 std::vector<const Algorithm*> directAlgorithms();

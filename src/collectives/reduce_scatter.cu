@@ -146,7 +146,7 @@ class ReduceScatterPush final : public Algorithm {
 std::vector<const Algorithm*> reduceScatterAlgorithms() {
   static const ReduceScatterLL ll;
   static const ReduceScatterPush push;
-  return {&ll, &push};
+  return {&ll, &push, &reduceScatterRingAlgorithm()};
 }
 
 }  // namespace ferry

@@ -253,12 +253,15 @@ TEST(CommRegistry, RingsPlansAndUnknownUserAlgorithmsReduceInAnotherOrder) {
   EXPECT_TRUE(NativeAlgorithmAdapter(std::make_shared<InOrder>()).reducesInRankOrder());
 }
 
-// The chain algorithms' pieces: a 32nd of the message, at least 256 KiB, at most a quarter of the
-// scratch half; fewer than 2^17 of them (the round field of a signal).
+// The chain algorithms' pieces: a 32nd of the message (the ring: of one rank's output), at least
+// 256 KiB, at most a quarter of the scratch half; fewer than 2^17 messages (the round field of a
+// signal).
 TEST(CommRegistry, ChainAlgorithmsNeedTwoRanksAndScratchForTheirPieces) {
   Selector s(defaultTuning());
-  for (const Collective collective : {Collective::Reduce, Collective::Broadcast}) {
-    const std::string name = collective == Collective::Reduce ? "reduce_chain" : "broadcast_chain";
+  for (const Collective collective : {Collective::Reduce, Collective::Broadcast, Collective::ReduceScatter}) {
+    const std::string name = collective == Collective::Reduce      ? "reduce_chain"
+                             : collective == Collective::Broadcast ? "broadcast_chain"
+                                                                   : "reducescatter_ring";
     const Algorithm* chain = nullptr;
     for (const auto& e : s.registry().entries())
       if (e.algorithm->name() == name) chain = e.algorithm;
@@ -267,7 +270,7 @@ TEST(CommRegistry, ChainAlgorithmsNeedTwoRanksAndScratchForTheirPieces) {
     CollectiveCall call;
     call.collective = collective;
     call.type = DataType::Float32;
-    call.count = 1 << 28;  // 1 GiB
+    call.count = 1 << 28;  // 1 GiB (the ring's output: its pieces cut that)
     EXPECT_EQ(chain->whyNot(call, CommLimits{4, 1 << 20, 64 << 20}), "") << name;
     EXPECT_NE(chain->whyNot(call, CommLimits{1, 1 << 20, 64 << 20}), "") << name;
     EXPECT_NE(chain->whyNot(call, CommLimits{4, 1 << 20, 32}), "") << name;  // no 16-byte piece fits
@@ -275,8 +278,9 @@ TEST(CommRegistry, ChainAlgorithmsNeedTwoRanksAndScratchForTheirPieces) {
     EXPECT_NE(chain->whyNot(call, CommLimits{4, 1 << 20, 64 << 20}), "") << name;
   }
   for (const auto& e : s.registry().entries()) {
-    if (std::string(e.algorithm->name()) == "reduce_chain") {
-      EXPECT_FALSE(e.algorithm->reducesInRankOrder());  // in chain order, from root + 1
+    const std::string name = e.algorithm->name();
+    if (name == "reduce_chain" || name == "reducescatter_ring") {
+      EXPECT_FALSE(e.algorithm->reducesInRankOrder()) << name;  // in chain order
     }
   }
 }
