@@ -56,6 +56,9 @@ void DevicePlans::upload(const std::vector<const RankProgram*>& mine) {
     programs_.emplace_back(p, d);
   }
   FERRY_CUDA_CHECK(cudaMemcpy(memory, host.data(), total, cudaMemcpyHostToDevice));
+  // From pageable memory, cudaMemcpy may return before the DMA has landed, and a kernel on a
+  // non-blocking stream (PyTorch's) is not ordered after the legacy stream's copy: wait for it.
+  FERRY_CUDA_CHECK(cudaStreamSynchronize(cudaStreamLegacy));
 }
 
 DevicePlans::~DevicePlans() {

@@ -208,7 +208,13 @@ class Compiler {
         e.nsrcs = static_cast<std::uint16_t>(op.srcs.size());
         e.nsends = static_cast<std::uint16_t>(op.sends.size());
         for (const ChunkRef& s : op.srcs) out_.refs.push_back(ref(s, s.channel == kNoChannel ? kLocal : peerOf(s.channel)));
-        for (const Send& s : op.sends) out_.refs.push_back(ref(s.dst, peerOf(s.channel)));
+        for (const Send& s : op.sends) {
+          // The kernel stores a send through the peer's mapping: a port channel's peer may have none
+          // (another host), and its signal orders the proxy's copies, not stores.
+          if (me_.channels[static_cast<std::size_t>(s.channel)].type == ChannelType::Port)
+            fail(opPath(tb, i) + ".sends", "a send on a port channel; sends go on memory channels", tb, i);
+          out_.refs.push_back(ref(s.dst, peerOf(s.channel)));
+        }
         break;
       }
     }

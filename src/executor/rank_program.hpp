@@ -101,7 +101,8 @@ int planLanes(const RankProgram& program, std::uint64_t bytes, int maxLanes, int
 //   and scratch is touched by packet ops only (it lives in the packet region, where only packets
 //   may be written); Simple plans have no packet ops;
 // - no switch channels (NVLink multicast is never run by the executor);
-// - a reduce has at most 8 sources, a read_reduce_copy_send at most 8 sends;
+// - a reduce has at most 8 sources, a read_reduce_copy_send at most 8 sends, each on a memory
+//   channel;
 // - at most 128 thread blocks.
 RankProgram compileRankProgram(const Plan& plan, int rank);
 

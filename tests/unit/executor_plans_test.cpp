@@ -203,6 +203,23 @@ TEST(RankProgram, SwitchChannelsAreNeverRun) {
   EXPECT_CONTAINS(refusal(plan, 0), "switch channel");
 }
 
+// The kernel stores a send through the peer's mapping, which a port channel's peer may not have.
+TEST(RankProgram, SendsGoOnMemoryChannelsOnly) {
+  Json plan = twoShot();
+  for (int r = 0; r < 2; ++r) {
+    plan["ranks"][r]["channels"][1]["type"] = "port";
+    Json& ops = plan["ranks"][r]["thread_blocks"][0]["ops"];
+    ops[3] = {{"op", "read_reduce_copy_send"},
+              {"srcs", {ref("input", r), ref("scratch", 0)}},
+              {"dst", ref("output", r)},
+              {"sends", {{{"channel", 1}, {"dst", ref("output", r)}}}}};
+    ops.erase(4);  // the put the send replaces
+  }
+  const std::string why = refusal(plan, 0);
+  EXPECT_CONTAINS(why, "ranks[0].thread_blocks[0].ops[3].sends");
+  EXPECT_CONTAINS(why, "port channel");
+}
+
 TEST(RankProgram, LLScratchHoldsPacketsOnly) {
   Json plan = packets();
   opOf(plan, 0, 0, 1)["src"] = ref("scratch", 0);
