@@ -122,7 +122,7 @@ part_nccl-api() {
 # 1 MiB: "collective:algorithm" words. (Their GPU tests ran first: gpu_collectives covers every
 # registered algorithm.) The chains are new; the send/recv groups have default rows for 2 ranks
 # only, where they beat the push kernels.
-candidates=${GPU_TABLES_CANDIDATES:-reduce:reduce_chain broadcast:broadcast_chain reducescatter:reducescatter_ring allgather:allgather_p2p alltoall:alltoall_p2p}
+candidates=${GPU_TABLES_CANDIDATES:-reduce:reduce_chain broadcast:broadcast_chain reducescatter:reducescatter_ring allreduce:allreduce_ring_pipelined allgather:allgather_p2p alltoall:alltoall_p2p}
 
 part_candidates() {
   local pair coll algo rc=0 dir="$out/candidates"

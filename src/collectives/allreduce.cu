@@ -317,7 +317,7 @@ std::vector<const Algorithm*> allReduceAlgorithms() {
   static const AllReduceLL ll("allreduce_ll", Collective::AllReduce);
   static const AllReduceTwoShot twoShot("allreduce_two_shot", Collective::AllReduce);
   static const AllReduceRing ring;
-  return {&ll, &twoShot, &ring};
+  return {&ll, &twoShot, &ring, &allReduceRingPipelinedAlgorithm()};
 }
 
 std::vector<const Algorithm*> reduceAlgorithms() {

@@ -20,10 +20,11 @@ std::vector<const Algorithm*> broadcastAlgorithms();
 // broadcast_scatter (broadcast_scatter.cu), one of broadcastAlgorithms().
 const Algorithm& broadcastScatterAlgorithm();
 std::vector<const Algorithm*> reduceAlgorithms();
-// reduce_chain, broadcast_chain and reducescatter_ring (chain.cu), of reduceAlgorithms(),
-// broadcastAlgorithms() and reduceScatterAlgorithms().
+// reduce_chain, broadcast_chain, reducescatter_ring and allreduce_ring_pipelined (chain.cu), of
+// reduceAlgorithms(), broadcastAlgorithms(), reduceScatterAlgorithms() and allReduceAlgorithms().
 const Algorithm& reduceChainAlgorithm();
 const Algorithm& reduceScatterRingAlgorithm();
+const Algorithm& allReduceRingPipelinedAlgorithm();
 const Algorithm& broadcastChainAlgorithm();
 // The zero-copy algorithms of every collective (direct.cu), on registered buffers only.
 std::vector<const Algorithm*> directAlgorithms();

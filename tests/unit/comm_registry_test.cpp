@@ -253,15 +253,17 @@ TEST(CommRegistry, RingsPlansAndUnknownUserAlgorithmsReduceInAnotherOrder) {
   EXPECT_TRUE(NativeAlgorithmAdapter(std::make_shared<InOrder>()).reducesInRankOrder());
 }
 
-// The chain algorithms' pieces: a 32nd of the message (the ring: of one rank's output), at least
+// The chain algorithms' pieces: a 32nd of the message (the rings: of one chunk), at least
 // 256 KiB, at most a quarter of the scratch half; fewer than 2^17 messages (the round field of a
 // signal).
 TEST(CommRegistry, ChainAlgorithmsNeedTwoRanksAndScratchForTheirPieces) {
   Selector s(defaultTuning());
-  for (const Collective collective : {Collective::Reduce, Collective::Broadcast, Collective::ReduceScatter}) {
-    const std::string name = collective == Collective::Reduce      ? "reduce_chain"
-                             : collective == Collective::Broadcast ? "broadcast_chain"
-                                                                   : "reducescatter_ring";
+  for (const Collective collective :
+       {Collective::Reduce, Collective::Broadcast, Collective::ReduceScatter, Collective::AllReduce}) {
+    const std::string name = collective == Collective::Reduce          ? "reduce_chain"
+                             : collective == Collective::Broadcast     ? "broadcast_chain"
+                             : collective == Collective::ReduceScatter ? "reducescatter_ring"
+                                                                       : "allreduce_ring_pipelined";
     const Algorithm* chain = nullptr;
     for (const auto& e : s.registry().entries())
       if (e.algorithm->name() == name) chain = e.algorithm;
@@ -279,7 +281,7 @@ TEST(CommRegistry, ChainAlgorithmsNeedTwoRanksAndScratchForTheirPieces) {
   }
   for (const auto& e : s.registry().entries()) {
     const std::string name = e.algorithm->name();
-    if (name == "reduce_chain" || name == "reducescatter_ring") {
+    if (name == "reduce_chain" || name == "reducescatter_ring" || name == "allreduce_ring_pipelined") {
       EXPECT_FALSE(e.algorithm->reducesInRankOrder()) << name;  // in chain order
     }
   }
