@@ -24,16 +24,16 @@
 // them at once once the chain is full (R - 1 pieces in).
 //
 // A scratch half holds kSlots piece buffers, used by pieces in turn. Per block (a block moves the
-// same bytes of every piece: ranges.hpp's roundPart rule), at signalValue(call, piece, phase):
+// same bytes of every piece: ranges.hpp's roundPart rule), at signalValue(call, message, phase),
+// a message being a piece in the chains and one step's piece of a chunk in the rings:
 //   phase 1, rank -> successor: the piece is in the successor's buffer;
 //   phase 2, rank -> predecessor: it has read the piece's buffer, which the predecessor may fill
 //            again (with piece + kSlots). It publishes no data: a relaxed store after the block's
 //            barrier, as the send/recv kernel's "slot freed" (docs/architecture.md, "Latency"), so
 //            a piece costs each block one system-scope fence, not two.
-// In the chains each directed pair carries one phase, so its values rise monotonically on the
-// block's row (1 + block). In the ring a rank signals both phases to its neighbours, which with two
-// ranks are the same rank: phase 2 then goes on a row of its own (freedRow), to keep each row's
-// values rising.
+// Phase 1 goes on the block's row (1 + block), phase 2 on a row of its own (freedRow): a rank
+// signals both phases to its neighbours, which with two ranks are the same rank, and each row's
+// values must keep rising.
 #include <algorithm>
 
 #include "collectives/builtin.hpp"
@@ -62,31 +62,49 @@ struct ChainArgs {
   std::uint64_t chunkElems = 0;  // the rings: one chunk (reducescatter_ring: count)
 };
 
-// The chain's walk for this rank, piece by piece: waits for the piece (from the predecessor) and
-// for the successor's buffer, runs `work(piece, elements of this block, offset in a buffer)`, then
-// tells both. head: no predecessor; tail: no successor. Every thread of the block calls it.
+// The flag row of a block's phase-2 signals: past every block's own row.
+FERRY_DEVICE FERRY_INLINE int freedRow() { return 1 + kMaxBlocks + static_cast<int>(blockIdx.x); }
+
+// One step's handshake, before and after its work (every thread of the block calls both): message
+// `in` from the predecessor (if it receives) and the successor's slot for message `out` (if it
+// sends) are waited for; then the successor is told of `out` and the predecessor that `in`'s slot
+// is free again.
+FERRY_DEVICE FERRY_INLINE void awaitStep(const CollectiveContext& c, std::uint64_t m, bool receives,
+                                         std::uint64_t in, bool sends, std::uint64_t out) {
+  const int R = c.nranks, next = (c.rank + 1) % R, prev = (c.rank + R - 1) % R;
+  if (threadIdx.x == 0) {
+    if (receives) waitPeer(c, prev, signalValue(m, in, 1));
+    if (sends && out >= kSlots)
+      rowSemaphore(c, freedRow(), next).waitAt(signalValue(m, out - kSlots, 2), collectiveName(c.op));
+  }
+  __syncthreads();
+}
+FERRY_DEVICE FERRY_INLINE void endStep(const CollectiveContext& c, std::uint64_t m, bool receives,
+                                       std::uint64_t in, bool sends, std::uint64_t out) {
+  const int R = c.nranks, next = (c.rank + 1) % R, prev = (c.rank + R - 1) % R;
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    if (sends) signalPeer(c, next, signalValue(m, out, 1));
+    if (receives) rowSemaphore(c, freedRow(), prev).relaxedSignalAt(signalValue(m, in, 2));
+  }
+}
+
+// The chain's walk for this rank, piece by piece (piece k is message k both ways): runs
+// `work(piece, elements of this block, offset in a buffer)` between the handshakes. head: no
+// predecessor; tail: no successor. Every thread of the block calls it.
 template <class Work>
 FERRY_DEVICE FERRY_INLINE void walkChain(const CollectiveContext& c, std::uint64_t m, const ChainArgs& a,
                                          std::uint64_t elementBytes, bool head, bool tail, Work work) {
-  const int R = c.nranks, next = (c.rank + 1) % R, prev = (c.rank + R - 1) % R;
   const std::uint64_t grain = 16 / elementBytes, pieceElems = a.pieceBytes / elementBytes;
   const std::uint64_t pieces = (a.count + pieceElems - 1) / pieceElems;
   // Only the successor's scratch is written: it must have left the call that last used this half.
-  awaitPeersStarted(c, m, tail ? 0u : 1u << next);
+  awaitPeersStarted(c, m, tail ? 0u : 1u << (c.rank + 1) % c.nranks);
   for (std::uint64_t k = 0; k < pieces; ++k) {
     const std::uint64_t base = k * pieceElems, len = min(pieceElems, a.count - base);
     const Range part = roundPart(len, pieceElems, gridDim.x, blockIdx.x, grain);
-    if (threadIdx.x == 0) {
-      if (!head) waitPeer(c, prev, signalValue(m, k, 1));
-      if (!tail && k >= kSlots) waitPeer(c, next, signalValue(m, k - kSlots, 2));
-    }
-    __syncthreads();
+    awaitStep(c, m, !head, k, !tail, k);
     work(Range{base + part.begin, base + part.end}, (k % kSlots) * a.pieceBytes + part.begin * elementBytes);
-    __syncthreads();
-    if (threadIdx.x == 0) {
-      if (!tail) signalPeer(c, next, signalValue(m, k, 1));
-      if (!head) rowSemaphore(c, 1 + static_cast<int>(blockIdx.x), prev).relaxedSignalAt(signalValue(m, k, 2));
-    }
+    endStep(c, m, !head, k, !tail, k);
   }
 }
 
@@ -110,9 +128,6 @@ __global__ void __launch_bounds__(kThreads) reduceChain(CollectiveContext c, Cha
   endCall(c, m);
 }
 
-// The flag row of a block's phase-2 signals in the ring: past every block's own row.
-FERRY_DEVICE FERRY_INLINE int freedRow() { return 1 + kMaxBlocks + static_cast<int>(blockIdx.x); }
-
 // The input holds R chunks of a.chunkElems (the last may be shorter, or empty, in an allreduce);
 // the output one (reduce-scatter: a.count == a.chunkElems) or R (AllGather: allreduce, a.count
 // elements in all). Messages to the successor are numbered in the order they are sent (out), those
@@ -132,7 +147,7 @@ __global__ void __launch_bounds__(kThreads) ringPipeline(CollectiveContext c, Ch
   constexpr std::uint64_t sz = sizeof(T), grain = 16 / sz;
   constexpr ReduceOp Partial = Op == ReduceOp::Avg ? ReduceOp::Sum : Op;  // divide once, at the end
   const std::uint64_t m = beginCall(c);
-  const int R = c.nranks, r = c.rank, next = (r + 1) % R, prev = (r + R - 1) % R;
+  const int R = c.nranks, r = c.rank, next = (r + 1) % R;
   const int last = AllGather ? 2 * R - 2 : R - 1;
   const std::uint64_t pieceElems = a.pieceBytes / sz;
   const std::uint64_t pieces = (a.chunkElems + pieceElems - 1) / pieceElems;
@@ -149,12 +164,7 @@ __global__ void __launch_bounds__(kThreads) ringPipeline(CollectiveContext c, Ch
       const std::uint64_t at = static_cast<std::uint64_t>(chunk) * a.chunkElems + k * pieceElems;
       const std::uint64_t len = at < elements ? min(pieceElems, elements - at) : 0;
       const Range part = roundPart(min(len, a.chunkElems - k * pieceElems), pieceElems, gridDim.x, blockIdx.x, grain);
-      if (threadIdx.x == 0) {
-        if (receives) waitPeer(c, prev, signalValue(m, in, 1));
-        if (sends && out >= kSlots)
-          rowSemaphore(c, freedRow(), next).waitAt(signalValue(m, out - kSlots, 2), "ring pipeline");
-      }
-      __syncthreads();
+      awaitStep(c, m, receives, in, sends, out);
       const char* slot = mine + (in % kSlots) * a.pieceBytes + part.begin * sz;
       char* onward = theirs + (out % kSlots) * a.pieceBytes + part.begin * sz;
       // The output: reduce-scatter's is one chunk, allreduce's the whole buffer.
@@ -170,11 +180,7 @@ __global__ void __launch_bounds__(kThreads) ringPipeline(CollectiveContext c, Ch
         char* dst[2] = {output, onward};
         copyToMany(dst, sends ? 2 : 1, slot, part.size() * sz, threadIdx.x, kThreads);
       }
-      __syncthreads();
-      if (threadIdx.x == 0) {
-        if (sends) signalPeer(c, next, signalValue(m, out, 1));
-        if (receives) rowSemaphore(c, freedRow(), prev).relaxedSignalAt(signalValue(m, in, 2));
-      }
+      endStep(c, m, receives, in, sends, out);
       out += sends ? 1 : 0;
       in += receives ? 1 : 0;
     }
