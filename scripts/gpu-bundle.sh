@@ -4,7 +4,7 @@
 # the p2p collectives' GPU tests took 15 s, start included).
 #
 # Here (after `cmake --build --preset default`, which compiles every CUDA source for sm_90):
-#   scripts/gpu-bundle.sh pack [PRESET]        # -> .gpu-bin/bundle.tar.xz (git-ignored), about 45 MB
+#   scripts/gpu-bundle.sh pack [PRESET]        # -> .gpu-bin/bundle.tar.xz (git-ignored), about 9 MB
 # On the GPU machine (carry .gpu-bin):
 #   scripts/gpu-bundle.sh run CMD [ARGS...]   # unpacks into build-bundle/, proves the multicast
 #                                             # guard there, then runs CMD from build-bundle/ under it
@@ -20,7 +20,7 @@
 # The bundle holds the GPU test programs, ferry-bench, ferry-perf, libferry.so, libferry_nccl.so
 # (for `ferry-bench --nccl ./libferry_nccl.so`: ferry through the NCCL API), the guard and its
 # driver check, without debug info and xz-compressed: with the tree it must stay under the 64 MiB
-# a device call carries (50 MB + 3.5 MB on 2026-11-26; leave .deps out of such a call). The run
+# a device call carries (about 9 MB, so .deps fits beside it). The run
 # sets what gpu-check.sh sets: the guard preloaded (any cuMulticast* call aborts; architecture.md
 # rule 1), NCCL_NVLS_ENABLE=0, and GPU_TESTS_SHARE_GPUS=1 on a one-GPU machine. It is not the GPU
 # check: Python, the torch extension and the NCCL shim's tests need scripts/gpu-check.sh (the
@@ -52,7 +52,10 @@ pack() {
   git rev-parse HEAD >"$stage/REVISION" 2>/dev/null || true
   git status --short >>"$stage/REVISION" 2>/dev/null || true
   mkdir -p .gpu-bin
-  tar -C "$stage" -cf - . | xz -T0 -6 >"$bundle"
+  # Every test program links the library's device code: one dictionary larger than the whole tar,
+  # one thread (threads split it into blocks), and each program after the first costs little
+  # (420 MB into 8.6 MB on 2026-11-27, where -T0 -6 made 66 MB; about 2.5 minutes on 2 cores).
+  tar -C "$stage" -cf - . | xz -T1 --lzma2=preset=6,dict=192MiB >"$bundle"
   echo "gpu-bundle.sh: $n programs and $soname in $bundle ($(du -h "$bundle" | cut -f1));" \
     "carry .gpu-bin"
 }
@@ -98,6 +101,7 @@ tests() {
     "gpu_collectives 1500 --"
     "gpu_collectives_plans 1200 FERRY_PLAN_DIR=$plans -- gpu_collectives --gtest_filter=*Plan*"
     "gpu_collectives_plans_one_lane 1200 FERRY_PLAN_DIR=$plans FERRY_PLAN_LANES=1 -- gpu_collectives --gtest_filter=*Plan*"
+    "gpu_collectives_plans_ports_on_proxy 1200 FERRY_PLAN_DIR=$plans FERRY_PLAN_PORTS=proxy -- gpu_collectives --gtest_filter=*Plan*"
     "gpu_p2p 1200 --"
     "gpu_runtime_algorithms 600 FERRY_TEST_PLAN_DIR=$plans --"
     "gpu_foreign_connection 600 FERRY_TEST_PLAN_DIR=$plans --"

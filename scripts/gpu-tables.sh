@@ -9,6 +9,7 @@
 #   scripts/gpu-tables.sh bench                 # ferry-bench all, 1 KiB-1 GiB, beside NCCL
 #   scripts/gpu-tables.sh bench-registered      # the same on registered buffers (zero-copy)
 #   scripts/gpu-tables.sh plans                 # each shipped plan beside the native algorithm of its shape
+#                                               # (GPU_TABLES_PLANS=REGEX: the plans it matches)
 #   scripts/gpu-tables.sh nccl-api              # ferry through libferry_nccl.so beside native ferry and NCCL
 #   scripts/gpu-tables.sh tune                  # ferry-bench --tune on registered buffers: tuning.json
 #   scripts/gpu-tables.sh candidates            # algorithms without default rows beside the default
@@ -92,6 +93,7 @@ part_plans() {
   : >"$out/plans.md"
   for pair in "${plan_pairs[@]}"; do
     read -r plan coll native top <<<"$pair"
+    [[ $plan =~ ${GPU_TABLES_PLANS:-.} ]] || continue
     PYTHONPATH=$PWD/python python3 -m ferry.dsl compile --ranks "$n" -o "$dir/$plan.json" \
       "python/ferry/programs/$plan.py" || { rc=1; continue; }
     local common=("$coll" "${ranks[@]}" -R 1 --no-in-place --no-nccl -b 1K -e "$top" -f 4)
@@ -130,18 +132,23 @@ part_candidates() {
   : >"$out/candidates.md"
   for pair in $candidates; do
     coll=${pair%%:*} algo=${pair#*:}
-    for forced in default "$algo"; do
-      local args=() file="$dir/${coll}_$forced"
-      [[ $forced == default ]] || args=(--algo "$forced")
-      if guarded "$bench" "$coll" "${ranks[@]}" "${bench_args[@]}" "${args[@]}" --no-in-place -b 1M -e "$max" -f 4 \
-        --json "$file.json" >"$file.txt" 2>&1; then
-        { echo "#### $coll: ${forced}"; python3 "$tables" summary "$file.json"; } | tee -a "$out/candidates.md"
-      else
-        echo "$coll $forced failed; the end of its output:" | tee -a "$out/candidates.md"
-        tail -n 5 "$file.txt" | tee -a "$out/candidates.md"
-        rc=1
-      fi
-    done
+    # NCCL runs once, beside the default; the forced run's column is compared with it (on 4 GPUs a
+    # run of NCCL's three variants from 1 MiB to 1 GiB takes about a minute).
+    local default="$dir/${coll}_default" forced="$dir/${coll}_$algo"
+    if guarded "$bench" "$coll" "${ranks[@]}" "${bench_args[@]}" --no-in-place -b 1M -e "$max" -f 4 \
+      --json "$default.json" >"$default.txt" 2>&1 &&
+      guarded "$bench" "$coll" "${ranks[@]}" "${bench_args[@]}" --algo "$algo" --no-nccl --no-in-place -b 1M \
+        -e "$max" -f 4 --json "$forced.json" >"$forced.txt" 2>&1; then
+      { echo "#### $coll: $algo beside the default choice"
+        python3 "$tables" compare "default=$default.json" "$algo=$forced.json"
+        python3 "$tables" summary "$default.json" | grep -o '| [0-9.]* [KMG]iB |.*| [a-z_0-9:]* |$' |
+          awk -F'|' '{printf "%s%s:%s", NR == 1 ? "the default choice by size:" : ",", $2, $12} END {print ""}'
+      } | tee -a "$out/candidates.md"
+    else
+      echo "$coll $algo or the default failed; the end of their output:" | tee -a "$out/candidates.md"
+      tail -n 5 "$default.txt" "$forced.txt" 2>/dev/null | tee -a "$out/candidates.md"
+      rc=1
+    fi
   done
   return "$rc"
 }

@@ -37,6 +37,7 @@ struct FERRY_API Env {
   std::string tuningFile;                          // FERRY_TUNING_FILE
   std::string planDir;                             // FERRY_PLAN_DIR
   std::int64_t planLanes;                          // FERRY_PLAN_LANES
+  std::string planPorts;                           // FERRY_PLAN_PORTS
   std::uint64_t scratchBytes;                      // FERRY_SCRATCH_BYTES
   std::uint64_t llBytes;                           // FERRY_LL_BYTES
   std::string ncclFallback;                        // FERRY_NCCL_FALLBACK

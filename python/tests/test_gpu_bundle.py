@@ -63,7 +63,7 @@ def test_pack_then_tests_runs_each_program_as_ctest_does(tmp_path):
     assert ran.returncode != 0  # gpu_fifo failed
     summary = (out / "summary.txt").read_text()
     assert "gpu_fifo" in summary and "FAILED(3)" in summary
-    assert "11 run, 1 failed" in summary
+    assert "12 run, 1 failed" in summary
     plans = (out / "gpu_collectives_plans_one_lane.log").read_text()
     assert "gpu_collectives --gtest_filter=*Plan*" in plans
     assert "compiled_plans lanes=1" in plans

@@ -114,30 +114,36 @@ struct Comm::Impl {
   }
 
   // The ranks' kernels pair up block by block, so every rank takes the tightest bounds any asked for
-  // (the plans' lanes too: FERRY_PLAN_LANES is read by each process). In the same round, the
+  // (the plans' lanes and port mode too: FERRY_PLAN_LANES and FERRY_PLAN_PORTS are read by each
+  // process). In the same round, the
   // fabric: the selector must pick alike on every rank.
   void agreeOnLimits(const CommOptions& o) {
     struct Bounds {
       int lo, hi, lanes;
       Fabric fabric;
+      int portsAsMemory;  // FERRY_PLAN_PORTS=memory, on the Comm's own connections
     };
     std::vector<Bounds> all(static_cast<std::size_t>(bootstrap->size()));
     const auto lanes = static_cast<int>(std::clamp<std::int64_t>(env().planLanes, 1, kMaxBlocks));
     all[static_cast<std::size_t>(bootstrap->rank())] = {
         std::clamp(o.minBlocks, 1, kMaxBlocks),
-        o.maxBlocks == 0 ? kMaxBlocks : std::min(o.maxBlocks, kMaxBlocks), lanes, localFabric(device)};
+        o.maxBlocks == 0 ? kMaxBlocks : std::min(o.maxBlocks, kMaxBlocks), lanes, localFabric(device),
+        env().planPorts == "memory" && !o.connect ? 1 : 0};
     bootstrap->allGather(all.data(), sizeof(Bounds));
     int lo = 1, hi = kMaxBlocks, planLanes = kMaxBlocks;
+    bool portsAsMemory = true;
     std::vector<Fabric> fabrics;
     for (const Bounds& b : all) {
       lo = std::max(lo, b.lo);
       hi = std::min(hi, b.hi);
       planLanes = std::min(planLanes, b.lanes);
+      portsAsMemory = portsAsMemory && b.portsAsMemory != 0;
       fabrics.push_back(b.fabric);
     }
     resources->setFabric(commFabric(fabrics));
     resources->setBlockLimits(std::min(lo, hi), hi);
     resources->setPlanLanes(planLanes);
+    resources->setPlanPortsAsMemory(portsAsMemory);
     if (lo > 1 || hi < kMaxBlocks)
       FERRY_LOG(Info, Collectives) << "Comm kernels run " << std::min(lo, hi) << " to " << hi << " thread blocks";
   }

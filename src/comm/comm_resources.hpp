@@ -43,6 +43,7 @@ class CommResources {
   void setFabric(Fabric fabric) { limits_.fabric = fabric; }
   // @pre 1 <= lanes, the same on every rank.
   void setPlanLanes(int lanes) { context_.planLanes = lanes; }
+  void setPlanPortsAsMemory(bool asMemory) { context_.planPortsAsMemory = asMemory; }
   const CommLimits& limits() const { return limits_; }
 
  private:

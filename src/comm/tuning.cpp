@@ -54,11 +54,36 @@ std::vector<TuningRow> defaultTuning() {
   // at 1 MiB push took 14 us and scatter 29. Registered, on 4 H100: broadcast_direct took 27 us at
   // 4 MiB (scatter 40) and 83 at 16 MiB (87); at 64 MiB scatter took 268 (direct 298), at 1 GiB
   // 3599 (4548).
+  //
+  // The pipelines of collectives/chain.cu, forced beside the default choice and NCCL on 4 H200, bf16,
+  // unregistered, 2026-11-27 (docs/measurements/h200x4-2026-11-27-candidates-plans.md); rows for
+  // unregistered buffers only, where they ran, from where they won (between two measured sizes the
+  // cut lies halfway, in powers of two):
+  // - reduce_chain: 276 us at 64 MiB (reduce_two_shot 313), 798 at 256 MiB (1171), 3234 at 1 GiB
+  //   (4679; NCCL 2961); behind at 4 and 16 MiB (54 / 131 against 32 / 92), where a piece's
+  //   hand-over costs more than its bytes;
+  // - broadcast_chain: 267 us at 64 MiB (broadcast_scatter 272), 811 at 256 MiB (981), 3234 at
+  //   1 GiB (3653; NCCL 2988); behind at 16 MiB (130 against 85);
+  // - reducescatter_ring: 2406 us at 1 GiB (reducescatter_push 2838; NCCL 2488), behind at 256 MiB
+  //   (930 against 767);
+  // - allreduce_ring_pipelined: 4761 us at 1 GiB (allreduce_two_shot 4903; NCCL 4516), behind at
+  //   256 MiB (1691 against 1230).
   const std::vector<TuningRow> four = {
       {Collective::Broadcast, 4, 256 * KiB, "broadcast_ll"},
       {Collective::Broadcast, 4, 1 * MiB, "broadcast_push", anyType, false},
       {Collective::Broadcast, 4, 16 * MiB, "broadcast_direct", anyType, true},
+      {Collective::Broadcast, 4, 32 * MiB, "broadcast_scatter"},
+      {Collective::Broadcast, 4, any, "broadcast_chain", anyType, false},
       {Collective::Broadcast, 4, any, "broadcast_scatter"},
+      {Collective::Reduce, 4, 256 * KiB, "reduce_ll"},
+      {Collective::Reduce, 4, 32 * MiB, "reduce_two_shot", anyType, false},
+      {Collective::Reduce, 4, any, "reduce_chain", anyType, false},
+      {Collective::ReduceScatter, 4, 256 * KiB, "reducescatter_ll"},
+      {Collective::ReduceScatter, 4, 512 * MiB, "reducescatter_push", anyType, false},
+      {Collective::ReduceScatter, 4, any, "reducescatter_ring", anyType, false},
+      {Collective::AllReduce, 4, 256 * KiB, "allreduce_ll"},
+      {Collective::AllReduce, 4, 512 * MiB, "allreduce_two_shot", anyType, false},
+      {Collective::AllReduce, 4, any, "allreduce_ring_pipelined", anyType, false},
   };
   rows.insert(rows.end(), four.begin(), four.end());
   // Any world size: LL packets while latency dominates; then zero-copy on registered buffers, and

@@ -100,6 +100,11 @@ const Var kVars[] = {
      "Most thread blocks that run each thread block of a plan, each on its own part of every chunk (one "
      "per 256 KiB of the call, 8 KiB for LL plans, at most 64); 1 runs plans as written. The smallest "
      "value of any rank applies."},
+    {"FERRY_PLAN_PORTS", &Env::planPorts, "memory",
+     "How a plan's port channels move data between the GPUs of one host: memory (the thread blocks' own "
+     "stores over NVLink, as on a memory channel, in lanes; the signals and waits are the same) or proxy "
+     "(the Comm's host proxy and the copy engine, one lane, as written). memory applies when every rank "
+     "asks for it and no rank's Comm was given its own connections (CommOptions::connect)."},
     {"FERRY_SCRATCH_BYTES", &Env::scratchBytes, "128M",
      "Scratch memory per rank that peers write into for Simple-protocol collectives (two halves); "
      "larger calls run in rounds."},
@@ -244,6 +249,7 @@ Env Env::parse(const std::function<const char*(const char*)>& lookup) {
   }
   if (e.checkPointers != "cached" && e.checkPointers != "always" && e.checkPointers != "never")
     bad("FERRY_CHECK_POINTERS", e.checkPointers, "cached, always or never");
+  if (e.planPorts != "proxy" && e.planPorts != "memory") bad("FERRY_PLAN_PORTS", e.planPorts, "proxy or memory");
   if (!e.socketFamily.empty() && e.socketFamily != "AF_INET" && e.socketFamily != "AF_INET6")
     bad("FERRY_SOCKET_FAMILY", e.socketFamily, "AF_INET or AF_INET6");
   return e;

@@ -44,7 +44,9 @@ struct ExecArgs {
   std::uint64_t scratchStride = 0;   // bytes from one scratch chunk to the next
   std::uint64_t outputElements = 0;  // for avg: this round's
   std::uint64_t roundOffset = 0;     // bytes from each group's start to this round's part (PlanRounds)
-  PortPeers* ports = nullptr;  // for the ops of port channels (ExecOp::proxy): the Comm's, per peer
+  // For the ops of port channels (ExecOp::proxy): the Comm's, per peer. Null when the Comm runs them
+  // as memory-channel ops (FERRY_PLAN_PORTS=memory): then a put is the block's own stores.
+  PortPeers* ports = nullptr;
   int lanes = 1;
   bool merge = false;  // a multi-chunk reference is one contiguous piece everywhere
   bool direct = false;
@@ -159,7 +161,7 @@ FERRY_DEVICE FERRY_INLINE void runOp(const ExecOp& op, const ExecArgs& a, const 
   };
   switch (kind) {
     case OpKind::Put:
-      if (op.proxy) {  // one thread asks the proxy; the block goes on
+      if (op.proxy && a.ports != nullptr) {  // one thread asks the proxy; the block goes on
         const ExecRef* refs[2] = {&op.src, &op.dst};
         const int o = owner(c, op.dst);
         if (tid == 0)
@@ -181,12 +183,13 @@ FERRY_DEVICE FERRY_INLINE void runOp(const ExecOp& op, const ExecArgs& a, const 
       break;
     }
     case OpKind::Signal: {
+      const bool proxy = op.proxy && a.ports != nullptr;
       __syncthreads();
-      if (tid == 0 && op.proxy) a.ports->channel[op.peer].flush();  // the channel's puts have landed
+      if (tid == 0 && proxy) a.ports->channel[op.peer].flush();  // the channel's puts have landed
       // A proxy's flush acquires what the copy engine wrote: that needs a fence of its own.
-      if (tid == 0 && (!fenced || op.proxy)) atomicFence(memory_order_release);
+      if (tid == 0 && (!fenced || proxy)) atomicFence(memory_order_release);
       if (tid == 0) rowSemaphore(c, row, op.peer).relaxedSignalAt(signalValue(m, op.seq, 1));
-      fenced = !op.proxy;
+      fenced = !proxy;
       __syncthreads();
       return;
     }
@@ -194,7 +197,7 @@ FERRY_DEVICE FERRY_INLINE void runOp(const ExecOp& op, const ExecArgs& a, const 
       if (tid == 0) rowSemaphore(c, row, op.peer).waitAt(signalValue(m, op.seq, 1), "plan: wait on a channel");
       break;
     case OpKind::Flush:
-      if (tid == 0 && op.proxy) a.ports->channel[op.peer].flush();
+      if (tid == 0 && op.proxy && a.ports != nullptr) a.ports->channel[op.peer].flush();
       break;
     case OpKind::Barrier: gridBarrier(c, a); break;
     case OpKind::PutPackets: {
@@ -347,7 +350,10 @@ void launchPlan(const Plan& plan, const RankProgram& program, const DeviceProgra
     a.mine.recvId = call.recvId;
     a.mine.recvOffset = call.recvOffset;
   }
-  if (program.usesPortChannels) {
+  // Port channels through the proxy, unless the Comm agreed to run them as memory channels (every
+  // peer's memory is mapped here, as the native kernels need: FERRY_PLAN_PORTS).
+  const bool portsOnProxy = !context.planPortsAsMemory;
+  if (program.usesPortChannels && portsOnProxy) {
     if (context.ports == nullptr)
       throw Error(ErrorCode::InternalError, describe(call) + ": " + name + ": the Comm has no port channels");
     a.ports = const_cast<PortPeers*>(context.ports->start());
@@ -365,7 +371,8 @@ void launchPlan(const Plan& plan, const RankProgram& program, const DeviceProgra
     a.scratchStride = a.ll ? packetBufferBytes<LL16Packet>(chunkBytes) : chunkBytes;
     a.merge = a.geometry.uniform() && (!a.ll || chunkBytes % 8 == 0);
     a.outputElements = call.recvElements() / call.count * elements;  // avg: one group's part
-    a.lanes = planLanes(program, call.bytes() / call.count * elements, context.planLanes, context.maxBlocks);
+    a.lanes = planLanes(program, call.bytes() / call.count * elements, context.planLanes, context.maxBlocks,
+                        portsOnProxy);
     const auto grid = static_cast<unsigned>(program.threadBlocks() * a.lanes);
     if (!call.reduces()) {
       launchCollective(context.earlyLaunch, executePlan<std::uint8_t, ReduceOp::Sum>, grid, kThreads,

@@ -234,8 +234,8 @@ class Compiler {
 
 RankProgram compileRankProgram(const Plan& plan, int rank) { return Compiler(plan, rank).run(); }
 
-int planLanes(const RankProgram& program, std::uint64_t bytes, int maxLanes, int maxBlocks) {
-  if (program.planHasPortChannels) return 1;
+int planLanes(const RankProgram& program, std::uint64_t bytes, int maxLanes, int maxBlocks, bool portsOnProxy) {
+  if (program.planHasPortChannels && portsOnProxy) return 1;
   const auto fit = static_cast<std::uint64_t>(std::min(maxBlocks, kMaxThreadBlocks) / program.widestRank);
   const std::uint64_t want = std::max<std::uint64_t>(1, bytes / (program.ll ? kLaneBytesLL : kLaneBytes));
   const std::uint64_t most = std::min<std::uint64_t>(

@@ -88,10 +88,13 @@ struct RankProgram {
 };
 
 // The lanes a call of `bytes` runs each thread block of `program`'s plan in, the same on every rank:
-// one per kLaneBytes (kLaneBytesLL for LL plans), at most `maxLanes` (FERRY_PLAN_LANES, agreed by the Comm), and within
-// `maxBlocks` (CommOptions) and kMaxThreadBlocks for the plan's widest rank. 1 for plans with port
-// channels: their puts go through the proxy, which lanes would only cut into more requests.
-int planLanes(const RankProgram& program, std::uint64_t bytes, int maxLanes, int maxBlocks);
+// one per kLaneBytes (kLaneBytesLL for LL plans), at most `maxLanes` (FERRY_PLAN_LANES, agreed by the
+// Comm), and within `maxBlocks` (CommOptions) and kMaxThreadBlocks for the plan's widest rank. 1 for
+// plans whose port channels go through the proxy (`portsOnProxy`): each lane's part of a put would be
+// a request of its own, and on 4 H200 (2026-11-27), in lanes of 4 MiB, the hierarchical allgather
+// and alltoall plans took 1.8 and 3.4 times their one-lane time at 1 GiB (allreduce 0.24 times:
+// docs/executor.md, "Port channels on one host").
+int planLanes(const RankProgram& program, std::uint64_t bytes, int maxLanes, int maxBlocks, bool portsOnProxy);
 
 // Rules beyond the format, each refused with a PlanError naming rank, thread block and op:
 // - a channel end is signalled from one thread block only and waited on from one thread block only

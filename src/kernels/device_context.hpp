@@ -92,6 +92,7 @@ struct CollectiveContext {
   int minBlocks = 1;           // host only: bounds on a kernel's blocks (CommOptions)
   int maxBlocks = kMaxBlocks;
   int planLanes = 1;  // host only: the most lanes a plan's thread block may run in (FERRY_PLAN_LANES)
+  bool planPortsAsMemory = false;  // host only: a plan's port-channel puts are stores (FERRY_PLAN_PORTS)
   const executor::DevicePlans* plans = nullptr;  // host only: the loaded plans, uploaded here
   PortPeersSource* ports = nullptr;              // host only: the Comm's channels to its peers (port_peers.hpp)
   const P2PLauncher* p2p = nullptr;              // host only: the Comm's send/recv kernel (collectives/p2p.hpp)

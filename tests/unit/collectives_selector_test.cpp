@@ -114,8 +114,8 @@ INSTANTIATE_TEST_SUITE_P(
                       DefaultChoice{Collective::AllGather, "allgather_ll", "allgather_push"},
                       DefaultChoice{Collective::ReduceScatter, "reducescatter_ll", "reducescatter_push"},
                       DefaultChoice{Collective::AllToAll, "alltoall_ll", "alltoall_push"},
-                      DefaultChoice{Collective::Broadcast, "broadcast_ll", "broadcast_scatter", "broadcast_scatter"},
-                      DefaultChoice{Collective::Reduce, "reduce_ll", "reduce_two_shot"}),
+                      DefaultChoice{Collective::Broadcast, "broadcast_ll", "broadcast_chain", "broadcast_scatter"},
+                      DefaultChoice{Collective::Reduce, "reduce_ll", "reduce_chain"}),
     [](const auto& info) { return std::string(toString(info.param.collective)); });
 
 // Above the LL sizes, calls on registered buffers go zero-copy (but a 4-rank broadcast, where
@@ -166,8 +166,9 @@ TEST(DefaultTuning, TwoRanksFollowTheirMeasurement) {
   EXPECT_EQ(selected(s, call(Collective::Reduce, 1ull << 30, 2, true), two), "reduce_two_shot");
 }
 
-// Four ranks broadcast large calls by scatter + all-gather: the root's links bound broadcast_push
-// there, and broadcast_direct lost above 16 MiB. Two ranks have nothing to scatter to: one send.
+// Four ranks broadcast large calls by scatter + all-gather, and from 64 MiB down a chain (unregistered
+// buffers): the root's links bound broadcast_push there, and broadcast_direct lost above 16 MiB. Two
+// ranks have nothing to scatter to: one send.
 TEST(DefaultTuning, FourRanksBroadcastLargeCallsByScatter) {
   const Selector s(defaultTuning());
   auto call = [](std::uint64_t bytes, int worldSize) {
@@ -179,13 +180,43 @@ TEST(DefaultTuning, FourRanksBroadcastLargeCallsByScatter) {
   EXPECT_EQ(selected(s, call(64 << 10, 4)), "broadcast_ll");
   EXPECT_EQ(selected(s, call(1 << 20, 4)), "broadcast_push");
   EXPECT_EQ(selected(s, call(4 << 20, 4)), "broadcast_scatter");
-  EXPECT_EQ(selected(s, call(1ull << 30, 4)), "broadcast_scatter");
+  EXPECT_EQ(selected(s, call(32 << 20, 4)), "broadcast_scatter");
+  EXPECT_EQ(selected(s, call(1ull << 30, 4)), "broadcast_chain");
   EXPECT_EQ(selected(s, call(1ull << 30, 2), two), "broadcast_p2p");
   CollectiveCall registered = call(16 << 20, 4);
   registered.sendId = registered.recvId = 1;
   EXPECT_EQ(selected(s, registered), "broadcast_direct");
   registered.count *= 4;
   EXPECT_EQ(selected(s, registered), "broadcast_scatter");
+}
+
+// Four ranks, unregistered buffers: the pipelines of collectives/chain.cu from where they won on 4
+// H200 (reduce and broadcast above 32 MiB, the rings above 512 MiB), the kernels before them below;
+// registered buffers keep the general rows; a scratch too small for their pieces falls through.
+TEST(DefaultTuning, FourRanksTakeThePipelinesWhereTheyWon) {
+  const Selector s(defaultTuning());
+  auto call = [](Collective c, std::uint64_t bytes, bool registered = false) {
+    CollectiveCall x = callOf(c, 1, 4);
+    x.count = bytes / x.bytes();
+    if (registered) x.sendId = x.recvId = 1;
+    return x;
+  };
+  EXPECT_EQ(selected(s, call(Collective::Reduce, 64 << 10)), "reduce_ll");
+  EXPECT_EQ(selected(s, call(Collective::Reduce, 32 << 20)), "reduce_two_shot");
+  EXPECT_EQ(selected(s, call(Collective::Reduce, 64 << 20)), "reduce_chain");
+  EXPECT_EQ(selected(s, call(Collective::Reduce, 64 << 20, true)), "reduce_direct");
+  EXPECT_EQ(selected(s, call(Collective::Broadcast, 64 << 20, true)), "broadcast_scatter");
+  EXPECT_EQ(selected(s, call(Collective::ReduceScatter, 64 << 10)), "reducescatter_ll");
+  EXPECT_EQ(selected(s, call(Collective::ReduceScatter, 512 << 20)), "reducescatter_push");
+  EXPECT_EQ(selected(s, call(Collective::ReduceScatter, 1ull << 30)), "reducescatter_ring");
+  EXPECT_EQ(selected(s, call(Collective::ReduceScatter, 1ull << 30, true)), "reducescatter_direct");
+  EXPECT_EQ(selected(s, call(Collective::AllReduce, 64 << 10)), "allreduce_ll");
+  EXPECT_EQ(selected(s, call(Collective::AllReduce, 512 << 20)), "allreduce_two_shot");
+  EXPECT_EQ(selected(s, call(Collective::AllReduce, 1ull << 30)), "allreduce_ring_pipelined");
+  EXPECT_EQ(selected(s, call(Collective::AllReduce, 1ull << 30, true)), "allreduce_direct");
+  const CommLimits tiny{4, 1 << 20, 4 << 10};  // 1 KiB pieces: a million messages in a call
+  EXPECT_EQ(selected(s, call(Collective::Reduce, 1ull << 30), tiny), "reduce_two_shot");
+  EXPECT_EQ(selected(s, call(Collective::AllReduce, 1ull << 30), tiny), "allreduce_two_shot");
 }
 
 TEST(Selector, DirectBroadcastOffTheRootNeedsOnlyTheRecvRegistered) {
@@ -209,7 +240,7 @@ TEST(Selector, DirectReduceOffTheRootNeedsOnlyTheSendRegistered) {
   EXPECT_EQ(selected(s, call), "reduce_direct");
   call.rank = 0;  // the root needs its recv registered too
   EXPECT_FALSE(call.registered());
-  EXPECT_EQ(selected(s, call), "reduce_two_shot");
+  EXPECT_EQ(selected(s, call), "reduce_chain");
 }
 
 // CommOptions' bounds narrow every kernel's grid; where they conflict with an algorithm's own range,

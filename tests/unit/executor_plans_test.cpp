@@ -246,30 +246,33 @@ TEST(RankProgram, NoPacketsInASimplePlan) {
   EXPECT_CONTAINS(refusal(plan, 0), "packet op in a Simple-protocol plan");
 }
 
-// One lane per 256 KiB of the call (8 KiB for LL plans), within FERRY_PLAN_LANES, the Comm's blocks (for the rank with
-// the most thread blocks) and kMaxLanes; plans with port channels run as written.
+// One lane per 256 KiB of the call (8 KiB for LL plans), within FERRY_PLAN_LANES, the Comm's blocks (for
+// the rank with the most thread blocks) and kMaxLanes; plans whose port channels go through the proxy
+// run as written, those whose port channels run as memory channels in lanes.
 TEST(PlanLanes, FollowTheSizeWithinEveryBound) {
   const RankProgram plan = compileRankProgram(loadPlan(twoShot().dump()), 0);  // one thread block a rank
-  EXPECT_EQ(planLanes(plan, 1 << 10, 32, 128), 1);
-  EXPECT_EQ(planLanes(plan, 1 << 20, 32, 128), 4);
-  EXPECT_EQ(planLanes(plan, 1 << 20, 1, 128), 1);
-  EXPECT_EQ(planLanes(plan, 1ull << 30, 32, 128), 32);
-  EXPECT_EQ(planLanes(plan, 1ull << 30, 64, 128), kMaxLanes);
-  EXPECT_EQ(planLanes(plan, 1ull << 30, 32, 16), 16);
-  EXPECT_EQ(planLanes(plan, 1ull << 30, 32, 1), 1);
+  EXPECT_EQ(planLanes(plan, 1 << 10, 32, 128, true), 1);
+  EXPECT_EQ(planLanes(plan, 1 << 20, 32, 128, true), 4);
+  EXPECT_EQ(planLanes(plan, 1 << 20, 1, 128, true), 1);
+  EXPECT_EQ(planLanes(plan, 1ull << 30, 32, 128, true), 32);
+  EXPECT_EQ(planLanes(plan, 1ull << 30, 64, 128, true), kMaxLanes);
+  EXPECT_EQ(planLanes(plan, 1ull << 30, 32, 16, true), 16);
+  EXPECT_EQ(planLanes(plan, 1ull << 30, 32, 1, true), 1);
   Json wide = twoShot();  // rank 1 gets a second thread block: every rank counts as two wide
   wide["ranks"][1]["thread_blocks"].push_back(
       {{"id", 1}, {"ops", {{{"op", "copy"}, {"src", ref("input", 0)}, {"dst", ref("output", 0)}}}}});
-  EXPECT_EQ(planLanes(compileRankProgram(loadPlan(wide.dump()), 0), 1ull << 30, 32, 16), 8);
+  EXPECT_EQ(planLanes(compileRankProgram(loadPlan(wide.dump()), 0), 1ull << 30, 32, 16, true), 8);
   Json port = twoShot();
   for (int r = 0; r < 2; ++r) port["ranks"][r]["channels"][1]["type"] = "port";
-  EXPECT_EQ(planLanes(compileRankProgram(loadPlan(port.dump()), 0), 1ull << 30, 32, 128), 1);
+  const RankProgram ports = compileRankProgram(loadPlan(port.dump()), 0);
+  EXPECT_EQ(planLanes(ports, 1ull << 30, 32, 128, true), 1);
+  EXPECT_EQ(planLanes(ports, 4 << 20, 32, 128, false), 16);  // its puts are stores (FERRY_PLAN_PORTS=memory)
   // LL plans: one lane per 8 KiB, so a 256 KiB call spreads over 32 blocks a thread block.
   const RankProgram ll = compileRankProgram(loadPlan(packets().dump()), 0);
-  EXPECT_EQ(planLanes(ll, 1 << 10, 32, 128), 1);
-  EXPECT_EQ(planLanes(ll, 64 << 10, 32, 128), 8);
-  EXPECT_EQ(planLanes(ll, 256 << 10, 32, 128), 32);
-  EXPECT_EQ(planLanes(ll, 256 << 10, 32, 16), 16);
+  EXPECT_EQ(planLanes(ll, 1 << 10, 32, 128, true), 1);
+  EXPECT_EQ(planLanes(ll, 64 << 10, 32, 128, true), 8);
+  EXPECT_EQ(planLanes(ll, 256 << 10, 32, 128, true), 32);
+  EXPECT_EQ(planLanes(ll, 256 << 10, 32, 16, true), 16);
 }
 
 // Every (channel row, lane) has a flag row of its own, clear of the call-start and final rows.

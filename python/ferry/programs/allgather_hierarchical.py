@@ -10,7 +10,7 @@ The hosts hold ``ranks_per_host`` consecutive ranks each (by default two hosts),
 ranks, which may differ (3 + 1): then a rank of a smaller host is the partner of several ranks of
 a larger one and forwards all their chunks (ferry/programs/_hosts.py). Every port channel carries
 one signal, every memory channel one, after the rank has waited for the chunks it forwards. On one
-host the same plan runs with its port channels on the copy engine (docs/multi-node.md).
+host its port channels run as memory channels unless FERRY_PLAN_PORTS=proxy (docs/executor.md).
 """
 
 from ferry.dsl import CollectiveProgram

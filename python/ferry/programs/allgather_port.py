@@ -1,5 +1,7 @@
 """AllGather through port channels: allgather_allpairs with each put made by the host proxy on the
-copy engine (the SMs only ask for it); a signal on a port channel follows the put's landing.
+copy engine (the SMs only ask for it); a signal on a port channel follows the put's landing. That is
+with FERRY_PLAN_PORTS=proxy; by default, on one host, a port channel runs as a memory channel
+(docs/executor.md), and this plan as allgather_allpairs does.
 
 The rank's own copy runs on 8 thread blocks of its own: plans with port channels run in one lane,
 so on thread block 0 one CUDA block copied a quarter of the output (at 4 ranks) before its put

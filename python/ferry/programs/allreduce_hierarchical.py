@@ -17,7 +17,8 @@ what local rank l sums across hosts. Scratch: slots 0 .. L - 2 hold the on-host 
 the other hosts' sums (``L - 1 + slot(sender host, receiver host)``). Every memory channel carries
 two signals (the phases 1 and 3), every port channel one; the n-th wait consumes the n-th signal.
 The sums run in local rank order on a host and in host order across hosts, so every rank computes
-the same bits. On one host the same plan runs with its port channels on the copy engine.
+the same bits. On one host its port channels run as memory channels unless FERRY_PLAN_PORTS=proxy
+(docs/executor.md).
 
 Hosts of different sizes (``host_sizes``, 3 + 1) have no common local index; there the input is cut
 into one chunk per rank, rank d's chunk is summed at d as reducescatter_hierarchical does it

@@ -11,8 +11,8 @@ instead of L * L transfers of one chunk: fewer, larger messages on the network. 
 ``r % L`` of host ``r // L`` (``L = ranks_per_host``; by default two hosts, ferry/programs/_hosts.py).
 Input chunk c of a rank is bound for rank c, and output chunk s holds rank s's chunk. Scratch:
 ``slot(sender local, receiver local) * H + g`` holds the on-host peer's chunk bound for (host g, my
-local index). On one host the same plan runs with its port channels on the copy engine
-(docs/multi-node.md).
+local index). On one host its port channels run as memory channels unless
+FERRY_PLAN_PORTS=proxy (docs/executor.md).
 
 Hosts of different sizes (``host_sizes``, 3 + 1) have no common local index to gather by; there
 each rank sends its partner on every other host (ferry/programs/_hosts.py) its chunks bound for

@@ -12,8 +12,8 @@ root's buffer is cut into one chunk per rank of the root's host, chunk k for its
 So each byte leaves the root's host once per other host, and the ranks of the root's host share
 that traffic. The hosts hold ``ranks_per_host`` consecutive ranks each (by default two hosts), or
 ``host_sizes`` ranks, which may differ: a host smaller than the root's has ranks that receive
-several chunks, a larger one ranks that receive none and only wait. On one host the same plan runs
-with its port channels on the copy engine (docs/multi-node.md).
+several chunks, a larger one ranks that receive none and only wait. On one host its port channels run
+as memory channels unless FERRY_PLAN_PORTS=proxy (docs/executor.md).
 """
 
 from ferry.dsl import CollectiveProgram, PortChannel

@@ -12,8 +12,8 @@ hosts, ferry/programs/_hosts.py); input chunk ``g * L + k`` is bound for rank (h
 Scratch: (L - 1) * H slots for the on-host peers' chunks (``slot(sender local, receiver local) * H
 + g``), then H slots for this rank's host sums (``P + g``, P = (L - 1) * H), then H - 1 for the other
 hosts' sums of this rank's chunk (``P + H + slot(sender host, receiver host)``). The sums run in
-local rank order, then in host order. On one host the same plan runs with its port channels on the
-copy engine (docs/multi-node.md).
+local rank order, then in host order. On one host its port channels run as memory channels unless
+FERRY_PLAN_PORTS=proxy (docs/executor.md).
 
 Hosts of different sizes (``host_sizes``, 3 + 1) have no common local index; there each host's sum
 of the chunk bound for rank d is made by d's partner on that host (ferry/programs/_hosts.py) and
