@@ -121,7 +121,13 @@ tests() {
     # Each line as its test ends: a call cut short by its time limit still says what ran.
     summary+=("$(printf '%-32s %-10s %5d s' "$name" "$([[ $rc == 0 ]] && echo ok || echo "FAILED($rc)")" $((SECONDS - t0)))")
     echo "${summary[-1]}" >>"$out/progress.txt"
-    [[ $rc == 0 ]] || { failed=$((failed + 1)); tail -20 "$out/$name.log"; }
+    # A failure's own lines, not only the log's end (gtest's summary), so that what failed comes back
+    # in a device call's output even when its log files do not (a call returns at most 8 files).
+    [[ $rc == 0 ]] || {
+      failed=$((failed + 1))
+      grep -E -A6 'Failure|^\[  FAILED|[Ee]rror|rank [0-9]+:' "$out/$name.log" | grep -v '^\[ *OK' | head -60 || true
+      tail -5 "$out/$name.log"
+    }
   done
   printf '%s\n' "${summary[@]}" | tee "$out/summary.txt"
   echo "bundle of $(head -1 REVISION 2>/dev/null): ${#summary[@]} run, $failed failed" | tee -a "$out/summary.txt"

@@ -224,6 +224,15 @@ TEST(EnvCheckPointers, DefaultsToCachedAndTakesTheThreeModes) {
   EXPECT_CONTAINS(what, "cached, always or never");
 }
 
+// A plan's port channels on one host: stores through the peer's mapping by default (docs/executor.md).
+TEST(EnvPlanPorts, DefaultsToMemoryAndTakesProxy) {
+  EXPECT_EQ(parseMap({}).planPorts, "memory");
+  EXPECT_EQ(parseMap({{"FERRY_PLAN_PORTS", "proxy"}}).planPorts, "proxy");
+  const std::string what = parseError("FERRY_PLAN_PORTS", "copy-engine");
+  EXPECT_CONTAINS(what, "FERRY_PLAN_PORTS='copy-engine'");
+  EXPECT_CONTAINS(what, "proxy or memory");
+}
+
 struct NvlsCase {
   const char* name;
   Vars vars;
