@@ -105,6 +105,7 @@ tests() {
     "gpu_p2p 1200 --"
     "gpu_runtime_algorithms 600 FERRY_TEST_PLAN_DIR=$plans --"
     "gpu_foreign_connection 600 FERRY_TEST_PLAN_DIR=$plans --"
+    "gpu_host_partners 600 --"
   )
   local summary=() failed=0 spec
   for spec in "${specs[@]}"; do

@@ -2,6 +2,7 @@
 // no algorithm, and a Comm call says so; so does a send or recv to another rank.
 #include "collectives/builtin.hpp"
 #include "collectives/p2p.hpp"
+#include "collectives/partner_allreduce.hpp"
 #include "collectives/premul_sum.hpp"
 #include "ferry/errors.hpp"
 
@@ -29,6 +30,11 @@ int p2pResidentBlocks() { return 1 << 30; }  // launchP2P says what is missing
 void launchP2P(const P2PBatch&, const P2PContext& context, cudaStream_t) {
   throw Error(ErrorCode::NotSupported,
               "rank " + std::to_string(context.rank) + ": send/recv: this build of ferry has no CUDA kernels");
+}
+
+void launchPartnerAllReduce(const PartnerChannels*, std::uint64_t, void*, std::size_t, DataType, ReduceOp, int,
+                            cudaStream_t) {
+  throw Error(ErrorCode::NotSupported, "partners' allreduce: this build of ferry has no CUDA kernels");
 }
 
 }  // namespace ferry

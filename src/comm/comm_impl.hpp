@@ -115,8 +115,7 @@ struct Comm::Impl {
 
   // The ranks' kernels pair up block by block, so every rank takes the tightest bounds any asked for
   // (the plans' lanes and port mode too: FERRY_PLAN_LANES and FERRY_PLAN_PORTS are read by each
-  // process). In the same round, the
-  // fabric: the selector must pick alike on every rank.
+  // process). In the same round, the fabric: the selector must pick alike on every rank.
   void agreeOnLimits(const CommOptions& o) {
     struct Bounds {
       int lo, hi, lanes;

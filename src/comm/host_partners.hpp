@@ -1,0 +1,56 @@
+#pragma once
+// A rank's partners across hosts: the ranks of its local index on every host, one per host, in host
+// order (docs/multi-node.md, "Partners"). Every pair is joined by Ethernet connections with two
+// PortChannels each way (data and acks) and a scratch buffer registered for Ethernet; the
+// cross-host phase of the hierarchical collectives runs on them (collectives/partner_allreduce.hpp).
+// Nothing of a partner is mapped, so partners may be on any hosts.
+//
+//   // every partner, with a bootstrap of the partners alone (rank = host index)
+//   HostPartners partners(partnerBootstrap, 64 << 20);
+//   partners.allReduce(buf, count, DataType::Float32, ReduceOp::Sum, 1, stream);
+#include <cuda_runtime_api.h>
+
+#include <memory>
+#include <vector>
+
+#include "collectives/partner_allreduce.hpp"
+#include "ferry/bootstrap.hpp"
+#include "ferry/communicator.hpp"
+#include "ferry/port_channel.hpp"
+#include "ferry/semaphore.hpp"
+
+namespace ferry {
+
+class HostPartners {
+ public:
+  // Collective over `partners` (one rank per host, at most kMaxHosts). `scratchBytes` of device
+  // memory on the current device receive the partners' parts, a slot per partner; a call larger
+  // than a slot runs in rounds. Errors name this rank, the partner and what to do.
+  HostPartners(std::shared_ptr<Bootstrap> partners, std::uint64_t scratchBytes);
+  // @pre no call of it is still running on a stream (its kernels use the proxy it stops).
+  ~HostPartners();
+  HostPartners(const HostPartners&) = delete;
+  HostPartners& operator=(const HostPartners&) = delete;
+
+  int host() const { return bootstrap_->rank(); }
+  int hosts() const { return bootstrap_->size(); }
+
+  // In place on `stream`: buf[0, count) becomes `op` over the partners' buffers, in host order
+  // (Avg: the sum divided by `divisor`: the ranks the sums span). Every partner calls it alike.
+  void allReduce(void* buf, std::size_t count, DataType type, ReduceOp op, int divisor, cudaStream_t stream);
+
+ private:
+  const PartnerChannels* start();
+
+  std::shared_ptr<Bootstrap> bootstrap_;
+  Communicator comm_;
+  std::shared_ptr<void> scratch_;
+  RegisteredMemory scratchRegistration_;  // (destroyed after the connections that write into it)
+  std::uint64_t slotBytes_ = 0;
+  std::vector<std::shared_ptr<Connection>> connections_;
+  std::vector<std::shared_ptr<Host2DeviceSemaphore>> data_, acks_;
+  PortChannelService service_;
+  PartnerChannels* device_ = nullptr;
+};
+
+}  // namespace ferry
