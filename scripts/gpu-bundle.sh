@@ -106,6 +106,7 @@ tests() {
     "gpu_runtime_algorithms 600 FERRY_TEST_PLAN_DIR=$plans --"
     "gpu_foreign_connection 600 FERRY_TEST_PLAN_DIR=$plans --"
     "gpu_host_partners 600 --"
+    "gpu_comm_across_hosts 900 --"
   )
   local summary=() failed=0 spec
   for spec in "${specs[@]}"; do

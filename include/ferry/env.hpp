@@ -30,6 +30,7 @@ struct FERRY_API Env {
   std::chrono::duration<double> fdTimeout;         // FERRY_FD_TIMEOUT
   std::chrono::duration<double> connectionTimeout; // FERRY_CONNECTION_TIMEOUT
   std::int64_t ethernetLanes;                      // FERRY_ETHERNET_LANES
+  bool multiHost;                                  // FERRY_MULTI_HOST
   std::string checkPointers;                       // FERRY_CHECK_POINTERS
   bool phaseStamps;                                // FERRY_PHASE_STAMPS
   bool launchPdl;                                  // FERRY_LAUNCH_PDL

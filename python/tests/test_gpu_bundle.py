@@ -17,7 +17,7 @@ LIBM = next((p for p in (Path("/lib/x86_64-linux-gnu/libm.so.6"), Path("/lib64/l
 PROGRAMS = ["tests/gpu/gpu_device_primitives", "tests/gpu/gpu_fifo", "tests/gpu/gpu_memory_sharing",
             "tests/gpu/gpu_memory_leak", "tests/gpu/gpu_channels", "tests/gpu/gpu_collectives",
             "tests/gpu/gpu_p2p", "tests/gpu/gpu_runtime_algorithms", "tests/gpu/gpu_foreign_connection",
-            "tests/gpu/gpu_host_partners",
+            "tests/gpu/gpu_host_partners", "tests/gpu/gpu_comm_across_hosts",
             "tests/guard/gpu_guard_driver", "tools/ferry-bench/ferry-bench", "tools/ferry-perf/ferry-perf"]
 
 
@@ -64,7 +64,7 @@ def test_pack_then_tests_runs_each_program_as_ctest_does(tmp_path):
     assert ran.returncode != 0  # gpu_fifo failed
     summary = (out / "summary.txt").read_text()
     assert "gpu_fifo" in summary and "FAILED(3)" in summary
-    assert "13 run, 1 failed" in summary
+    assert "14 run, 1 failed" in summary
     plans = (out / "gpu_collectives_plans_one_lane.log").read_text()
     assert "gpu_collectives --gtest_filter=*Plan*" in plans
     assert "compiled_plans lanes=1" in plans

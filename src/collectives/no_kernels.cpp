@@ -32,6 +32,8 @@ void launchP2P(const P2PBatch&, const P2PContext& context, cudaStream_t) {
               "rank " + std::to_string(context.rank) + ": send/recv: this build of ferry has no CUDA kernels");
 }
 
+void preloadPartnerAllReduce() {}
+
 void launchPartnerAllReduce(const PartnerChannels*, std::uint64_t, void*, std::size_t, DataType, ReduceOp, int,
                             cudaStream_t) {
   throw Error(ErrorCode::NotSupported, "partners' allreduce: this build of ferry has no CUDA kernels");

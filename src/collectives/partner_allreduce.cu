@@ -6,6 +6,7 @@
 
 #include "ferry/errors.hpp"
 #include "kernels/kernel_util.cuh"
+#include "kernels/launch.hpp"
 #include "kernels/reduce_ops.hpp"
 
 namespace ferry {
@@ -68,6 +69,10 @@ __global__ void __launch_bounds__(kThreads) partnerAllReduce(const PartnerChanne
 }
 
 }  // namespace
+
+void preloadPartnerAllReduce() {
+  forEveryTypeOp([&]<class T, ReduceOp Op>() { preloadKernel(partnerAllReduce<T, Op>); });
+}
 
 void launchPartnerAllReduce(const PartnerChannels* channels, std::uint64_t slotBytes, void* buf, std::size_t count,
                             DataType type, ReduceOp op, int divisor, cudaStream_t stream) {

@@ -38,5 +38,8 @@ struct PartnerChannels {
 // divided by `divisor`, the ranks the caller's sum spans). `channels` is device memory.
 void launchPartnerAllReduce(const PartnerChannels* channels, std::uint64_t slotBytes, void* buf, std::size_t count,
                             DataType type, ReduceOp op, int divisor, cudaStream_t stream);
+// Loads every type and op of the kernel into the current context now (launch.hpp's preloadKernel:
+// a first launch queued behind a waiting kernel would otherwise wait for it).
+void preloadPartnerAllReduce();
 
 }  // namespace ferry

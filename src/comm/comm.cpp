@@ -52,7 +52,7 @@ void preloadKernelsOnce(int device) {
 Comm::Comm(std::shared_ptr<Bootstrap> bootstrap) : Comm(std::move(bootstrap), CommOptions{}) {}
 
 Comm::Comm(std::shared_ptr<Bootstrap> bootstrap, const CommOptions& options)
-    : impl_(std::make_unique<Impl>(std::move(bootstrap), options)) {}
+    : impl_(makeCommImpl(std::move(bootstrap), options)) {}
 
 Comm::~Comm() {
   // Kernels of this Comm may still be queued: its buffers must outlive them. Only this Comm's work
@@ -76,25 +76,36 @@ Comm::~Comm() {
 
 std::string Comm::whyNot(const Bootstrap& b) {
   const std::string who = "rank " + std::to_string(b.rank()) + ": Comm ";
-  if (b.size() > kMaxRanks)
-    return who + "supports up to " + std::to_string(kMaxRanks) + " ranks, not " + std::to_string(b.size());
-  if (static_cast<int>(b.hostRanks().size()) != b.size())
-    return who + "needs every rank on one host; this host has " + std::to_string(b.hostRanks().size()) +
-           " of " + std::to_string(b.size()) + " ranks (inter-node transports are not built yet)";
+  const int here = static_cast<int>(b.hostRanks().size());
+  if (here == b.size())
+    return b.size() > kMaxRanks ? who + "supports up to " + std::to_string(kMaxRanks) + " ranks, not " +
+                                      std::to_string(b.size())
+                                : std::string();
+  if (!env().multiHost)
+    return who + "needs every rank on one host: " + std::to_string(here) + " of " + std::to_string(b.size()) +
+           " ranks are on this host, and a Comm across hosts is experimental (FERRY_MULTI_HOST=1: allReduce "
+           "only; docs/multi-node.md)";
+  if (dynamic_cast<const TcpBootstrap*>(&b) == nullptr)
+    return who + "across hosts needs a TcpBootstrap (it splits it into this host's ranks and the partners)";
+  if (b.numNodes() > kMaxHosts)
+    return who + "across hosts supports up to " + std::to_string(kMaxHosts) + " hosts, not " +
+           std::to_string(b.numNodes());
   return {};
 }
 
-int Comm::rank() const noexcept { return impl_->bootstrap->rank(); }
-int Comm::worldSize() const noexcept { return impl_->bootstrap->size(); }
+int Comm::rank() const noexcept { return (impl_->world ? impl_->world : impl_->bootstrap)->rank(); }
+int Comm::worldSize() const noexcept { return (impl_->world ? impl_->world : impl_->bootstrap)->size(); }
 int Comm::device() const noexcept { return impl_->device; }
 
 void Comm::allReduce(const void* send, void* recv, std::size_t count, DataType type, ReduceOp op,
                      cudaStream_t stream) {
+  if (impl_->partners) return allReduceAcrossHosts(*impl_, {Collective::AllReduce, send, recv, count, type, op, 0, stream});
   impl_->run({Collective::AllReduce, send, recv, count, type, op, 0, stream});
 }
 
 void Comm::allReduce(const void* send, void* recv, std::size_t count, DataType type, const PreMulSum& op,
                      cudaStream_t stream) {
+  if (impl_->partners) impl_->refuseAcrossHosts("allReduce with PreMulSum");
   impl_->runPreMul({Collective::AllReduce, send, recv, count, type, ReduceOp::Sum, 0, stream}, op);
 }
 

@@ -1,6 +1,7 @@
 #pragma once
 // Comm::Impl: what a Comm holds and the steps its calls share, for the files that implement Comm
-// (comm.cpp: making it, calls, buffers, groups, abort; comm_algorithms.cpp: its algorithm registry).
+// (comm.cpp: making it, calls, buffers, groups, abort; comm_algorithms.cpp: its algorithm registry;
+// comm_across_hosts.cpp: a Comm whose ranks span hosts).
 #include "ferry/comm.hpp"
 
 #include <cuda_runtime_api.h>
@@ -13,6 +14,7 @@
 #include "comm/comm_resources.hpp"
 #include "comm/native_algorithm.hpp"
 #include "comm/comm_ports.hpp"
+#include "comm/host_partners.hpp"
 #include "collectives/p2p.hpp"
 #include "collectives/p2p_group.hpp"
 #include "collectives/premul_sum.hpp"
@@ -36,6 +38,10 @@ std::shared_ptr<Bootstrap> checkedBootstrap(std::shared_ptr<Bootstrap> b);
 // Every kernel a Comm may launch, loaded into this device's context before the first call
 // (launch.hpp says why), once per device and process.
 void preloadKernelsOnce(int device);
+// A Comm's insides over `b`: of one host, or across hosts (comm_across_hosts.cpp).
+std::unique_ptr<Comm::Impl> makeCommImpl(std::shared_ptr<Bootstrap> b, const CommOptions& options);
+// An allReduce of a Comm across hosts: on this host, across the partners, on this host again.
+void allReduceAcrossHosts(Comm::Impl& impl, CollectiveCall call);
 
 struct Comm::Impl {
   std::shared_ptr<Bootstrap> bootstrap;
@@ -65,6 +71,12 @@ struct Comm::Impl {
   // Beside the callers' streams, never behind them: the abort word's writes and reads (copies).
   cudaStream_t control = nullptr;
   bool abortedHere = false;  // this rank called abort()
+  // A Comm across hosts (FERRY_MULTI_HOST, comm_across_hosts.cpp): this Impl is then the Comm of
+  // this host's ranks (`bootstrap` is theirs), `world` every rank's bootstrap and `partners` this
+  // rank's partners on the other hosts. Null on one host.
+  std::shared_ptr<Bootstrap> world;
+  std::unique_ptr<HostPartners> partners;
+  bool acrossHostsPhase = false;  // a call across hosts is running its phases on this host's Comm
 
   void checkNotAborted(const char* what) const {
     if (abortedHere)
@@ -150,6 +162,7 @@ struct Comm::Impl {
   // Checks `call` and fills in who runs it; false when there is nothing to do.
   bool prepare(CollectiveCall& call) {
     checkNotAborted("collective call");
+    if (partners && !acrossHostsPhase) refuseAcrossHosts(toString(call.collective));
     call.rank = bootstrap->rank();
     call.worldSize = bootstrap->size();
     validateCall(call, device);
@@ -256,7 +269,17 @@ struct Comm::Impl {
     }
   }
 
+  // What a Comm across hosts does not run yet: an error on every rank alike (the call is the same).
+  void refuseAcrossHosts(std::string_view what) const {
+    throw Error(ErrorCode::NotSupported,
+                "rank " + std::to_string(world->rank()) + ": " + std::string(what) +
+                    ": a Comm across hosts runs allReduce only so far (FERRY_MULTI_HOST is experimental, "
+                    "docs/multi-node.md); make this call on a Comm of one host, or leave FERRY_MULTI_HOST unset "
+                    "so that the NCCL library and the torch backend hand the communicator to NCCL");
+  }
+
   void addPeerCall(PeerCall call) {
+    if (partners) refuseAcrossHosts(call.isSend ? "send" : "recv");
     checkNotAborted(call.isSend ? "send" : "recv");
     call.rank = bootstrap->rank();
     call.worldSize = bootstrap->size();

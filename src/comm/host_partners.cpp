@@ -69,6 +69,7 @@ HostPartners::HostPartners(std::shared_ptr<Bootstrap> partners, std::uint64_t sc
     channels.data[p] = service_.addChannel(data_[p]).deviceHandle();
     channels.ack[p] = service_.addChannel(acks_[p]).deviceHandle();
   }
+  preloadPartnerAllReduce();
   FERRY_CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&device_), sizeof(PartnerChannels)));
   try {
     FERRY_CUDA_CHECK(cudaMemcpy(device_, &channels, sizeof(PartnerChannels), cudaMemcpyHostToDevice));

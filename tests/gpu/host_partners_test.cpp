@@ -73,12 +73,7 @@ TEST_P(PartnerAllReduce, EveryTypeOpAndSizeMatchesTheReference) {
           EXPECT_EQ(buf.wrong(s), 0u) << "host " << host << ": " << toString(type) << " " << toString(op) << " x "
                                       << count;
           ++calls;
-          // Stop together: a host that stopped alone would leave its partners waiting in the next call.
-          std::vector<int> failed(static_cast<std::size_t>(n));
-          failed[static_cast<std::size_t>(host)] = ::testing::Test::HasFailure() ? 1 : 0;
-          boot->allGather(failed.data(), sizeof(int));
-          for (int f : failed)
-            if (f != 0) return;
+          if (anyRankFailed(*boot)) return;
         }
       }
     }

@@ -372,7 +372,8 @@ class OnePerHost : public test::FakeBootstrap {
 TEST(CommWhyNot, RanksOnOneHostOnlyAndNotTooMany) {
   EXPECT_EQ(Comm::whyNot(test::FakeBootstrap(std::make_shared<test::FakeBootstrap::Hub>(), 1, 4)), "");
   EXPECT_CONTAINS(Comm::whyNot(OnePerHost(1, 2)),
-                  "rank 1: Comm needs every rank on one host; this host has 1 of 2");
+                  "rank 1: Comm needs every rank on one host: 1 of 2 ranks are on this host");
+  EXPECT_CONTAINS(Comm::whyNot(OnePerHost(1, 2)), "FERRY_MULTI_HOST=1");  // (unset here)
   EXPECT_CONTAINS(Comm::whyNot(test::FakeBootstrap(std::make_shared<test::FakeBootstrap::Hub>(), 0, 9)),
                   "rank 0: Comm supports up to 8 ranks, not 9");
 }
