@@ -122,9 +122,9 @@ part_nccl-api() {
 
 # Algorithms not yet picked by default, each forced beside what the table picks and NCCL, from
 # 1 MiB: "collective:algorithm" words. (Their GPU tests ran first: gpu_collectives covers every
-# registered algorithm.) The chains are new; the send/recv groups have default rows for 2 ranks
-# only, where they beat the push kernels.
-candidates=${GPU_TABLES_CANDIDATES:-reduce:reduce_chain broadcast:broadcast_chain reducescatter:reducescatter_ring allreduce:allreduce_ring_pipelined allgather:allgather_p2p alltoall:alltoall_p2p}
+# registered algorithm.) The send/recv groups have default rows for 2 ranks only, where they beat the
+# push kernels; the chain pipelines were candidates until 4 H200 gave them rows (tuning.cpp).
+candidates=${GPU_TABLES_CANDIDATES:-allgather:allgather_p2p alltoall:alltoall_p2p}
 
 part_candidates() {
   local pair coll algo rc=0 dir="$out/candidates"
