@@ -7,6 +7,7 @@
 
 #include <cstdlib>
 
+#include "ferry/comm.hpp"
 #include "ferry/communicator.hpp"
 #include "ferry/env.hpp"
 #include "ferry/memory.hpp"
@@ -49,6 +50,31 @@ TEST(DifferentHosts, NoMappingAndNoSameHostConnection) {
     }
     boot->barrier();
   });
+}
+
+// Comm::whyNot across hosts: refused unless FERRY_MULTI_HOST=1, then taken for a TcpBootstrap, alike
+// on every rank (the NCCL library and the torch backend decide from it whether to hand the
+// communicator to NCCL). (No Comm is made: that needs GPUs, gpu_comm_across_hosts.)
+TEST(DifferentHosts, CommAcrossHostsOnlyWithFerryMultiHost) {
+  for (const char* multiHost : {"0", "1"}) {
+    std::string root = "127.0.0.1:" + std::to_string(freePort(AF_INET));
+    runRanksOk(2, [&](int rank) {
+      setenv("FERRY_HOSTID", ("fake-host-" + std::to_string(rank)).c_str(), 1);
+      setenv("FERRY_MULTI_HOST", multiHost, 1);
+      setenv("FERRY_BOOTSTRAP_SECRET", "different-hosts-test", 1);
+      auto boot = TcpBootstrap::create(root, rank, 2);
+      const std::string why = Comm::whyNot(*boot);
+      if (std::string(multiHost) == "1") {
+        EXPECT_EQ(why, "");
+      } else {
+        EXPECT_NE(why.find("rank " + std::to_string(rank) + ": Comm needs every rank on one host: 1 of 2"),
+                  std::string::npos)
+            << why;
+        EXPECT_NE(why.find("FERRY_MULTI_HOST=1"), std::string::npos) << why;
+      }
+      boot->barrier();
+    });
+  }
 }
 
 }  // namespace
