@@ -2,7 +2,7 @@
 // no algorithm, and a Comm call says so; so does a send or recv to another rank.
 #include "collectives/builtin.hpp"
 #include "collectives/p2p.hpp"
-#include "collectives/partner_allreduce.hpp"
+#include "collectives/partner_exchange.hpp"
 #include "collectives/premul_sum.hpp"
 #include "ferry/errors.hpp"
 
@@ -32,11 +32,11 @@ void launchP2P(const P2PBatch&, const P2PContext& context, cudaStream_t) {
               "rank " + std::to_string(context.rank) + ": send/recv: this build of ferry has no CUDA kernels");
 }
 
-void preloadPartnerAllReduce() {}
+void preloadPartnerExchange() {}
 
-void launchPartnerAllReduce(const PartnerChannels*, std::uint64_t, void*, std::size_t, DataType, ReduceOp, int,
-                            cudaStream_t) {
-  throw Error(ErrorCode::NotSupported, "partners' allreduce: this build of ferry has no CUDA kernels");
+void launchPartnerExchange(const PartnerChannels*, std::uint64_t, const PartnerExchange&, DataType, ReduceOp,
+                           cudaStream_t) {
+  throw Error(ErrorCode::NotSupported, "partners' exchange: this build of ferry has no CUDA kernels");
 }
 
 }  // namespace ferry

@@ -83,8 +83,8 @@ std::string Comm::whyNot(const Bootstrap& b) {
                                 : std::string();
   if (!env().multiHost)
     return who + "needs every rank on one host: " + std::to_string(here) + " of " + std::to_string(b.size()) +
-           " ranks are on this host, and a Comm across hosts is experimental (FERRY_MULTI_HOST=1: allReduce "
-           "only; docs/multi-node.md)";
+           " ranks are on this host, and a Comm across hosts is experimental (FERRY_MULTI_HOST=1: the "
+           "collectives, no send/recv yet; docs/multi-node.md)";
   if (dynamic_cast<const TcpBootstrap*>(&b) == nullptr)
     return who + "across hosts needs a TcpBootstrap (it splits it into this host's ranks and the partners)";
   if (b.numNodes() > kMaxHosts)
@@ -97,10 +97,19 @@ int Comm::rank() const noexcept { return (impl_->world ? impl_->world : impl_->b
 int Comm::worldSize() const noexcept { return (impl_->world ? impl_->world : impl_->bootstrap)->size(); }
 int Comm::device() const noexcept { return impl_->device; }
 
+namespace {
+
+// A collective of this host's ranks, or of a Comm across hosts.
+void run(Comm::Impl& impl, const CollectiveCall& call) {
+  if (impl.partners) return runAcrossHosts(impl, call);
+  impl.run(call);
+}
+
+}  // namespace
+
 void Comm::allReduce(const void* send, void* recv, std::size_t count, DataType type, ReduceOp op,
                      cudaStream_t stream) {
-  if (impl_->partners) return allReduceAcrossHosts(*impl_, {Collective::AllReduce, send, recv, count, type, op, 0, stream});
-  impl_->run({Collective::AllReduce, send, recv, count, type, op, 0, stream});
+  run(*impl_, {Collective::AllReduce, send, recv, count, type, op, 0, stream});
 }
 
 void Comm::allReduce(const void* send, void* recv, std::size_t count, DataType type, const PreMulSum& op,
@@ -110,12 +119,12 @@ void Comm::allReduce(const void* send, void* recv, std::size_t count, DataType t
 }
 
 void Comm::allGather(const void* send, void* recv, std::size_t sendCount, DataType type, cudaStream_t stream) {
-  impl_->run({Collective::AllGather, send, recv, sendCount, type, ReduceOp::Sum, 0, stream});
+  run(*impl_, {Collective::AllGather, send, recv, sendCount, type, ReduceOp::Sum, 0, stream});
 }
 
 void Comm::reduceScatter(const void* send, void* recv, std::size_t recvCount, DataType type, ReduceOp op,
                          cudaStream_t stream) {
-  impl_->run({Collective::ReduceScatter, send, recv, recvCount, type, op, 0, stream});
+  run(*impl_, {Collective::ReduceScatter, send, recv, recvCount, type, op, 0, stream});
 }
 
 void Comm::reduceScatter(const void* send, void* recv, std::size_t recvCount, DataType type,
@@ -124,16 +133,16 @@ void Comm::reduceScatter(const void* send, void* recv, std::size_t recvCount, Da
 }
 
 void Comm::allToAll(const void* send, void* recv, std::size_t count, DataType type, cudaStream_t stream) {
-  impl_->run({Collective::AllToAll, send, recv, count, type, ReduceOp::Sum, 0, stream});
+  run(*impl_, {Collective::AllToAll, send, recv, count, type, ReduceOp::Sum, 0, stream});
 }
 
 void Comm::broadcast(const void* send, void* recv, std::size_t count, DataType type, int root, cudaStream_t stream) {
-  impl_->run({Collective::Broadcast, send, recv, count, type, ReduceOp::Sum, root, stream});
+  run(*impl_, {Collective::Broadcast, send, recv, count, type, ReduceOp::Sum, root, stream});
 }
 
 void Comm::reduce(const void* send, void* recv, std::size_t count, DataType type, ReduceOp op, int root,
                   cudaStream_t stream) {
-  impl_->run({Collective::Reduce, send, recv, count, type, op, root, stream});
+  run(*impl_, {Collective::Reduce, send, recv, count, type, op, root, stream});
 }
 
 void Comm::reduce(const void* send, void* recv, std::size_t count, DataType type, const PreMulSum& op,

@@ -85,6 +85,9 @@ void Comm::removeAlgorithm(std::string_view name) {
 
 std::string Comm::algorithmFor(Collective c, std::size_t bytes, DataType type, bool registered) const {
   if (worldSize() == 1) return "local_copy";
+  // Across hosts, a call runs in phases (comm_across_hosts.cpp), not as one algorithm; a host of one
+  // rank has no resources to select with.
+  if (impl_->partners) return "across_hosts";
   CollectiveCall call;
   call.collective = c;
   call.type = type;

@@ -14,6 +14,7 @@
 #include "comm/comm_resources.hpp"
 #include "comm/native_algorithm.hpp"
 #include "comm/comm_ports.hpp"
+#include "comm/host_layout.hpp"
 #include "comm/host_partners.hpp"
 #include "collectives/p2p.hpp"
 #include "collectives/p2p_group.hpp"
@@ -40,8 +41,9 @@ std::shared_ptr<Bootstrap> checkedBootstrap(std::shared_ptr<Bootstrap> b);
 void preloadKernelsOnce(int device);
 // A Comm's insides over `b`: of one host, or across hosts (comm_across_hosts.cpp).
 std::unique_ptr<Comm::Impl> makeCommImpl(std::shared_ptr<Bootstrap> b, const CommOptions& options);
-// An allReduce of a Comm across hosts: on this host, across the partners, on this host again.
-void allReduceAcrossHosts(Comm::Impl& impl, CollectiveCall call);
+// A collective of a Comm across hosts: phases on this host's Comm and across the partners
+// (comm_across_hosts.cpp says which). `call` names world ranks.
+void runAcrossHosts(Comm::Impl& impl, CollectiveCall call);
 
 struct Comm::Impl {
   std::shared_ptr<Bootstrap> bootstrap;
@@ -76,7 +78,12 @@ struct Comm::Impl {
   // rank's partners on the other hosts. Null on one host.
   std::shared_ptr<Bootstrap> world;
   std::unique_ptr<HostPartners> partners;
+  HostLayout hostLayout;
   bool acrossHostsPhase = false;  // a call across hosts is running its phases on this host's Comm
+  // Device memory of the phases across hosts (parts of a reduceScatter or allToAll, a reduce's
+  // partial sums); grown as PreMulScratch, outgrown buffers kept for graphs captured earlier.
+  std::vector<std::shared_ptr<void>> acrossHostsTemp;
+  std::uint64_t acrossHostsTempBytes = 0;
 
   void checkNotAborted(const char* what) const {
     if (abortedHere)
@@ -273,9 +280,10 @@ struct Comm::Impl {
   void refuseAcrossHosts(std::string_view what) const {
     throw Error(ErrorCode::NotSupported,
                 "rank " + std::to_string(world->rank()) + ": " + std::string(what) +
-                    ": a Comm across hosts runs allReduce only so far (FERRY_MULTI_HOST is experimental, "
-                    "docs/multi-node.md); make this call on a Comm of one host, or leave FERRY_MULTI_HOST unset "
-                    "so that the NCCL library and the torch backend hand the communicator to NCCL");
+                    ": a Comm across hosts runs allReduce, allGather, reduceScatter, allToAll, broadcast and "
+                    "reduce with the built-in ops so far (FERRY_MULTI_HOST is experimental, docs/multi-node.md); "
+                    "make this call on a Comm of one host, or leave FERRY_MULTI_HOST unset so that the NCCL "
+                    "library and the torch backend hand the communicator to NCCL");
   }
 
   void addPeerCall(PeerCall call) {

@@ -69,7 +69,7 @@ HostPartners::HostPartners(std::shared_ptr<Bootstrap> partners, std::uint64_t sc
     channels.data[p] = service_.addChannel(data_[p]).deviceHandle();
     channels.ack[p] = service_.addChannel(acks_[p]).deviceHandle();
   }
-  preloadPartnerAllReduce();
+  preloadPartnerExchange();
   FERRY_CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&device_), sizeof(PartnerChannels)));
   try {
     FERRY_CUDA_CHECK(cudaMemcpy(device_, &channels, sizeof(PartnerChannels), cudaMemcpyHostToDevice));
@@ -109,7 +109,27 @@ void HostPartners::allReduce(void* buf, std::size_t count, DataType type, Reduce
   if (divisor < 1)
     throw Error(ErrorCode::InvalidUsage, "host " + std::to_string(host()) + ": HostPartners::allReduce: divisor " +
                                              std::to_string(divisor) + " (the ranks an average spans) must be positive");
-  launchPartnerAllReduce(start(), slotBytes_, buf, count, type, op, divisor, stream);
+  PartnerExchange x;
+  x.src = static_cast<const char*>(buf);
+  x.dst = static_cast<char*>(buf);
+  x.count = count;
+  x.sendTo = x.recvFrom = everyOtherHost();
+  x.reduce = true;
+  x.divisor = divisor;
+  exchange(x, type, op, stream);
+}
+
+std::uint32_t HostPartners::everyOtherHost() const {
+  return ((1u << hosts()) - 1u) & ~(1u << host());  // (hosts() <= kMaxHosts < 32)
+}
+
+void HostPartners::exchange(const PartnerExchange& x, DataType type, ReduceOp op, cudaStream_t stream) {
+  if (x.count == 0) return;
+  const std::uint32_t others = everyOtherHost();
+  if ((x.sendTo & ~others) != 0 || (x.recvFrom & ~others) != 0)
+    throw Error(ErrorCode::InternalError, "host " + std::to_string(host()) +
+                                              ": HostPartners::exchange names a host that is not a partner");
+  launchPartnerExchange(start(), slotBytes_, x, type, op, stream);
 }
 
 }  // namespace ferry

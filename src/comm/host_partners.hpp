@@ -2,7 +2,7 @@
 // A rank's partners across hosts: the ranks of its local index on every host, one per host, in host
 // order (docs/multi-node.md, "Partners"). Every pair is joined by Ethernet connections with two
 // PortChannels each way (data and acks) and a scratch buffer registered for Ethernet; the
-// cross-host phase of the hierarchical collectives runs on them (collectives/partner_allreduce.hpp).
+// cross-host phase of the hierarchical collectives runs on them (collectives/partner_exchange.hpp).
 // Nothing of a partner is mapped, so partners may be on any hosts.
 //
 //   // every partner, with a bootstrap of the partners alone (rank = host index)
@@ -13,7 +13,7 @@
 #include <memory>
 #include <vector>
 
-#include "collectives/partner_allreduce.hpp"
+#include "collectives/partner_exchange.hpp"
 #include "ferry/bootstrap.hpp"
 #include "ferry/communicator.hpp"
 #include "ferry/port_channel.hpp"
@@ -38,9 +38,12 @@ class HostPartners {
   // In place on `stream`: buf[0, count) becomes `op` over the partners' buffers, in host order
   // (Avg: the sum divided by `divisor`: the ranks the sums span). Every partner calls it alike.
   void allReduce(void* buf, std::size_t count, DataType type, ReduceOp op, int divisor, cudaStream_t stream);
+  // Any exchange on `stream` (partner_exchange.hpp); every partner calls it with agreeing masks.
+  void exchange(const PartnerExchange& exchange, DataType type, ReduceOp op, cudaStream_t stream);
 
  private:
   const PartnerChannels* start();
+  std::uint32_t everyOtherHost() const;  // the mask of every partner but this rank
 
   std::shared_ptr<Bootstrap> bootstrap_;
   Communicator comm_;

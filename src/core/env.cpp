@@ -78,10 +78,12 @@ const Var kVars[] = {
      "Bound on every device-side wait (FIFO push and sync, semaphore and channel waits), in seconds; on "
      "expiry the kernel reports rank, peer and operation and traps. 0: never time out (debugging only)."},
     {"FERRY_MULTI_HOST", &Env::multiHost, "0",
-     "1: a Comm whose ranks span hosts runs natively (experimental, not yet run on a GPU): allReduce "
-     "only, the same number of ranks on every host, at most 8 hosts, a TcpBootstrap; its ranks of a "
-     "host share NVLink, its partners across hosts Ethernet (docs/multi-node.md). 0: such a Comm is "
-     "refused, and the NCCL library and the torch backend hand it to NCCL."},
+     "1: a Comm whose ranks span hosts runs natively (experimental): the six collectives with the "
+     "built-in ops (allGather, reduceScatter and allToAll where each host's ranks are consecutive), no "
+     "send/recv or PreMulSum yet, the same number of ranks on every host, at most 8 hosts, a "
+     "TcpBootstrap; its ranks of a host share NVLink, its partners across hosts Ethernet "
+     "(docs/multi-node.md). 0: such a Comm is refused, and the NCCL library and the torch backend hand "
+     "it to NCCL."},
     {"FERRY_PHASE_STAMPS", &Env::phaseStamps, "0",
      "1: every collective kernel records when it passes each phase (start word stored, peers started, "
      "data moved, epoch advanced) for its last 65536 calls, and each Comm prints the medians per "

@@ -1,10 +1,10 @@
 // A Comm across hosts (FERRY_MULTI_HOST; comm/comm_across_hosts.cpp) on one machine: each rank gets
 // a host identity of its own choosing (FERRY_HOSTID, set before anything in the process reads the
 // environment: hence a binary of its own), so ranks of one "host" share CUDA IPC and the "hosts"
-// talk over Ethernet on loopback. 2 hosts x 2 ranks and 2 hosts x 1 rank: allReduce of every data
-// type x reduce op x placement, at sizes below the ranks of a host, odd, and of many partner rounds,
-// every element against the host reference (sums in another order than rank order: floats within
-// rounding, integers exact); and every other call refused with an error that says why.
+// talk over Ethernet on loopback. 2 hosts x 2 ranks and 2 hosts x 1 rank: every collective of every
+// data type x reduce op x placement, at sizes below the ranks of a host, odd, and of many partner
+// rounds, every element against the host reference (sums in another order than rank order: floats
+// within rounding, integers exact); and what it does not run refused with an error that says why.
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
 #include <sys/socket.h>
@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "call_check.hpp"
 #include "common/collective_data.hpp"
 #include "ferry/bootstrap.hpp"
 #include "ferry/comm.hpp"
@@ -28,12 +29,13 @@ namespace {
 
 using tools::CallShape;
 
-// n ranks on `hosts` hosts (consecutive ranks share one), each on its GPU (shared where allowed).
+// n ranks on `hosts` hosts (consecutive ranks share one; interleaved: rank r is on host r % hosts),
+// each on its GPU (shared where allowed).
 template <class Body>
-void runAcrossHosts(int n, int hosts, Body&& body) {
+void runAcrossHosts(int n, int hosts, Body&& body, bool interleaved = false) {
   const std::string root = "127.0.0.1:" + std::to_string(freePort(AF_INET));
   runRanksOk(n, [&](int rank) {
-    const std::string host = "across-hosts-" + std::to_string(rank / (n / hosts));
+    const std::string host = "across-hosts-" + std::to_string(interleaved ? rank % hosts : rank / (n / hosts));
     setenv("FERRY_HOSTID", host.c_str(), 1);
     setenv("FERRY_MULTI_HOST", "1", 1);
     setenv("FERRY_BOOTSTRAP_SECRET", "comm-across-hosts-test", 1);
@@ -57,7 +59,9 @@ class CommAcrossHosts : public ::testing::TestWithParam<Shape> {
   }
 };
 
-TEST_P(CommAcrossHosts, AllReduceEveryTypeOpPlacementAndSize) {
+// Every collective x data type x reduce op x placement x size (below the ranks of a host, odd, and
+// of many partner rounds), roots on every host, each call checked element by element.
+TEST_P(CommAcrossHosts, EveryCollectiveTypeOpPlacementAndSize) {
   const auto [n, hosts] = GetParam();
   runAcrossHosts(n, hosts, [&](int rank, const std::shared_ptr<TcpBootstrap>& boot) {
     Comm comm(boot);
@@ -67,33 +71,24 @@ TEST_P(CommAcrossHosts, AllReduceEveryTypeOpPlacementAndSize) {
     ASSERT_EQ(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), cudaSuccess);
     std::uint64_t seed = 7;
     std::size_t calls = 0;
-    for (int t = 0; t < kDataTypeCount; ++t) {
-      for (int o = 0; o < kReduceOpCount; ++o) {
-        for (std::size_t count : {std::size_t{1}, std::size_t{4099}, std::size_t{300001}}) {
-          for (bool inPlace : {false, true}) {
-            const CallShape s{Collective::AllReduce, static_cast<DataType>(t), static_cast<ReduceOp>(o), count, rank,
-                              n, 0, ++seed};
-            const std::size_t bytes = count * sizeOf(s.type);
-            std::vector<unsigned char> input(bytes), got(bytes), want(bytes);
-            tools::fillSend(s.type, input.data(), count, rank, s.seed);
-            void *send = nullptr, *recv = nullptr;
-            ASSERT_EQ(cudaMalloc(&send, bytes), cudaSuccess);
-            ASSERT_EQ(cudaMalloc(&recv, bytes), cudaSuccess);
-            ASSERT_EQ(cudaMemcpy(inPlace ? recv : send, input.data(), bytes, cudaMemcpyHostToDevice), cudaSuccess);
-            if (!inPlace) {
-              ASSERT_EQ(cudaMemset(recv, tools::kPoisonByte, bytes), cudaSuccess);
+    for (int c = 0; c < kCollectiveCount; ++c) {
+      const auto collective = static_cast<Collective>(c);
+      const int ops = tools::reduces(collective) ? kReduceOpCount : 1;
+      for (int t = 0; t < kDataTypeCount; ++t) {
+        for (int o = 0; o < ops; ++o) {
+          for (std::size_t count : {std::size_t{1}, std::size_t{4099}, std::size_t{300001}}) {
+            for (bool inPlace : {false, true}) {
+              ++seed;
+              const CallShape s{collective, static_cast<DataType>(t), static_cast<ReduceOp>(o), count, rank, n,
+                                static_cast<int>(seed % static_cast<std::uint64_t>(n)), seed};
+              CallBuffers b(rankDevice(rank), s, inPlace);
+              EXPECT_EQ(fillRunCheck(comm, *boot, stream, s, b, inPlace, /*reordered=*/true), 0u)
+                  << "rank " << rank << ": " << toString(collective) << " " << toString(s.type) << " "
+                  << toString(s.op) << " x " << count << " root " << s.root
+                  << (inPlace ? " in place" : " out of place");
+              ++calls;
+              if (anyRankFailed(*boot)) return;
             }
-            comm.allReduce(inPlace ? recv : send, recv, count, s.type, s.op, stream);
-            ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
-            ASSERT_EQ(cudaMemcpy(got.data(), recv, bytes, cudaMemcpyDeviceToHost), cudaSuccess);
-            tools::expectedRecv(s, want.data());
-            EXPECT_EQ(tools::countWrongReordered(s.type, s.op, n, got.data(), want.data(), count), 0u)
-                << "rank " << rank << ": " << toString(s.type) << " " << toString(s.op) << " x " << count
-                << (inPlace ? " in place" : " out of place");
-            cudaFree(send);
-            cudaFree(recv);
-            ++calls;
-            if (anyRankFailed(*boot)) return;
           }
         }
       }
@@ -103,7 +98,7 @@ TEST_P(CommAcrossHosts, AllReduceEveryTypeOpPlacementAndSize) {
   });
 }
 
-TEST_P(CommAcrossHosts, EveryOtherCallIsRefusedSayingWhy) {
+TEST_P(CommAcrossHosts, WhatItDoesNotRunIsRefusedSayingWhy) {
   const auto [n, hosts] = GetParam();
   runAcrossHosts(n, hosts, [&](int rank, const std::shared_ptr<TcpBootstrap>& boot) {
     Comm comm(boot);
@@ -117,14 +112,57 @@ TEST_P(CommAcrossHosts, EveryOtherCallIsRefusedSayingWhy) {
         EXPECT_EQ(e.code(), ErrorCode::NotSupported) << e.what();
         const std::string text = e.what();
         EXPECT_NE(text.find("rank " + std::to_string(rank) + ": " + what), std::string::npos) << text;
-        EXPECT_NE(text.find("runs allReduce only"), std::string::npos) << text;
+        EXPECT_NE(text.find("FERRY_MULTI_HOST"), std::string::npos) << text;
       }
     };
-    refused("allgather", [&] { comm.allGather(buf, buf, 4, DataType::Float32, nullptr); });
-    refused("broadcast", [&] { comm.broadcast(buf, buf, 16, DataType::Float32, 0, nullptr); });
+    const float factor = 2;
+    refused("allReduce with PreMulSum",
+            [&] { comm.allReduce(buf, buf, 16, DataType::Float32, PreMulSum{&factor, false}, nullptr); });
     refused("send", [&] { comm.send(buf, 16, DataType::Float32, (rank + 1) % n, nullptr); });
+    // A bad argument is named in world ranks, before any phase runs.
+    try {
+      comm.broadcast(buf, buf, 16, DataType::Float32, n, nullptr);
+      ADD_FAILURE() << "a broadcast from root " << n << " of " << n << " ranks ran";
+    } catch (const Error& e) {
+      EXPECT_EQ(e.code(), ErrorCode::InvalidUsage) << e.what();
+      EXPECT_NE(std::string(e.what()).find("root " + std::to_string(n) + " is out of range"), std::string::npos)
+          << e.what();
+    }
     cudaFree(buf);
   });
+}
+
+// Hosts whose ranks are not consecutive: allReduce, broadcast and reduce run; the collectives
+// whose buffers hold a block per host are refused alike on every rank, saying what to do.
+TEST(CommAcrossInterleavedHosts, BlockCollectivesAreRefusedTheOthersRun) {
+  if (std::string why = whyCannotRun(4); !why.empty()) GTEST_SKIP() << why;
+  runAcrossHosts(4, 2, [&](int rank, const std::shared_ptr<TcpBootstrap>& boot) {
+    Comm comm(boot);
+    cudaStream_t stream;
+    ASSERT_EQ(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), cudaSuccess);
+    std::uint64_t seed = 99;
+    for (Collective c : {Collective::AllReduce, Collective::Broadcast, Collective::Reduce}) {
+      for (int root = 0; root < 4; ++root) {
+        const CallShape s{c, DataType::Float32, ReduceOp::Sum, 70001, rank, 4, root, ++seed};
+        CallBuffers b(rankDevice(rank), s, false);
+        EXPECT_EQ(fillRunCheck(comm, *boot, stream, s, b, false, true), 0u)
+            << "rank " << rank << ": " << toString(c) << " root " << root;
+        if (c == Collective::AllReduce) break;
+      }
+    }
+    for (Collective c : {Collective::AllGather, Collective::ReduceScatter, Collective::AllToAll}) {
+      const CallShape s{c, DataType::Float32, ReduceOp::Sum, 16, rank, 4, 0, ++seed};
+      CallBuffers b(rankDevice(rank), s, false);
+      try {
+        issue(comm, s, b.send, b.recv, stream);
+        ADD_FAILURE() << toString(c) << " ran across interleaved hosts";
+      } catch (const Error& e) {
+        EXPECT_EQ(e.code(), ErrorCode::NotSupported) << e.what();
+        EXPECT_NE(std::string(e.what()).find("consecutive"), std::string::npos) << e.what();
+      }
+    }
+    cudaStreamDestroy(stream);
+  }, /*interleaved=*/true);
 }
 
 INSTANTIATE_TEST_SUITE_P(Shapes, CommAcrossHosts, ::testing::Values(Shape{2, 2}, Shape{4, 2}),

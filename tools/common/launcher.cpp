@@ -81,14 +81,31 @@ int freeLoopbackPort() {
 
 }  // namespace
 
-int spawnRanks(int ranks, char** argv) {
+int spawnRanks(int ranks, char** argv, int hosts) {
+  if (hosts < 1 || ranks % hosts != 0)
+    throw std::invalid_argument(std::to_string(ranks) + " ranks cannot be split evenly over " + std::to_string(hosts) +
+                                " hosts");
+  // The variables a posing host sets are its own, whatever the caller's environment says.
+  auto posed = [&](const char* e) {
+    if (hosts == 1) return false;
+    for (const char* key : {"FERRY_HOSTID=", "NCCL_HOSTID=", "FERRY_MULTI_HOST="})
+      if (std::strncmp(e, key, std::strlen(key)) == 0) return true;
+    return false;
+  };
   // A random secret authenticates the ranks that join (FERRY_BOOTSTRAP_SECRET).
   const std::string root = "127.0.0.1:" + std::to_string(freeLoopbackPort());
   const std::string secret = UniqueId::create().toHex().substr(16, 32);
   std::vector<pid_t> pids;
   for (int r = 0; r < ranks; ++r) {
     std::vector<std::string> env;
-    for (char** e = environ; *e; ++e) env.emplace_back(*e);
+    for (char** e = environ; *e; ++e)
+      if (!posed(*e)) env.emplace_back(*e);
+    if (hosts > 1) {
+      const std::string host = "posed-host-" + std::to_string(r / (ranks / hosts));
+      env.push_back("FERRY_HOSTID=" + host);
+      env.push_back("NCCL_HOSTID=" + host);
+      env.push_back("FERRY_MULTI_HOST=1");
+    }
     env.push_back("FERRY_BENCH_ROOT=" + root);
     env.push_back("FERRY_BOOTSTRAP_SECRET=" + secret);
     env.push_back("FERRY_BENCH_RANK=" + std::to_string(r));

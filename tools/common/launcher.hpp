@@ -24,6 +24,9 @@ std::optional<RankInfo> rankFromEnvironment();
 // Starts `ranks` copies of this executable with argv, as ranks 0..ranks-1, and waits for them.
 // Returns 0 when all exit 0; otherwise the first non-zero code (a rank that fails makes the parent
 // stop the others after a grace period, so a broken run ends instead of hanging).
-int spawnRanks(int ranks, char** argv);
+// hosts > 1 (dividing ranks): consecutive ranks pose as one host each, so the "hosts" talk over the
+// network on loopback (docs/multi-node.md): FERRY_HOSTID and NCCL_HOSTID name the rank's host, and
+// FERRY_MULTI_HOST=1 lets ferry's Comm span them.
+int spawnRanks(int ranks, char** argv, int hosts = 1);
 
 }  // namespace ferry::tools

@@ -75,6 +75,13 @@ int main(int argc, char** argv) {
   app.add_option("-g,--ngpus", ngpus,
                  "ranks to start (default: every local GPU; more ranks than GPUs share them, which checks "
                  "results but times nothing real, without NCCL); ignored under mpirun/torchrun");
+  int hosts = 1;
+  app.add_option("--hosts", hosts,
+                 "pose the ranks as this many hosts (consecutive ranks share one), so that ferry's Comm "
+                 "across hosts and NCCL's network transport run on loopback (docs/multi-node.md); it must "
+                 "divide the ranks")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
   app.add_option("--algo", o.algorithm, "force this algorithm where it applies (see --list)");
   app.add_flag("--no-nccl", noNccl, "do not time NCCL");
   app.add_option("--nccl", o.ncclPath, "the NCCL library to compare with")->capture_default_str();
@@ -185,7 +192,10 @@ int main(int argc, char** argv) {
           ranks);
       return 0;
     }
-    return spawnRanks(ranks, argv);
+    if (ranks % hosts != 0)
+      throw CLI::ValidationError("--hosts", std::to_string(ranks) + " ranks cannot be split evenly over " +
+                                                std::to_string(hosts) + " hosts");
+    return spawnRanks(ranks, argv, hosts);
   } catch (const CLI::Error& e) {
     return app.exit(e);
   } catch (const std::exception& e) {

@@ -1,0 +1,62 @@
+#pragma once
+// The cross-host phase of the hierarchical collectives (docs/multi-node.md, "Partners"): the ranks of
+// one local index on every host, one per host in host order, exchange parts of buffers among
+// themselves over PortChannels only. Nothing of a partner is mapped: every byte and every signal
+// goes through the host proxy and the channel's Connection (Ethernet between hosts), so the kernel
+// runs alike whatever carries it.
+//
+// One exchange serves every collective: each host sends a part to the hosts of `sendTo` and
+// receives one from the hosts of `recvFrom` (allreduce, allgather, alltoall: everyone to everyone;
+// broadcast: the root's host to the others; reduce: the others to the root's host). What arrives
+// is either reduced with this host's own part, in host order, or copied where the call says.
+//
+// A call moves the parts in rounds of slotBytes. In each round a sender puts its part into its slot
+// of every receiver's scratch (put with signal) and flushes those puts (the proxy reads the source
+// after the kernel has gone on, and a reduce may overwrite it); a receiver waits for every sender's
+// part, reduces or copies them, then tells each sender that its slot is free (the ack channel); a
+// sender waits for those acks before the next round reuses the slots. Every rank ends a call with
+// all its signals consumed, so calls follow each other on any stream.
+#include <cuda_runtime_api.h>
+
+#include <cstddef>
+#include <cstdint>
+
+#include "ferry/datatype.hpp"
+#include "ferry/device/port_channel.hpp"
+
+namespace ferry {
+
+inline constexpr int kMaxHosts = 8;
+
+// What the kernel reads, in device memory (HostPartners fills it once).
+struct PartnerChannels {
+  PortChannelDeviceHandle data[kMaxHosts];  // puts into the partner's scratch, each with a signal
+  PortChannelDeviceHandle ack[kMaxHosts];   // signals only: "your slot in my scratch is read"
+  MemoryId scratchOf[kMaxHosts] = {};       // each partner's scratch, as this rank's proxy names it
+  char* scratch = nullptr;                  // this rank's: `hosts` slots of slotBytes, by sender
+  std::uint64_t slotBytes = 0;              // a multiple of 16
+  int host = 0;
+  int hosts = 1;
+};
+
+// One exchange among the partners; every partner passes masks that agree with the others' (host p
+// is in my sendTo exactly when I am in p's recvFrom).
+struct PartnerExchange {
+  const char* src = nullptr;               // the part for host p: src + srcOffset[p] (bytes)
+  char* dst = nullptr;                     // reduce: the result; copy: host h's part to dst + dstOffset[h]
+  std::uint64_t srcOffset[kMaxHosts] = {};  // (reduce: this host's own part at src + srcOffset[host])
+  std::uint64_t dstOffset[kMaxHosts] = {};
+  std::uint64_t count = 0;                 // elements in each part
+  std::uint32_t sendTo = 0, recvFrom = 0;  // bit h: host h
+  bool reduce = false;                     // reduce the received parts with the own one, or copy them
+  int divisor = 1;                         // Avg: the ranks the reduced sums span
+};
+
+// Runs `exchange` on `stream` (`channels` is device memory). `op` matters only when it reduces.
+void launchPartnerExchange(const PartnerChannels* channels, std::uint64_t slotBytes, const PartnerExchange& exchange,
+                           DataType type, ReduceOp op, cudaStream_t stream);
+// Loads every type and op of the kernel into the current context now (launch.hpp's preloadKernel:
+// a first launch queued behind a waiting kernel would otherwise wait for it).
+void preloadPartnerExchange();
+
+}  // namespace ferry
