@@ -166,10 +166,13 @@ class FERRY_API Comm {
   // gives up at once and the kernel runs to its end without finishing its call (outputs are then
   // undefined, and no kernel traps: streams and CUDA contexts stay usable). On this rank, later
   // calls are Error(InvalidUsage); on the others they return garbage at once until aborted() is
-  // noticed. Destroying an aborted Comm does not hang.
+  // noticed. Destroying an aborted Comm does not hang. (A Comm across hosts, docs/multi-node.md: on
+  // every rank of this rank's host, and on this rank's calls across hosts.)
   void abort();
   // True once any rank of this Comm called abort(). Reads the flag from the GPU on a stream of its
-  // own (a few microseconds), so a watchdog can poll it while the caller's streams are busy.
+  // own (a few microseconds), so a watchdog can poll it while the caller's streams are busy. A Comm
+  // across hosts is also aborted once a rank's partner on another host went away during a call: its
+  // host's calls end then as if aborted, and its later calls throw Error(RemoteError) naming it.
   bool aborted() const;
 
   // The algorithms of this Comm, of every collective: the built-in ones grouped by collective, the

@@ -20,6 +20,7 @@
 #include <chrono>
 #include <cstddef>
 #include <exception>
+#include <functional>
 #include <memory>
 
 #include "ferry/api.hpp"
@@ -46,6 +47,9 @@ class FERRY_API PortChannelService {
   // With the proxy dozing when idle (ProxyOptions::idleSleep): for a service that may stay unused
   // for long, at the price of up to idleSleep more on the first request after a pause.
   PortChannelService(int fifoSize, std::chrono::microseconds idleSleep);
+  // With ProxyOptions' onPoll (beside the service's own work on each poll) and onFailure too.
+  PortChannelService(int fifoSize, std::chrono::microseconds idleSleep, std::function<void()> onPoll,
+                     std::function<void()> onFailure);
   ~PortChannelService();  // stops the proxy
   PortChannelService(const PortChannelService&) = delete;
   PortChannelService& operator=(const PortChannelService&) = delete;

@@ -65,6 +65,10 @@ struct ProxyOptions {
   // handler left in progress (a flush that completes later). It must not block; what it throws
   // stops the proxy like a handler's error.
   std::function<void()> onPoll;
+  // Called once on the proxy thread when a handler or onPoll fails, after the error is recorded:
+  // to tell whoever waits for the proxy's work that it will not come (HostPartners raises the word
+  // its kernels' waits give up on). It must not block or throw.
+  std::function<void()> onFailure;
 };
 
 class FERRY_API Proxy {

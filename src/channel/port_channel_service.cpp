@@ -157,8 +157,13 @@ struct PortChannelService::Impl {
 PortChannelService::PortChannelService(int fifoSize) : PortChannelService(fifoSize, std::chrono::microseconds(0)) {}
 
 PortChannelService::PortChannelService(int fifoSize, std::chrono::microseconds idleSleep)
+    : PortChannelService(fifoSize, idleSleep, {}, {}) {}
+
+PortChannelService::PortChannelService(int fifoSize, std::chrono::microseconds idleSleep, std::function<void()> onPoll,
+                                       std::function<void()> onFailure)
     : impl_(std::make_unique<Impl>()) {
   ProxyOptions options;
+  options.onFailure = std::move(onFailure);
   options.idleSleep = idleSleep;
   options.fifo.size = fifoSize;
   options.fifo.memory = FifoMemory::Gpu;
@@ -168,8 +173,9 @@ PortChannelService::PortChannelService(int fifoSize, std::chrono::microseconds i
   impl_->flushed = static_cast<std::uint64_t*>(flushed);
   std::fill_n(impl_->flushed, PortRequest::kMaxChannels, std::uint64_t{0});
   FERRY_CUDA_CHECK(cudaHostGetDevicePointer(reinterpret_cast<void**>(&impl_->flushedDevice), flushed, 0));
-  options.onPoll = [impl = impl_.get()] {
+  options.onPoll = [impl = impl_.get(), onPoll = std::move(onPoll)] {
     if (!impl->flushing.empty()) impl->progressFlushes();
+    if (onPoll) onPoll();
   };
   impl_->proxy =
       std::make_unique<Proxy>([impl = impl_.get()](ProxyTrigger t) { return impl->handle(t); }, options);

@@ -65,8 +65,17 @@ struct Proxy::Impl {
   void fail(std::exception_ptr e, const std::string& what) {
     FERRY_LOG(Error, Proxy) << "proxy of " << who() << ": " << what << ": " << describe(e)
                             << "; the proxy stopped (Proxy::error(), rethrown by Proxy::stop())";
-    std::lock_guard<std::mutex> lock(mu);
-    error = std::move(e);
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      error = std::move(e);
+    }
+    if (options.onFailure) {
+      try {
+        options.onFailure();
+      } catch (const std::exception& x) {
+        FERRY_LOG(Error, Proxy) << "proxy of " << who() << ": onFailure threw: " << x.what();
+      }
+    }
   }
 
   void pin(int device) {

@@ -20,6 +20,7 @@ __global__ void __launch_bounds__(kThreads) partnerExchange(const PartnerChannel
   const int me = channels->host, hosts = channels->hosts;
   const std::uint64_t slotBytes = channels->slotBytes;
   const std::uint64_t slotElements = slotBytes / sizeof(T);
+  if (tid == 0 && channels->running != nullptr) *static_cast<volatile std::uint32_t*>(channels->running) = 1;
   for (std::uint64_t first = 0; first < x.count; first += slotElements) {
     const std::uint64_t n = x.count - first < slotElements ? x.count - first : slotElements;
     const std::uint64_t at = first * sizeof(T), bytes = n * sizeof(T);
@@ -81,6 +82,7 @@ __global__ void __launch_bounds__(kThreads) partnerExchange(const PartnerChannel
     }
     __syncthreads();
   }
+  if (tid == 0 && channels->running != nullptr) *static_cast<volatile std::uint32_t*>(channels->running) = 0;
 }
 
 }  // namespace

@@ -37,6 +37,9 @@ struct PartnerChannels {
   std::uint64_t slotBytes = 0;              // a multiple of 16
   int host = 0;
   int hosts = 1;
+  // Host memory: 1 while a kernel runs, so that the proxy watches the partners' connections then
+  // (a partner that goes away mid-call ends the waits through the channels' abort word).
+  std::uint32_t* running = nullptr;
 };
 
 // One exchange among the partners; every partner passes masks that agree with the others' (host p

@@ -186,6 +186,7 @@ void Comm::deregisterBuffer(BufferRegistration registration) {
 }
 
 void Comm::abort() {
+  if (impl_->partners) impl_->partners->abort();
   if (impl_->resources) {
     DeviceGuard scope(impl_->device);
     RelaxedCapture relaxed;
@@ -196,6 +197,7 @@ void Comm::abort() {
 
 bool Comm::aborted() const {
   if (impl_->abortedHere) return true;
+  if (impl_->partners && impl_->partners->failed()) return true;
   if (!impl_->resources) return false;
   DeviceGuard scope(impl_->device);
   RelaxedCapture relaxed;

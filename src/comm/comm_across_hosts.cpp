@@ -71,8 +71,11 @@ struct AcrossHosts {
         hosts(i.partners->hosts()), perHost(i.bootstrap->size()), es(sizeOf(c.type)) {}
 
   // A call of this host's Comm (its checks, its algorithms, its order on the stream).
-  void onHost(Collective c, const void* send, void* recv, std::size_t count, ReduceOp op, int root = 0) {
-    impl.run({c, send, recv, count, call.type, op, root, call.stream});
+  void onHost(Collective c, const void* send, void* recv, std::size_t count, ReduceOp op, int root = 0,
+              bool unregistered = false) {
+    CollectiveCall local{c, send, recv, count, call.type, op, root, call.stream};
+    local.unregistered = unregistered;
+    impl.run(local);
   }
 
   void acrossPartners(const PartnerExchange& x, ReduceOp op) {
@@ -211,9 +214,12 @@ struct AcrossHosts {
     const int rootHost = layout.hostOf[call.root], rootLocal = layout.localOf[call.root];
     const bool root = impl.world->rank() == call.root;
     const ReduceOp op = call.op;
-    // Only the root's recv is the caller's to fill: the others' partial sums go to the Comm's memory.
-    char* sums = root ? recv() : temp(call.count * es);
-    onHost(Collective::Reduce, call.send, sums, call.count, op == ReduceOp::Avg ? ReduceOp::Sum : op, rootLocal);
+    // Only the root's recv is the caller's to fill: the partial sums of the other hosts' ranks at
+    // the root's local index go to the Comm's memory (unregistered, so on those hosts every rank
+    // runs the reduce as unregistered, alike); the other ranks have none.
+    char* sums = root ? recv() : local == rootLocal ? temp(call.count * es) : nullptr;
+    onHost(Collective::Reduce, call.send, sums, call.count, op == ReduceOp::Avg ? ReduceOp::Sum : op, rootLocal,
+           /*unregistered=*/host != rootHost);
     if (local != rootLocal) return;
     PartnerExchange x;
     x.src = sums;
@@ -258,8 +264,26 @@ std::unique_ptr<Comm::Impl> makeCommImpl(std::shared_ptr<Bootstrap> b, const Com
   auto impl = std::make_unique<Comm::Impl>(local, options);
   impl->world = b;
   impl->hostLayout = gatherLayout(*b, *local, sizes[0]);
+  HostPartnersOptions po;
+  po.worldRank = b->rank();
+  po.worldRanks.assign(static_cast<std::size_t>(partners->size()), -1);
+  for (std::size_t r = 0; r < impl->hostLayout.hostOf.size(); ++r)
+    if (impl->hostLayout.localOf[r] == local->rank())
+      po.worldRanks[static_cast<std::size_t>(impl->hostLayout.hostOf[r])] = static_cast<int>(r);
+  // A partner gone mid-call ends this host's calls too: its other ranks may be waiting for this one
+  // in a phase on the host (Comm::abort's way, from the proxy thread; destroyed before resources).
+  po.onFailure = [raw = impl.get()] {
+    if (!raw->resources) return;
+    try {
+      DeviceGuard scope(raw->device);
+      raiseAbort(raw->resources->context(), raw->control);
+    } catch (const std::exception& e) {
+      FERRY_LOG(Error, Collectives) << "Comm across hosts: ending this host's calls after a partner failed: "
+                                    << e.what();
+    }
+  };
   // The partners' slots take half as much device memory as the Comm's own scratch.
-  impl->partners = std::make_unique<HostPartners>(partners, env().scratchBytes / 2);
+  impl->partners = std::make_unique<HostPartners>(partners, env().scratchBytes / 2, std::move(po));
   FERRY_LOG(Info, Collectives) << "Comm across hosts: rank " << b->rank() << " is rank " << local->rank() << " of "
                                 << local->size() << " on host " << b->node() << " of " << b->numNodes()
                                 << (impl->hostLayout.contiguous ? "" : " (hosts' ranks not consecutive)");
@@ -268,6 +292,7 @@ std::unique_ptr<Comm::Impl> makeCommImpl(std::shared_ptr<Bootstrap> b, const Com
 
 void runAcrossHosts(Comm::Impl& impl, CollectiveCall call) {
   impl.checkNotAborted("collective call");
+  if (impl.partners->failed()) impl.partners->throwFailure();  // a partner went away in an earlier call
   // The whole call is checked in world ranks first (root, in place, the buffers' sizes), so that a
   // bad argument is named as the caller made it, before any phase runs.
   CollectiveCall world = call;

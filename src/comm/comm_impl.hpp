@@ -214,9 +214,10 @@ struct Comm::Impl {
       if (needsCopy)
         FERRY_CUDA_CHECK(cudaMemcpyAsync(call.recv, call.send, call.recvElements() * call.elementBytes(),
                                          cudaMemcpyDeviceToDevice, call.stream));
+      work->note(call.stream);  // (a Comm across hosts' phases read its buffers here too)
       return;
     }
-    if (registry) {
+    if (registry && !call.unregistered) {
       const std::size_t es = call.elementBytes();
       if (call.usesSend()) {
         const auto hit = registry->find(call.send, call.sendElements() * es);

@@ -25,10 +25,22 @@ std::shared_ptr<Bootstrap> checkedPartners(std::shared_ptr<Bootstrap> b) {
 
 }  // namespace
 
-HostPartners::HostPartners(std::shared_ptr<Bootstrap> partners, std::uint64_t scratchBytes)
-    : bootstrap_(checkedPartners(std::move(partners))), comm_(bootstrap_), service_(512, std::chrono::microseconds(20)) {
+HostPartners::HostPartners(std::shared_ptr<Bootstrap> partners, std::uint64_t scratchBytes,
+                           HostPartnersOptions options)
+    : bootstrap_(checkedPartners(std::move(partners))),
+      comm_(bootstrap_),
+      options_(std::move(options)),
+      // (The proxy starts at the first call, once the members its callbacks read are set.)
+      service_(512, std::chrono::microseconds(20), [this] { watch(); },
+               [this] {
+                 __atomic_store_n(&words_[1], 1u, __ATOMIC_RELEASE);
+                 if (options_.onFailure) options_.onFailure();
+               }) {
   const int me = host(), n = hosts();
-  const std::string who = "host " + std::to_string(me) + " of " + std::to_string(n) + ": HostPartners: ";
+  if (!options_.worldRanks.empty() && static_cast<int>(options_.worldRanks.size()) != n)
+    throw Error(ErrorCode::InternalError, "HostPartners: " + std::to_string(options_.worldRanks.size()) +
+                                              " world ranks for " + std::to_string(n) + " hosts");
+  const std::string who = this->who() + ": HostPartners: ";
   slotBytes_ = scratchBytes / static_cast<std::uint64_t>(n) / 16 * 16;
   if (slotBytes_ == 0)
     throw Error(ErrorCode::InvalidUsage, who + std::to_string(scratchBytes) +
@@ -56,7 +68,20 @@ HostPartners::HostPartners(std::shared_ptr<Bootstrap> partners, std::uint64_t sc
     data_[p] = std::make_shared<Host2DeviceSemaphore>(comm_, connections_[p], kDataTag);
     acks_[p] = std::make_shared<Host2DeviceSemaphore>(comm_, connections_[p], kAckTag);
   }
+  FERRY_CUDA_CHECK(cudaHostAlloc(reinterpret_cast<void**>(&words_), 2 * sizeof(std::uint32_t),
+                                 cudaHostAllocMapped | cudaHostAllocPortable));
+  words_[0] = words_[1] = 0;
+  FERRY_CUDA_CHECK(cudaHostGetDevicePointer(reinterpret_cast<void**>(&wordsDevice_), words_, 0));
+  // The channels' waits name world ranks in their timeout reports, and give up at once on a
+  // failure or an abort (words_[1]) instead of at their timeout.
+  auto named = [&](PortChannelDeviceHandle h, int p) {
+    h.semaphore.wait_.rank = h.fifo.wait.rank = worldRankOf(me);
+    h.semaphore.wait_.peer = worldRankOf(p);
+    h.semaphore.wait_.abortFlag = h.fifo.wait.abortFlag = wordsDevice_ + 1;
+    return h;
+  };
   PartnerChannels channels;
+  channels.running = wordsDevice_;
   channels.scratch = static_cast<char*>(scratch_.get());
   channels.slotBytes = slotBytes_;
   channels.host = me;
@@ -66,8 +91,8 @@ HostPartners::HostPartners(std::shared_ptr<Bootstrap> partners, std::uint64_t sc
     channels.scratchOf[p] = service_.addMemory(theirs[p].get());
     data_[p]->awaitPeer();  // here, not on the proxy thread at its first signal
     acks_[p]->awaitPeer();
-    channels.data[p] = service_.addChannel(data_[p]).deviceHandle();
-    channels.ack[p] = service_.addChannel(acks_[p]).deviceHandle();
+    channels.data[p] = named(service_.addChannel(data_[p]).deviceHandle(), p);
+    channels.ack[p] = named(service_.addChannel(acks_[p]).deviceHandle(), p);
   }
   preloadPartnerExchange();
   FERRY_CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&device_), sizeof(PartnerChannels)));
@@ -83,23 +108,65 @@ HostPartners::~HostPartners() {
   try {
     service_.stop();
   } catch (const std::exception& e) {
-    FERRY_LOG(Error, Collectives) << "host " << host() << ": the partners' proxy had failed: " << e.what();
+    FERRY_LOG(Warn, Collectives) << who() << ": the partners' proxy had failed: " << e.what();
   }
   (void)cudaFree(device_);
+  if (words_ != nullptr) (void)cudaFreeHost(words_);
+}
+
+std::string HostPartners::who() const {
+  return "rank " + std::to_string(worldRankOf(host())) + " (host " + std::to_string(host()) + ")";
+}
+
+int HostPartners::worldRankOf(int h) const {
+  if (h == host() && options_.worldRank >= 0) return options_.worldRank;
+  return options_.worldRanks.empty() ? h : options_.worldRanks[static_cast<std::size_t>(h)];
+}
+
+void HostPartners::watch() {
+  const auto now = std::chrono::steady_clock::now();
+  if (now < nextWatch_) return;
+  nextWatch_ = now + std::chrono::milliseconds(1);
+  // Only while a kernel runs: a partner that closes its connection between calls is a partner that
+  // is done (its Comm went first at the end of a job), not a failure.
+  if (__atomic_load_n(&words_[0], __ATOMIC_ACQUIRE) == 0) return;
+  for (int p = 0; p < hosts(); ++p) {
+    if (p == host()) continue;
+    if (std::string why = connections_[p]->failure(); !why.empty())
+      throw Error(ErrorCode::RemoteError, why);  // (throwFailure names the partner)
+  }
+}
+
+void HostPartners::abort() { __atomic_store_n(&words_[1], 1u, __ATOMIC_RELEASE); }
+
+bool HostPartners::failed() const { return __atomic_load_n(&words_[1], __ATOMIC_ACQUIRE) != 0; }
+
+void HostPartners::throwFailure() const {
+  std::exception_ptr failed = service_.error();
+  if (!failed) throw Error(ErrorCode::InvalidUsage, who() + ": the calls across hosts were aborted; destroy the Comm");
+  std::string why;
+  try {
+    std::rethrow_exception(failed);
+  } catch (const std::exception& e) {
+    why = e.what();
+  } catch (...) {
+    why = "an unknown error";
+  }
+  // The connections name partners by host; the world's rank is what the caller knows. (With two
+  // hosts the partner is known even before its connection's receiver has seen it go.)
+  for (int p = 0; p < hosts(); ++p)
+    if (p != host() && (hosts() == 2 || !connections_[p]->failure().empty()))
+      throw Error(ErrorCode::RemoteError, who() + ": rank " + std::to_string(worldRankOf(p)) + " (host " +
+                                              std::to_string(p) + "), this rank's partner, went away during a call " +
+                                              "across hosts (" + why +
+                                              "); this Comm cannot go on: destroy it on every rank that is left");
+  throw Error(ErrorCode::RemoteError, who() + ": the partners' proxy failed during a call across hosts (" + why +
+                                          "); this Comm cannot go on: destroy it on every rank");
 }
 
 const PartnerChannels* HostPartners::start() {
-  if (service_.running()) return device_;
-  if (std::exception_ptr failed = service_.error()) {
-    try {
-      std::rethrow_exception(failed);
-    } catch (const std::exception& e) {
-      throw Error(ErrorCode::RemoteError, "host " + std::to_string(host()) +
-                                              ": the partners' proxy failed on an earlier call (" + e.what() +
-                                              "); make new HostPartners");
-    }
-  }
-  service_.start();
+  if (failed()) throwFailure();
+  if (!service_.running()) service_.start();
   return device_;
 }
 
@@ -107,7 +174,7 @@ void HostPartners::allReduce(void* buf, std::size_t count, DataType type, Reduce
                              cudaStream_t stream) {
   if (count == 0) return;
   if (divisor < 1)
-    throw Error(ErrorCode::InvalidUsage, "host " + std::to_string(host()) + ": HostPartners::allReduce: divisor " +
+    throw Error(ErrorCode::InvalidUsage, who() + ": HostPartners::allReduce: divisor " +
                                              std::to_string(divisor) + " (the ranks an average spans) must be positive");
   PartnerExchange x;
   x.src = static_cast<const char*>(buf);
@@ -127,8 +194,7 @@ void HostPartners::exchange(const PartnerExchange& x, DataType type, ReduceOp op
   if (x.count == 0) return;
   const std::uint32_t others = everyOtherHost();
   if ((x.sendTo & ~others) != 0 || (x.recvFrom & ~others) != 0)
-    throw Error(ErrorCode::InternalError, "host " + std::to_string(host()) +
-                                              ": HostPartners::exchange names a host that is not a partner");
+    throw Error(ErrorCode::InternalError, who() + ": HostPartners::exchange names a host that is not a partner");
   launchPartnerExchange(start(), slotBytes_, x, type, op, stream);
 }
 

@@ -10,7 +10,10 @@
 //   partners.allReduce(buf, count, DataType::Float32, ReduceOp::Sum, 1, stream);
 #include <cuda_runtime_api.h>
 
+#include <chrono>
+#include <functional>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "collectives/partner_exchange.hpp"
@@ -21,12 +24,28 @@
 
 namespace ferry {
 
+struct HostPartnersOptions {
+  // The world's ranks of this rank and of each host's partner (by host), for errors and the
+  // device's timeout reports; unset: the host indices.
+  int worldRank = -1;
+  std::vector<int> worldRanks;
+  // Called on the proxy thread once a partner's connection has failed (or the proxy otherwise
+  // stopped on an error), after this rank's kernels have been told to give up: a Comm across
+  // hosts ends its host's calls there too. It must not block for long or throw.
+  std::function<void()> onFailure;
+};
+
 class HostPartners {
  public:
   // Collective over `partners` (one rank per host, at most kMaxHosts). `scratchBytes` of device
   // memory on the current device receive the partners' parts, a slot per partner; a call larger
   // than a slot runs in rounds. Errors name this rank, the partner and what to do.
-  HostPartners(std::shared_ptr<Bootstrap> partners, std::uint64_t scratchBytes);
+  //
+  // A partner that goes away (its process ends, its host becomes unreachable) while a call runs is
+  // noticed by the proxy within a millisecond or so of its connection failing: the kernels' waits
+  // give up at once (their results are then garbage), options.onFailure runs, failed() becomes
+  // true, and every later call throws Error(RemoteError) naming the partner.
+  HostPartners(std::shared_ptr<Bootstrap> partners, std::uint64_t scratchBytes, HostPartnersOptions options = {});
   // @pre no call of it is still running on a stream (its kernels use the proxy it stops).
   ~HostPartners();
   HostPartners(const HostPartners&) = delete;
@@ -41,9 +60,22 @@ class HostPartners {
   // Any exchange on `stream` (partner_exchange.hpp); every partner calls it with agreeing masks.
   void exchange(const PartnerExchange& exchange, DataType type, ReduceOp op, cudaStream_t stream);
 
+  // Makes the waits of this rank's running and later kernels give up (Comm::abort).
+  void abort();
+  // A partner failed, or abort() was called: no call can run any more.
+  bool failed() const;
+  // Throws what failed() means: Error(RemoteError) naming the failure, or Error(InvalidUsage) after
+  // abort(). @pre failed()
+  [[noreturn]] void throwFailure() const;
+
  private:
   const PartnerChannels* start();
   std::uint32_t everyOtherHost() const;  // the mask of every partner but this rank
+  int worldRankOf(int host) const;
+  std::string who() const;  // "rank W (host h)"
+  // On the proxy thread, at most every millisecond: while a kernel runs, whether a partner's
+  // connection has failed (a failure the proxy's own requests would not meet: a wait for data).
+  void watch();
 
   std::shared_ptr<Bootstrap> bootstrap_;
   Communicator comm_;
@@ -52,6 +84,12 @@ class HostPartners {
   std::uint64_t slotBytes_ = 0;
   std::vector<std::shared_ptr<Connection>> connections_;
   std::vector<std::shared_ptr<Host2DeviceSemaphore>> data_, acks_;
+  HostPartnersOptions options_;
+  // Host memory the GPU maps: [0] 1 while a kernel runs (the kernel writes it), [1] raised on a
+  // failure or abort (the kernels' waits give up on it).
+  std::uint32_t* words_ = nullptr;
+  std::uint32_t* wordsDevice_ = nullptr;
+  std::chrono::steady_clock::time_point nextWatch_;  // (the proxy thread's)
   PortChannelService service_;
   PartnerChannels* device_ = nullptr;
 };

@@ -27,6 +27,10 @@ struct CollectiveCall {
   int worldSize = 1;
   // Registrations (Comm::registerBuffer) holding the buffers; id 0: not registered.
   std::uint64_t sendId = 0, sendOffset = 0, recvId = 0, recvOffset = 0;
+  // Run as if nothing were registered, whatever the registry holds: for a call whose ranks could
+  // see their buffers differently (a phase of a Comm across hosts that gives one rank a buffer of
+  // the Comm's own), since every rank of a call must choose alike.
+  bool unregistered = false;
 
   std::size_t elementBytes() const { return sizeOf(type); }
   // The collective has a root (broadcast, reduce).

@@ -4,7 +4,8 @@
 // talk over Ethernet on loopback. 2 hosts x 2 ranks and 2 hosts x 1 rank: every collective of every
 // data type x reduce op x placement, at sizes below the ranks of a host, odd, and of many partner
 // rounds, every element against the host reference (sums in another order than rank order: floats
-// within rounding, integers exact); and what it does not run refused with an error that says why.
+// within rounding, integers exact); every collective at 256 MiB; the last host going away mid-run;
+// and what it does not run refused with an error that says why.
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
 #include <sys/socket.h>
@@ -98,6 +99,37 @@ TEST_P(CommAcrossHosts, EveryCollectiveTypeOpPlacementAndSize) {
   });
 }
 
+// Every collective with its largest buffer at 256 MiB (the partners' slots of 256 KiB: a thousand
+// rounds and more), in and out of place, roots on the last host, float sums and bf16 averages.
+TEST_P(CommAcrossHosts, EveryCollectiveAt256MiB) {
+  const auto [n, hosts] = GetParam();
+  runAcrossHosts(n, hosts, [&](int rank, const std::shared_ptr<TcpBootstrap>& boot) {
+    Comm comm(boot);
+    cudaStream_t stream;
+    ASSERT_EQ(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), cudaSuccess);
+    std::uint64_t seed = 4242;
+    for (int c = 0; c < kCollectiveCount; ++c) {
+      const auto collective = static_cast<Collective>(c);
+      for (auto [type, op] : {std::pair{DataType::Float32, ReduceOp::Sum}, std::pair{DataType::BFloat16, ReduceOp::Avg}}) {
+        const std::size_t largest = (std::size_t{256} << 20) / sizeOf(type);
+        const bool perRank = collective == Collective::AllGather || collective == Collective::ReduceScatter ||
+                             collective == Collective::AllToAll;
+        const std::size_t count = perRank ? largest / static_cast<std::size_t>(n) : largest;
+        for (bool inPlace : {false, true}) {
+          const CallShape s{collective, type, tools::reduces(collective) ? op : ReduceOp::Sum, count, rank, n,
+                            n - 1, ++seed};
+          CallBuffers b(rankDevice(rank), s, inPlace);
+          EXPECT_EQ(fillRunCheck(comm, *boot, stream, s, b, inPlace, /*reordered=*/true), 0u)
+              << "rank " << rank << ": " << toString(collective) << " " << toString(type) << " x " << count
+              << (inPlace ? " in place" : " out of place");
+          if (anyRankFailed(*boot)) return;
+        }
+      }
+    }
+    cudaStreamDestroy(stream);
+  });
+}
+
 TEST_P(CommAcrossHosts, WhatItDoesNotRunIsRefusedSayingWhy) {
   const auto [n, hosts] = GetParam();
   runAcrossHosts(n, hosts, [&](int rank, const std::shared_ptr<TcpBootstrap>& boot) {
@@ -129,6 +161,58 @@ TEST_P(CommAcrossHosts, WhatItDoesNotRunIsRefusedSayingWhy) {
           << e.what();
     }
     cudaFree(buf);
+  });
+}
+
+// The last host goes away (its ranks' processes end) between two calls: on the hosts left, the call
+// that finds it gone ends (no trap: the streams stay usable) well within FERRY_DEVICE_TIMEOUT,
+// aborted() turns true, and a call then throws Error(RemoteError) naming the partner that went
+// away; the Comm is destroyed without hanging.
+TEST_P(CommAcrossHosts, AHostThatGoesAwayEndsTheCallsWithAnErrorNamingIt) {
+  const auto [n, hosts] = GetParam();
+  const int perHost = n / hosts;
+  runAcrossHosts(n, hosts, [&](int rank, const std::shared_ptr<TcpBootstrap>& boot) {
+    Comm comm(boot);
+    cudaStream_t stream;
+    ASSERT_EQ(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), cudaSuccess);
+    const std::size_t count = 1 << 20;
+    void* buf = nullptr;
+    ASSERT_EQ(cudaMalloc(&buf, count * sizeof(float)), cudaSuccess);
+    const bool leaves = rank >= n - perHost;
+    const int partner = rank % perHost + (hosts - 1) * perHost;  // this rank's partner on the last host
+    constexpr int kCallsBefore = 3;
+    std::chrono::steady_clock::time_point gone;
+    bool threw = false;
+    for (int i = 0; i < 1000 && !threw; ++i) {
+      if (i == kCallsBefore) {
+        if (leaves) {
+          std::fflush(stdout);
+          _exit(0);  // as a crash would: no teardown, the sockets close with the process
+        }
+        gone = std::chrono::steady_clock::now();
+      }
+      try {
+        comm.allReduce(buf, buf, count, DataType::Float32, ReduceOp::Sum, stream);
+        ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess) << "rank " << rank << ", call " << i;
+      } catch (const Error& e) {
+        ASSERT_GE(i, kCallsBefore) << e.what();
+        EXPECT_EQ(e.code(), ErrorCode::RemoteError) << e.what();
+        const std::string text = e.what();
+        EXPECT_NE(text.find("rank " + std::to_string(rank)), std::string::npos) << text;
+        EXPECT_NE(text.find("rank " + std::to_string(partner) + " (host " + std::to_string(hosts - 1) + ")"),
+                  std::string::npos)
+            << text;
+        EXPECT_TRUE(comm.aborted());
+        threw = true;
+      }
+      if (i >= kCallsBefore) {
+        const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - gone).count();
+        ASSERT_LT(s, 30.0) << "rank " << rank << ": no error 30 s after rank " << partner << " went away";
+      }
+    }
+    EXPECT_TRUE(threw) << "rank " << rank;
+    cudaFree(buf);
+    cudaStreamDestroy(stream);
   });
 }
 

@@ -12,6 +12,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <exception>
 #include <iostream>
 
@@ -180,7 +181,14 @@ int main(int argc, char** argv) {
                   why.c_str());
       return 0;
     }
-    if (auto rank = rankFromEnvironment()) return runBench(o, *rank);
+    if (auto rank = rankFromEnvironment()) {
+      if (hosts > 1 && std::getenv("FERRY_BENCH_ROOT") == nullptr) {
+        std::cerr << "ferry-bench: --hosts poses the ranks ferry-bench starts itself as hosts; under mpirun or "
+                     "torchrun the hosts are the real ones (FERRY_MULTI_HOST=1 runs ferry's Comm across them)\n";
+        return 2;
+      }
+      return runBench(o, *rank);
+    }
 
     // Started by hand: one rank per GPU, each a copy of this program (more ranks than GPUs share
     // them: that checks every result but times nothing real).
