@@ -14,13 +14,17 @@ namespace {
 
 FERRY_DEVICE FERRY_INLINE bool has(std::uint32_t mask, int host) { return (mask >> host & 1u) != 0; }
 
+// Tells the proxy whose partner the kernel waits for (PartnerChannels::waitingOn); 0: nobody.
+FERRY_DEVICE FERRY_INLINE void waitingOn(const PartnerChannels* channels, std::uint32_t hosts) {
+  if (channels->waitingOn != nullptr) *static_cast<volatile std::uint32_t*>(channels->waitingOn) = hosts;
+}
+
 template <class T, ReduceOp Op>
 __global__ void __launch_bounds__(kThreads) partnerExchange(const PartnerChannels* channels, PartnerExchange x) {
   const std::uint32_t tid = threadIdx.x, nt = blockDim.x;
   const int me = channels->host, hosts = channels->hosts;
   const std::uint64_t slotBytes = channels->slotBytes;
   const std::uint64_t slotElements = slotBytes / sizeof(T);
-  if (tid == 0 && channels->running != nullptr) *static_cast<volatile std::uint32_t*>(channels->running) = 1;
   for (std::uint64_t first = 0; first < x.count; first += slotElements) {
     const std::uint64_t n = x.count - first < slotElements ? x.count - first : slotElements;
     const std::uint64_t at = first * sizeof(T), bytes = n * sizeof(T);
@@ -40,7 +44,11 @@ __global__ void __launch_bounds__(kThreads) partnerExchange(const PartnerChannel
       for (int p = 0; p < hosts; ++p)
         if (p != me && has(x.sendTo, p)) data[p].awaitFlush(flushes[p]);
       for (int p = 0; p < hosts; ++p)
-        if (p != me && has(x.recvFrom, p)) data[p].wait();  // partner p's part is in slot p of this scratch
+        if (p != me && has(x.recvFrom, p)) {
+          waitingOn(channels, 1u << p);
+          data[p].wait();  // partner p's part is in slot p of this scratch
+        }
+      waitingOn(channels, 0);
     }
     __syncthreads();
     if (x.reduce && x.recvFrom != 0) {
@@ -76,13 +84,16 @@ __global__ void __launch_bounds__(kThreads) partnerExchange(const PartnerChannel
       for (int p = 0; p < hosts; ++p)
         if (p != me && has(x.recvFrom, p)) flushes[p] = ack[p].pushFlush();
       for (int p = 0; p < hosts; ++p)
-        if (p != me && has(x.sendTo, p)) ack[p].wait();
+        if (p != me && has(x.sendTo, p)) {
+          waitingOn(channels, 1u << p);
+          ack[p].wait();
+        }
+      waitingOn(channels, 0);
       for (int p = 0; p < hosts; ++p)
         if (p != me && has(x.recvFrom, p)) ack[p].awaitFlush(flushes[p]);
     }
     __syncthreads();
   }
-  if (tid == 0 && channels->running != nullptr) *static_cast<volatile std::uint32_t*>(channels->running) = 0;
 }
 
 }  // namespace

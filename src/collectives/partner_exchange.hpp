@@ -37,9 +37,10 @@ struct PartnerChannels {
   std::uint64_t slotBytes = 0;              // a multiple of 16
   int host = 0;
   int hosts = 1;
-  // Host memory: 1 while a kernel runs, so that the proxy watches the partners' connections then
-  // (a partner that goes away mid-call ends the waits through the channels' abort word).
-  std::uint32_t* running = nullptr;
+  // Host memory: bit h while the kernel waits for host h's partner, so that the proxy watches that
+  // partner's connection then (one that goes away mid-call ends the waits through the channels'
+  // abort word); a partner that closes when the kernel needs nothing more of it is not a failure.
+  std::uint32_t* waitingOn = nullptr;
 };
 
 // One exchange among the partners; every partner passes masks that agree with the others' (host p

@@ -10,23 +10,6 @@
 #include "ferry/env.hpp"
 
 namespace ferry {
-namespace {
-
-// Lets this thread make stream calls while another thread captures a CUDA graph in global mode
-// (PyTorch's default): abort() and aborted() are called from watchdog threads at any time.
-class RelaxedCapture {
- public:
-  RelaxedCapture() { (void)cudaThreadExchangeStreamCaptureMode(&mode_); }
-  ~RelaxedCapture() { (void)cudaThreadExchangeStreamCaptureMode(&mode_); }
-  RelaxedCapture(const RelaxedCapture&) = delete;
-  RelaxedCapture& operator=(const RelaxedCapture&) = delete;
-
- private:
-  cudaStreamCaptureMode mode_ = cudaStreamCaptureModeRelaxed;
-};
-
-}  // namespace
-
 std::shared_ptr<Bootstrap> checkedBootstrap(std::shared_ptr<Bootstrap> b) {
   if (!b) throw Error(ErrorCode::InvalidUsage, "Comm: the bootstrap is null");
   if (std::string why = Comm::whyNot(*b); !why.empty()) throw Error(ErrorCode::NotSupported, why);
@@ -65,6 +48,10 @@ Comm::~Comm() {
     } catch (const std::exception& e) {
       FERRY_LOG(Error, Collectives) << e.what() << "; freeing its buffers anyway";
     }
+    // Across hosts: the partners' proxies stop before the control stream goes, which a failing
+    // partner's callback (comm_across_hosts.cpp) aborts this host's calls on.
+    impl_->morePartners.clear();
+    impl_->partners.reset();
     if (impl_->control != nullptr) (void)cudaStreamDestroy(impl_->control);
     (void)cudaSetDevice(current);
   }
@@ -186,7 +173,7 @@ void Comm::deregisterBuffer(BufferRegistration registration) {
 }
 
 void Comm::abort() {
-  if (impl_->partners) impl_->partners->abort();
+  impl_->forEachPartners([](HostPartners& p) { p.abort(); });
   if (impl_->resources) {
     DeviceGuard scope(impl_->device);
     RelaxedCapture relaxed;
@@ -197,7 +184,9 @@ void Comm::abort() {
 
 bool Comm::aborted() const {
   if (impl_->abortedHere) return true;
-  if (impl_->partners && impl_->partners->failed()) return true;
+  bool partnerFailed = false;
+  impl_->forEachPartners([&](const HostPartners& p) { partnerFailed = partnerFailed || p.failed(); });
+  if (partnerFailed) return true;
   if (!impl_->resources) return false;
   DeviceGuard scope(impl_->device);
   RelaxedCapture relaxed;

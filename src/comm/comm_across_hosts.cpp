@@ -1,7 +1,7 @@
 // A Comm whose ranks span hosts (FERRY_MULTI_HOST, experimental; docs/multi-node.md, "A Comm across
 // hosts"). It is a Comm of this host's ranks (every NVLink algorithm, unchanged) and this rank's
 // partners on the other hosts (HostPartners: Ethernet PortChannels, nothing mapped). A call runs in
-// phases on the caller's stream, each a call of this host's Comm or one partner exchange
+// phases on the caller's stream, each a call of this host's Comm or partner exchanges
 // (collectives/partner_exchange.hpp); with H hosts of L ranks, rank (h, l) does:
 //   allReduce      on the host, the whole buffer (op, or sum for an average); across the partners,
 //                  part l of it, in host order (the average divides there, by the world's ranks);
@@ -17,9 +17,15 @@
 //   reduce         on each host, to the root's local rank; across that column of partners, into the
 //                  root, in host order.
 // Every rank that ends with a reduced value ends with the same bits: a host's phase gives its
-// ranks the same sums, and the partners add the hosts' in one order. allGather, reduceScatter and
-// allToAll need each host's ranks numbered consecutively (HostLayout::contiguous: a host's part is
-// then one block); other numberings, PreMulSum and send/recv are refused alike on every rank.
+// ranks the same sums, and the partners add the hosts' in one order. Hosts of different sizes: the
+// parts are HostLayout's columns, a rank of a smaller host carrying several (one partner group
+// each, taken in column order, so no two ranks wait for each other in a circle); allReduce,
+// broadcast and reduce run so. allGather, reduceScatter and allToAll need hosts of one size whose
+// ranks are numbered consecutively (a host's part of their buffers is then one block); other
+// layouts, PreMulSum and send/recv are refused alike on every rank.
+#include <algorithm>
+#include <map>
+
 #include "comm/comm_impl.hpp"
 #include "comm/staging.hpp"
 #include "ferry/memory.hpp"
@@ -40,19 +46,19 @@ class AcrossHostsPhase {
   Comm::Impl& impl_;
 };
 
-HostLayout gatherLayout(Bootstrap& world, const Bootstrap& local, int perHost) {
+HostLayout gatherLayout(Bootstrap& world) {
   struct Place {
     int host, local;
   };
   std::vector<Place> places(static_cast<std::size_t>(world.size()));
-  places[static_cast<std::size_t>(world.rank())] = {world.node(), local.rank()};
+  places[static_cast<std::size_t>(world.rank())] = {world.node(), world.localRank()};
   world.allGather(places.data(), sizeof(Place));
   std::vector<int> host, rank;
   for (const Place& p : places) {
     host.push_back(p.host);
     rank.push_back(p.local);
   }
-  return HostLayout(std::move(host), std::move(rank), world.numNodes(), perHost);
+  return HostLayout(std::move(host), std::move(rank), world.numNodes());
 }
 
 // The mask of every host but `me`.
@@ -70,6 +76,13 @@ struct AcrossHosts {
       : impl(i), call(c), layout(i.hostLayout), host(i.partners->host()), local(i.bootstrap->rank()),
         hosts(i.partners->hosts()), perHost(i.bootstrap->size()), es(sizeOf(c.type)) {}
 
+  // The partners of column c (null: this rank does not carry it).
+  HostPartners* partnersOf(int c) const {
+    if (c == local) return impl.partners.get();
+    auto it = impl.morePartners.find(c);
+    return it == impl.morePartners.end() ? nullptr : it->second.get();
+  }
+
   // A call of this host's Comm (its checks, its algorithms, its order on the stream).
   void onHost(Collective c, const void* send, void* recv, std::size_t count, ReduceOp op, int root = 0,
               bool unregistered = false) {
@@ -78,10 +91,10 @@ struct AcrossHosts {
     impl.run(local);
   }
 
-  void acrossPartners(const PartnerExchange& x, ReduceOp op) {
+  void acrossPartners(const PartnerExchange& x, ReduceOp op, HostPartners* partners = nullptr) {
     DeviceGuard scope(impl.device);
     impl.work->orderAfterLast(call.stream);
-    impl.partners->exchange(x, call.type, op, call.stream);
+    (partners ? partners : impl.partners.get())->exchange(x, call.type, op, call.stream);
     impl.work->note(call.stream);  // destroying the Comm waits for it too (the partners' proxy goes then)
   }
 
@@ -103,33 +116,43 @@ struct AcrossHosts {
   char* recv() const { return static_cast<char*>(call.recv); }
   const char* send() const { return static_cast<const char*>(call.send); }
   std::uint64_t block(int h) const { return static_cast<std::uint64_t>(layout.firstOf[h]) * call.count * es; }
-  Range part(std::size_t count, int l) const {
-    return splitRange(count, static_cast<std::uint64_t>(perHost), static_cast<std::uint64_t>(l), 1);
+  // Column c's part of a buffer of `count` elements.
+  Range part(std::size_t count, int c) const {
+    return splitRange(count, static_cast<std::uint64_t>(layout.columns), static_cast<std::uint64_t>(c), 1);
   }
 
-  // Each part of recv[0, count) broadcast on this host from the rank that holds it.
+  // Each column's part of recv[0, count) broadcast on this host from the rank that carries it.
   void broadcastParts(std::size_t count) {
     if (perHost == 1) return;
-    for (int r = 0; r < perHost; ++r) {
-      const Range p = part(count, r);
+    for (int c = 0; c < layout.columns; ++c) {
+      const Range p = part(count, c);
       if (p.size() == 0) continue;
       char* at = recv() + p.begin * es;
-      onHost(Collective::Broadcast, at, at, p.size(), ReduceOp::Sum, r);
+      onHost(Collective::Broadcast, at, at, p.size(), ReduceOp::Sum, layout.holder(host, c));
     }
+  }
+
+  // Runs `exchange(c)` for each column this rank carries, in column order.
+  template <class Exchange>
+  void everyColumn(Exchange&& exchange) {
+    for (int c = 0; c < layout.columns; ++c)
+      if (HostPartners* p = partnersOf(c)) exchange(c, p);
   }
 
   void allReduce() {
     const ReduceOp op = call.op;
     onHost(Collective::AllReduce, call.send, call.recv, call.count, op == ReduceOp::Avg ? ReduceOp::Sum : op);
-    const Range mine = part(call.count, local);
-    PartnerExchange x;
-    x.src = recv() + mine.begin * es;
-    x.dst = recv() + mine.begin * es;
-    x.count = mine.size();
-    x.sendTo = x.recvFrom = othersThan(host, hosts);
-    x.reduce = true;
-    x.divisor = impl.world->size();
-    acrossPartners(x, op);
+    everyColumn([&](int c, HostPartners* partners) {
+      const Range mine = part(call.count, c);
+      PartnerExchange x;
+      x.src = recv() + mine.begin * es;
+      x.dst = recv() + mine.begin * es;
+      x.count = mine.size();
+      x.sendTo = x.recvFrom = othersThan(host, hosts);
+      x.reduce = true;
+      x.divisor = impl.world->size();
+      acrossPartners(x, op, partners);
+    });
     broadcastParts(call.count);
   }
 
@@ -197,16 +220,18 @@ struct AcrossHosts {
   void broadcast() {
     const int rootHost = layout.hostOf[call.root], rootLocal = layout.localOf[call.root];
     if (host == rootHost) onHost(Collective::Broadcast, call.send, call.recv, call.count, ReduceOp::Sum, rootLocal);
-    const Range mine = part(call.count, local);
-    PartnerExchange x;
-    x.src = recv() + mine.begin * es;
-    x.dst = recv() + mine.begin * es;
-    x.count = mine.size();
-    if (host == rootHost)
-      x.sendTo = othersThan(host, hosts);
-    else
-      x.recvFrom = 1u << rootHost;
-    acrossPartners(x, ReduceOp::Sum);
+    everyColumn([&](int c, HostPartners* partners) {
+      const Range mine = part(call.count, c);
+      PartnerExchange x;
+      x.src = recv() + mine.begin * es;
+      x.dst = recv() + mine.begin * es;
+      x.count = mine.size();
+      if (host == rootHost)
+        x.sendTo = othersThan(host, hosts);
+      else
+        x.recvFrom = 1u << rootHost;
+      acrossPartners(x, ReduceOp::Sum, partners);
+    });
     if (host != rootHost) broadcastParts(call.count);
   }
 
@@ -214,13 +239,17 @@ struct AcrossHosts {
     const int rootHost = layout.hostOf[call.root], rootLocal = layout.localOf[call.root];
     const bool root = impl.world->rank() == call.root;
     const ReduceOp op = call.op;
-    // Only the root's recv is the caller's to fill: the partial sums of the other hosts' ranks at
-    // the root's local index go to the Comm's memory (unregistered, so on those hosts every rank
-    // runs the reduce as unregistered, alike); the other ranks have none.
-    char* sums = root ? recv() : local == rootLocal ? temp(call.count * es) : nullptr;
-    onHost(Collective::Reduce, call.send, sums, call.count, op == ReduceOp::Avg ? ReduceOp::Sum : op, rootLocal,
+    // The sums go along the root's column (its local index): on each host, to the rank carrying it.
+    const int column = rootLocal, carrier = layout.holder(host, column);
+    // Only the root's recv is the caller's to fill: the other carriers' partial sums go to the
+    // Comm's memory (unregistered, so on their hosts every rank runs the reduce as unregistered,
+    // alike); the other ranks have none.
+    // (Every rank reserves it, so that a capture that cannot grow it is refused on every rank alike.)
+    char* partial = temp(call.count * es);
+    char* sums = root ? recv() : local == carrier ? partial : nullptr;
+    onHost(Collective::Reduce, call.send, sums, call.count, op == ReduceOp::Avg ? ReduceOp::Sum : op, carrier,
            /*unregistered=*/host != rootHost);
-    if (local != rootLocal) return;
+    if (local != carrier) return;
     PartnerExchange x;
     x.src = sums;
     x.dst = sums;
@@ -231,7 +260,7 @@ struct AcrossHosts {
       x.sendTo = 1u << rootHost;
     x.reduce = true;
     x.divisor = impl.world->size();
-    acrossPartners(x, op);
+    acrossPartners(x, op, partnersOf(column));
   }
 };
 
@@ -241,58 +270,77 @@ std::unique_ptr<Comm::Impl> makeCommImpl(std::shared_ptr<Bootstrap> b, const Com
   if (!b || b->numNodes() <= 1) return std::make_unique<Comm::Impl>(std::move(b), options);
   b = checkedBootstrap(std::move(b));  // FERRY_MULTI_HOST, a TcpBootstrap, the limits (Comm::whyNot)
   auto tcp = std::dynamic_pointer_cast<TcpBootstrap>(b);
-  // Every rank decides alike from every host's size: each needs a partner on every other host.
-  std::vector<int> sizes(static_cast<std::size_t>(b->size()));
-  sizes[static_cast<std::size_t>(b->rank())] = b->localSize();
-  b->allGather(sizes.data(), sizeof(int));
-  for (std::size_t r = 0; r < sizes.size(); ++r)
-    if (sizes[r] != sizes[0])
-      throw Error(ErrorCode::NotSupported,
-                  "rank " + std::to_string(b->rank()) + ": Comm across hosts: rank 0's host has " +
-                      std::to_string(sizes[0]) + " ranks and rank " + std::to_string(r) + "'s " +
-                      std::to_string(sizes[r]) +
-                      "; it needs the same number on every host so far (leave FERRY_MULTI_HOST unset to "
-                      "hand such a communicator to NCCL)");
+  // Every rank decides alike from the same table.
+  HostLayout layout = gatherLayout(*b);
   // (Here, not in Comm::whyNot, which must answer alike on every rank from what the rank sees.)
-  if (sizes[0] > kMaxRanks)
-    throw Error(ErrorCode::NotSupported, "rank " + std::to_string(b->rank()) + ": Comm across hosts: " +
-                                             std::to_string(sizes[0]) + " ranks a host; at most " +
-                                             std::to_string(kMaxRanks) + " are supported");
-  // Both splits on every rank, in the same order (TcpBootstrap::split is collective).
-  std::shared_ptr<TcpBootstrap> local = tcp->split(b->node(), b->rank());
-  std::shared_ptr<TcpBootstrap> partners = tcp->split(b->localRank(), b->node());
+  for (int h = 0; h < layout.hosts; ++h)
+    if (layout.sizeOf[h] > kMaxRanks)
+      throw Error(ErrorCode::NotSupported, "rank " + std::to_string(b->rank()) +
+                                               ": Comm across hosts: host " + std::to_string(h) + " has " +
+                                               std::to_string(layout.sizeOf[h]) + " ranks; at most " +
+                                               std::to_string(kMaxRanks) + " a host are supported");
+  // Every split on every rank, in the same order (TcpBootstrap::split is collective): this host's
+  // ranks, then the partners of each column (hosts of one size: one split, column = local rank).
+  const int me = b->localRank(), node = b->node();
+  std::shared_ptr<TcpBootstrap> local = tcp->split(node, b->rank());
+  if (local->rank() != me)
+    throw Error(ErrorCode::InternalError, "rank " + std::to_string(b->rank()) +
+                                              ": Comm across hosts: local rank " + std::to_string(me) +
+                                              " became rank " + std::to_string(local->rank()) +
+                                              " of its host's bootstrap");
+  std::map<int, std::shared_ptr<TcpBootstrap>> columns;
+  if (layout.even) {
+    columns[me] = tcp->split(me, node);
+  } else {
+    for (int c = 0; c < layout.columns; ++c)
+      if (auto group = tcp->split(layout.holder(node, c) == me ? c : -1, node)) columns[c] = std::move(group);
+  }
   auto impl = std::make_unique<Comm::Impl>(local, options);
   impl->world = b;
-  impl->hostLayout = gatherLayout(*b, *local, sizes[0]);
-  HostPartnersOptions po;
-  po.worldRank = b->rank();
-  po.worldRanks.assign(static_cast<std::size_t>(partners->size()), -1);
-  for (std::size_t r = 0; r < impl->hostLayout.hostOf.size(); ++r)
-    if (impl->hostLayout.localOf[r] == local->rank())
-      po.worldRanks[static_cast<std::size_t>(impl->hostLayout.hostOf[r])] = static_cast<int>(r);
+  impl->hostLayout = layout;
   // A partner gone mid-call ends this host's calls too: its other ranks may be waiting for this one
   // in a phase on the host (Comm::abort's way, from the proxy thread; destroyed before resources).
-  po.onFailure = [raw = impl.get()] {
+  auto onFailure = [raw = impl.get()] {
     if (!raw->resources) return;
     try {
       DeviceGuard scope(raw->device);
+      RelaxedCapture relaxed;  // (another thread may be capturing a graph, as for Comm::abort)
       raiseAbort(raw->resources->context(), raw->control);
     } catch (const std::exception& e) {
       FERRY_LOG(Error, Collectives) << "Comm across hosts: ending this host's calls after a partner failed: "
                                     << e.what();
     }
   };
-  // The partners' slots take half as much device memory as the Comm's own scratch.
-  impl->partners = std::make_unique<HostPartners>(partners, env().scratchBytes / 2, std::move(po));
-  FERRY_LOG(Info, Collectives) << "Comm across hosts: rank " << b->rank() << " is rank " << local->rank() << " of "
-                                << local->size() << " on host " << b->node() << " of " << b->numNodes()
-                                << (impl->hostLayout.contiguous ? "" : " (hosts' ranks not consecutive)");
+  // Partners must agree on their slots (a put lands at its sender's slot): every rank sizes them for
+  // the most columns any rank carries, which every rank computes alike.
+  int mostCarried = 1;
+  for (int h = 0; h < layout.hosts; ++h)
+    mostCarried = std::max(mostCarried, (layout.columns + layout.sizeOf[h] - 1) / layout.sizeOf[h]);
+  for (auto& [c, group] : columns) {
+    HostPartnersOptions po;
+    po.worldRank = b->rank();
+    for (int h = 0; h < layout.hosts; ++h) po.worldRanks.push_back(layout.worldRank(h, layout.holder(h, c)));
+    po.onFailure = onFailure;
+    // The partners' slots take half as much device memory as the Comm's own scratch, over the
+    // columns a rank carries at most.
+    auto partners = std::make_unique<HostPartners>(group, env().scratchBytes / 2 / mostCarried, std::move(po));
+    if (c == me)
+      impl->partners = std::move(partners);
+    else
+      impl->morePartners[c] = std::move(partners);
+  }
+  FERRY_LOG(Info, Collectives) << "Comm across hosts: rank " << b->rank() << " is rank " << me << " of "
+                                << local->size() << " on host " << node << " of " << b->numNodes() << ", carrying "
+                                << columns.size() << " of " << layout.columns << " columns"
+                                << (layout.contiguous ? "" : " (hosts' ranks not consecutive)");
   return impl;
 }
 
 void runAcrossHosts(Comm::Impl& impl, CollectiveCall call) {
   impl.checkNotAborted("collective call");
-  if (impl.partners->failed()) impl.partners->throwFailure();  // a partner went away in an earlier call
+  impl.forEachPartners([](HostPartners& p) {
+    if (p.failed()) p.throwFailure();  // a partner went away in an earlier call
+  });
   // The whole call is checked in world ranks first (root, in place, the buffers' sizes), so that a
   // bad argument is named as the caller made it, before any phase runs.
   CollectiveCall world = call;
@@ -301,12 +349,13 @@ void runAcrossHosts(Comm::Impl& impl, CollectiveCall call) {
   validateCall(world, impl.device);
   const bool blocks = call.collective == Collective::AllGather || call.collective == Collective::ReduceScatter ||
                       call.collective == Collective::AllToAll;
-  if (blocks && !impl.hostLayout.contiguous)
+  if (blocks && !(impl.hostLayout.contiguous && impl.hostLayout.even))
     throw Error(ErrorCode::NotSupported,
                 "rank " + std::to_string(world.rank) + ": " + std::string(toString(call.collective)) +
-                    ": a Comm across hosts runs it only where each host's ranks are consecutive world ranks (as "
-                    "torchrun and mpirun number them); number the ranks so, or leave FERRY_MULTI_HOST unset so "
-                    "that the NCCL library and the torch backend hand the communicator to NCCL");
+                    ": a Comm across hosts runs it only where every host has as many ranks and each host's ranks "
+                    "are consecutive world ranks (as torchrun and mpirun start them); start the ranks so, or "
+                    "leave FERRY_MULTI_HOST unset so that the NCCL library and the torch backend hand the "
+                    "communicator to NCCL");
   if (call.count == 0) return;
   const AcrossHostsPhase phase(impl);
   AcrossHosts run(impl, world);

@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <map>
 
 #include "comm/buffer_registry.hpp"
 #include "kernels/collective_call.hpp"
@@ -33,6 +34,20 @@
 #include "ferry/errors.hpp"
 
 namespace ferry {
+
+// Lets this thread make stream calls while another thread captures a CUDA graph in global mode
+// (PyTorch's default): abort() and aborted() are called from watchdog threads at any time, and a
+// Comm across hosts aborts its host's calls from a proxy thread.
+class RelaxedCapture {
+ public:
+  RelaxedCapture() { (void)cudaThreadExchangeStreamCaptureMode(&mode_); }
+  ~RelaxedCapture() { (void)cudaThreadExchangeStreamCaptureMode(&mode_); }
+  RelaxedCapture(const RelaxedCapture&) = delete;
+  RelaxedCapture& operator=(const RelaxedCapture&) = delete;
+
+ private:
+  cudaStreamCaptureMode mode_ = cudaStreamCaptureModeRelaxed;
+};
 
 // Comm's own helpers (comm.cpp).
 std::shared_ptr<Bootstrap> checkedBootstrap(std::shared_ptr<Bootstrap> b);
@@ -77,13 +92,21 @@ struct Comm::Impl {
   // this host's ranks (`bootstrap` is theirs), `world` every rank's bootstrap and `partners` this
   // rank's partners on the other hosts. Null on one host.
   std::shared_ptr<Bootstrap> world;
-  std::unique_ptr<HostPartners> partners;
+  std::unique_ptr<HostPartners> partners;  // those of this rank's own column (its local rank)
+  // On a host smaller than the largest, those of the further columns this rank carries (HostLayout).
+  std::map<int, std::unique_ptr<HostPartners>> morePartners;
   HostLayout hostLayout;
   bool acrossHostsPhase = false;  // a call across hosts is running its phases on this host's Comm
   // Device memory of the phases across hosts (parts of a reduceScatter or allToAll, a reduce's
   // partial sums); grown as PreMulScratch, outgrown buffers kept for graphs captured earlier.
   std::vector<std::shared_ptr<void>> acrossHostsTemp;
   std::uint64_t acrossHostsTempBytes = 0;
+
+  template <class F>
+  void forEachPartners(F&& f) const {
+    if (partners) f(*partners);
+    for (const auto& [column, p] : morePartners) f(*p);
+  }
 
   void checkNotAborted(const char* what) const {
     if (abortedHere)

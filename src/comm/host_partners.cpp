@@ -42,6 +42,18 @@ HostPartners::HostPartners(std::shared_ptr<Bootstrap> partners, std::uint64_t sc
                                               " world ranks for " + std::to_string(n) + " hosts");
   const std::string who = this->who() + ": HostPartners: ";
   slotBytes_ = scratchBytes / static_cast<std::uint64_t>(n) / 16 * 16;
+  // A put lands in its sender's slot of the receiver's scratch: every partner must cut the same
+  // slots (ranks given different FERRY_SCRATCH_BYTES would write across each other's).
+  std::vector<std::uint64_t> slots(static_cast<std::size_t>(n));
+  slots[static_cast<std::size_t>(me)] = slotBytes_;
+  bootstrap_->allGather(slots.data(), sizeof(std::uint64_t));
+  for (int p = 0; p < n; ++p)
+    if (slots[static_cast<std::size_t>(p)] != slotBytes_)
+      throw Error(ErrorCode::InvalidUsage, who + "its slots are " + std::to_string(slotBytes_) +
+                                               " bytes and those of rank " + std::to_string(worldRankOf(p)) +
+                                               " (host " + std::to_string(p) + ") " +
+                                               std::to_string(slots[static_cast<std::size_t>(p)]) +
+                                               "; give every rank the same FERRY_SCRATCH_BYTES");
   if (slotBytes_ == 0)
     throw Error(ErrorCode::InvalidUsage, who + std::to_string(scratchBytes) +
                                              " bytes of scratch leave no 16-byte slot per host; give more");
@@ -77,11 +89,12 @@ HostPartners::HostPartners(std::shared_ptr<Bootstrap> partners, std::uint64_t sc
   auto named = [&](PortChannelDeviceHandle h, int p) {
     h.semaphore.wait_.rank = h.fifo.wait.rank = worldRankOf(me);
     h.semaphore.wait_.peer = worldRankOf(p);
+    h.fifo.wait.peer = -1;  // (the FIFO waits for this rank's own proxy)
     h.semaphore.wait_.abortFlag = h.fifo.wait.abortFlag = wordsDevice_ + 1;
     return h;
   };
   PartnerChannels channels;
-  channels.running = wordsDevice_;
+  channels.waitingOn = wordsDevice_;
   channels.scratch = static_cast<char*>(scratch_.get());
   channels.slotBytes = slotBytes_;
   channels.host = me;
@@ -127,11 +140,13 @@ void HostPartners::watch() {
   const auto now = std::chrono::steady_clock::now();
   if (now < nextWatch_) return;
   nextWatch_ = now + std::chrono::milliseconds(1);
-  // Only while a kernel runs: a partner that closes its connection between calls is a partner that
-  // is done (its Comm went first at the end of a job), not a failure.
-  if (__atomic_load_n(&words_[0], __ATOMIC_ACQUIRE) == 0) return;
+  // Only the partner a kernel waits for: one that closes its connection when nothing more is needed
+  // of it is done (its Comm went first at the end of a job, or at the end of a call it has no more
+  // part in), not a failure.
+  const std::uint32_t waited = __atomic_load_n(&words_[0], __ATOMIC_ACQUIRE);
+  if (waited == 0) return;
   for (int p = 0; p < hosts(); ++p) {
-    if (p == host()) continue;
+    if (p == host() || (waited >> p & 1u) == 0) continue;
     if (std::string why = connections_[p]->failure(); !why.empty())
       throw Error(ErrorCode::RemoteError, why);  // (throwFailure names the partner)
   }
@@ -158,7 +173,7 @@ void HostPartners::throwFailure() const {
     if (p != host() && (hosts() == 2 || !connections_[p]->failure().empty()))
       throw Error(ErrorCode::RemoteError, who() + ": rank " + std::to_string(worldRankOf(p)) + " (host " +
                                               std::to_string(p) + "), this rank's partner, went away during a call " +
-                                              "across hosts (" + why +
+                                              "across hosts (" + why + "; the connection counts hosts as ranks" +
                                               "); this Comm cannot go on: destroy it on every rank that is left");
   throw Error(ErrorCode::RemoteError, who() + ": the partners' proxy failed during a call across hosts (" + why +
                                           "); this Comm cannot go on: destroy it on every rank");
@@ -166,7 +181,11 @@ void HostPartners::throwFailure() const {
 
 const PartnerChannels* HostPartners::start() {
   if (failed()) throwFailure();
-  if (!service_.running()) service_.start();
+  if (!service_.running()) {
+    // (A proxy that has just failed, before its onFailure raised the word: not restarted.)
+    if (service_.error()) throwFailure();
+    service_.start();
+  }
   return device_;
 }
 
@@ -175,7 +194,8 @@ void HostPartners::allReduce(void* buf, std::size_t count, DataType type, Reduce
   if (count == 0) return;
   if (divisor < 1)
     throw Error(ErrorCode::InvalidUsage, who() + ": HostPartners::allReduce: divisor " +
-                                             std::to_string(divisor) + " (the ranks an average spans) must be positive");
+                                             std::to_string(divisor) +
+                                             " (the ranks an average spans) must be positive");
   PartnerExchange x;
   x.src = static_cast<const char*>(buf);
   x.dst = static_cast<char*>(buf);

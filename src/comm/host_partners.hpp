@@ -73,8 +73,8 @@ class HostPartners {
   std::uint32_t everyOtherHost() const;  // the mask of every partner but this rank
   int worldRankOf(int host) const;
   std::string who() const;  // "rank W (host h)"
-  // On the proxy thread, at most every millisecond: while a kernel runs, whether a partner's
-  // connection has failed (a failure the proxy's own requests would not meet: a wait for data).
+  // On the proxy thread, at most every millisecond: whether the connection of the partner a kernel
+  // waits for has failed (a failure the proxy's own requests would not meet: a wait for data).
   void watch();
 
   std::shared_ptr<Bootstrap> bootstrap_;
@@ -85,8 +85,9 @@ class HostPartners {
   std::vector<std::shared_ptr<Connection>> connections_;
   std::vector<std::shared_ptr<Host2DeviceSemaphore>> data_, acks_;
   HostPartnersOptions options_;
-  // Host memory the GPU maps: [0] 1 while a kernel runs (the kernel writes it), [1] raised on a
-  // failure or abort (the kernels' waits give up on it).
+  // Host memory the GPU maps: [0] the hosts whose partner a kernel waits for (the kernel writes
+  // it: PartnerChannels::waitingOn), [1] raised on a failure or abort (the kernels' waits give up
+  // on it).
   std::uint32_t* words_ = nullptr;
   std::uint32_t* wordsDevice_ = nullptr;
   std::chrono::steady_clock::time_point nextWatch_;  // (the proxy thread's)

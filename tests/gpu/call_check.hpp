@@ -78,7 +78,8 @@ inline std::size_t fillRunCheck(Comm& comm, Bootstrap& boot, cudaStream_t stream
   const bool hasSend = s.hasSend();
   // Poison first, then the input on top: in place, whatever of the output is not input stays poison.
   // (In-place reduceScatter's output lies inside its input: nothing of it can be poisoned.)
-  if (!(inPlace && s.collective == Collective::ReduceScatter)) cudaMemset(b.recv, tools::kPoisonByte, s.recvCount() * es);
+  if (!(inPlace && s.collective == Collective::ReduceScatter))
+    cudaMemset(b.recv, tools::kPoisonByte, s.recvCount() * es);
   if (hasSend) cudaMemcpy(b.send, send.data(), send.size(), cudaMemcpyHostToDevice);
   cudaDeviceSynchronize();
   boot.barrier();  // nobody writes into a buffer that is still being filled

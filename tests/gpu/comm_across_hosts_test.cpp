@@ -30,13 +30,14 @@ namespace {
 
 using tools::CallShape;
 
-// n ranks on `hosts` hosts (consecutive ranks share one; interleaved: rank r is on host r % hosts),
-// each on its GPU (shared where allowed).
+// n ranks on `hosts` hosts (consecutive ranks share one, as many on each; or rank r on host
+// hostOf[r]), each on its GPU (shared where allowed).
 template <class Body>
-void runAcrossHosts(int n, int hosts, Body&& body, bool interleaved = false) {
+void runAcrossHosts(int n, int hosts, Body&& body, std::vector<int> hostOf = {}) {
   const std::string root = "127.0.0.1:" + std::to_string(freePort(AF_INET));
   runRanksOk(n, [&](int rank) {
-    const std::string host = "across-hosts-" + std::to_string(interleaved ? rank % hosts : rank / (n / hosts));
+    const int h = hostOf.empty() ? rank / (n / hosts) : hostOf[static_cast<std::size_t>(rank)];
+    const std::string host = "across-hosts-" + std::to_string(h);
     setenv("FERRY_HOSTID", host.c_str(), 1);
     setenv("FERRY_MULTI_HOST", "1", 1);
     setenv("FERRY_BOOTSTRAP_SECRET", "comm-across-hosts-test", 1);
@@ -246,8 +247,68 @@ TEST(CommAcrossInterleavedHosts, BlockCollectivesAreRefusedTheOthersRun) {
       }
     }
     cudaStreamDestroy(stream);
-  }, /*interleaved=*/true);
+  }, /*hostOf=*/{0, 1, 0, 1});
 }
+
+// Hosts of different sizes (3 + 1 and 1 + 3 ranks): a rank of the smaller host carries several
+// columns. allReduce, broadcast and reduce of every type x op x placement x size from every root,
+// element by element; the block collectives refused alike on every rank, saying why.
+class CommAcrossUnevenHosts : public ::testing::TestWithParam<std::vector<int>> {
+ protected:
+  void SetUp() override {
+    if (std::string why = whyCannotRun(4); !why.empty()) GTEST_SKIP() << why;
+  }
+};
+
+TEST_P(CommAcrossUnevenHosts, AllReduceBroadcastReduceRunTheBlockCollectivesAreRefused) {
+  const std::vector<int> hostOf = GetParam();
+  const int n = static_cast<int>(hostOf.size());
+  runAcrossHosts(n, 2, [&](int rank, const std::shared_ptr<TcpBootstrap>& boot) {
+    Comm comm(boot);
+    cudaStream_t stream;
+    ASSERT_EQ(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), cudaSuccess);
+    std::uint64_t seed = 313;
+    std::size_t calls = 0;
+    for (Collective collective : {Collective::AllReduce, Collective::Broadcast, Collective::Reduce}) {
+      const int ops = tools::reduces(collective) ? kReduceOpCount : 1;
+      for (int t = 0; t < kDataTypeCount; ++t) {
+        for (int o = 0; o < ops; ++o) {
+          for (std::size_t count : {std::size_t{1}, std::size_t{4099}, std::size_t{300001}}) {
+            for (bool inPlace : {false, true}) {
+              ++seed;
+              const CallShape s{collective, static_cast<DataType>(t), static_cast<ReduceOp>(o), count, rank, n,
+                                static_cast<int>(seed % static_cast<std::uint64_t>(n)), seed};
+              CallBuffers b(rankDevice(rank), s, inPlace);
+              EXPECT_EQ(fillRunCheck(comm, *boot, stream, s, b, inPlace, /*reordered=*/true), 0u)
+                  << "rank " << rank << ": " << toString(collective) << " " << toString(s.type) << " "
+                  << toString(s.op) << " x " << count << " root " << s.root
+                  << (inPlace ? " in place" : " out of place");
+              ++calls;
+              if (anyRankFailed(*boot)) return;
+            }
+          }
+        }
+      }
+    }
+    for (Collective c : {Collective::AllGather, Collective::ReduceScatter, Collective::AllToAll}) {
+      const CallShape s{c, DataType::Float32, ReduceOp::Sum, 16, rank, n, 0, ++seed};
+      CallBuffers b(rankDevice(rank), s, false);
+      try {
+        issue(comm, s, b.send, b.recv, stream);
+        ADD_FAILURE() << toString(c) << " ran across hosts of different sizes";
+      } catch (const Error& e) {
+        EXPECT_EQ(e.code(), ErrorCode::NotSupported) << e.what();
+        EXPECT_NE(std::string(e.what()).find("as many ranks"), std::string::npos) << e.what();
+      }
+    }
+    cudaStreamDestroy(stream);
+    if (rank == 0) std::printf("%zu calls checked\n", calls);
+  }, hostOf);
+}
+
+INSTANTIATE_TEST_SUITE_P(Layouts, CommAcrossUnevenHosts,
+                         ::testing::Values(std::vector<int>{0, 0, 0, 1}, std::vector<int>{0, 1, 1, 1}),
+                         [](const auto& info) { return info.param[1] == 0 ? std::string("3and1") : std::string("1and3"); });
 
 INSTANTIATE_TEST_SUITE_P(Shapes, CommAcrossHosts, ::testing::Values(Shape{2, 2}, Shape{4, 2}),
                          [](const auto& info) {
