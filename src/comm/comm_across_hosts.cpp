@@ -86,9 +86,16 @@ struct AcrossHosts {
   // A call of this host's Comm (its checks, its algorithms, its order on the stream).
   void onHost(Collective c, const void* send, void* recv, std::size_t count, ReduceOp op, int root = 0,
               bool unregistered = false) {
-    CollectiveCall local{c, send, recv, count, call.type, op, root, call.stream};
-    local.unregistered = unregistered;
-    impl.run(local);
+    CollectiveCall phase{c, send, recv, count, call.type, op, root, call.stream};
+    phase.unregistered = unregistered;
+    try {
+      impl.run(phase);
+    } catch (const Error& e) {
+      // Its checks count this host's ranks; the caller knows the world's.
+      throw Error(e.code(), "rank " + std::to_string(impl.world->rank()) + " (host " + std::to_string(host) +
+                                "), in a phase on its host where it is rank " + std::to_string(local) + ": " +
+                                e.detail());
+    }
   }
 
   void acrossPartners(const PartnerExchange& x, ReduceOp op, HostPartners* partners = nullptr) {

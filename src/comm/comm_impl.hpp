@@ -110,7 +110,7 @@ struct Comm::Impl {
 
   void checkNotAborted(const char* what) const {
     if (abortedHere)
-      throw Error(ErrorCode::InvalidUsage, "rank " + std::to_string(bootstrap->rank()) + ": " + what +
+      throw Error(ErrorCode::InvalidUsage, "rank " + std::to_string(worldRank()) + ": " + what +
                                                ": the Comm was aborted; destroy it and make a new one");
   }
 
@@ -266,8 +266,11 @@ struct Comm::Impl {
   }
 
   std::string who(const char* operation) const {
-    return "rank " + std::to_string(bootstrap->rank()) + ": " + operation;
+    return "rank " + std::to_string(worldRank()) + ": " + operation;
   }
+
+  // The rank the caller knows: across hosts, the world's (bootstrap is this host's ranks').
+  int worldRank() const { return world ? world->rank() : bootstrap->rank(); }
 
   // Every rank must change its registry alike, or their selectors would pick different algorithms
   // for the same call: compares this rank's change with every other's (one bootstrap round).
