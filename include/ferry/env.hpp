@@ -39,6 +39,7 @@ struct FERRY_API Env {
   std::string planDir;                             // FERRY_PLAN_DIR
   std::int64_t planLanes;                          // FERRY_PLAN_LANES
   std::string planPorts;                           // FERRY_PLAN_PORTS
+  std::string partnerScratch;                      // FERRY_PARTNER_SCRATCH
   std::uint64_t scratchBytes;                      // FERRY_SCRATCH_BYTES
   std::uint64_t llBytes;                           // FERRY_LL_BYTES
   std::string ncclFallback;                        // FERRY_NCCL_FALLBACK

@@ -4,6 +4,7 @@
 #include <string>
 
 #include "core/logger.hpp"
+#include "ferry/env.hpp"
 #include "ferry/errors.hpp"
 #include "ferry/memory.hpp"
 #include "platform/cuda_check.hpp"
@@ -57,7 +58,11 @@ HostPartners::HostPartners(std::shared_ptr<Bootstrap> partners, std::uint64_t sc
   if (slotBytes_ == 0)
     throw Error(ErrorCode::InvalidUsage, who + std::to_string(scratchBytes) +
                                              " bytes of scratch leave no 16-byte slot per host; give more");
-  scratch_ = gpuAlloc(slotBytes_ * static_cast<std::uint64_t>(n));
+  // FERRY_PARTNER_SCRATCH=host: page-locked host memory the GPU maps (hostAlloc), which the
+  // connection's receiver writes straight from the socket and the kernel reads over PCIe (faster
+  // than any network); device: GPU memory, each chunk copied in through page-locked buffers.
+  scratch_ = env().partnerScratch == "host" ? hostAlloc(slotBytes_ * static_cast<std::uint64_t>(n))
+                                            : gpuAlloc(slotBytes_ * static_cast<std::uint64_t>(n));
   // Kept for the object's life: a registration lives while a copy of it does here, and the
   // partners' puts name it (the descriptors they hold do not keep it alive in this process).
   scratchRegistration_ = comm_.registerMemory(scratch_.get(), slotBytes_ * n, Transport::Ethernet);

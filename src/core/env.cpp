@@ -112,6 +112,11 @@ const Var kVars[] = {
      "stores over NVLink, as on a memory channel, in lanes; the signals and waits are the same) or proxy "
      "(the Comm's host proxy and the copy engine, one lane, as written). memory applies when every rank "
      "asks for it and no rank's Comm was given its own connections (CommOptions::connect)."},
+    {"FERRY_PARTNER_SCRATCH", &Env::partnerScratch, "device",
+     "Where a Comm across hosts receives its partners' parts (docs/multi-node.md): device (GPU memory: "
+     "the connection's receiver copies each chunk in through page-locked buffers) or host (page-locked "
+     "host memory the GPU maps: the receiver writes it straight from the socket, the kernel reads it "
+     "over PCIe; experimental, not yet timed)."},
     {"FERRY_SCRATCH_BYTES", &Env::scratchBytes, "128M",
      "Scratch memory per rank that peers write into for Simple-protocol collectives (two halves); "
      "larger calls run in rounds."},
@@ -257,6 +262,8 @@ Env Env::parse(const std::function<const char*(const char*)>& lookup) {
   if (e.checkPointers != "cached" && e.checkPointers != "always" && e.checkPointers != "never")
     bad("FERRY_CHECK_POINTERS", e.checkPointers, "cached, always or never");
   if (e.planPorts != "proxy" && e.planPorts != "memory") bad("FERRY_PLAN_PORTS", e.planPorts, "proxy or memory");
+  if (e.partnerScratch != "device" && e.partnerScratch != "host")
+    bad("FERRY_PARTNER_SCRATCH", e.partnerScratch, "device or host");
   if (!e.socketFamily.empty() && e.socketFamily != "AF_INET" && e.socketFamily != "AF_INET6")
     bad("FERRY_SOCKET_FAMILY", e.socketFamily, "AF_INET or AF_INET6");
   return e;

@@ -13,6 +13,7 @@
 #include <chrono>
 #include <cstdlib>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "call_check.hpp"
@@ -33,9 +34,11 @@ using tools::CallShape;
 // n ranks on `hosts` hosts (consecutive ranks share one, as many on each; or rank r on host
 // hostOf[r]), each on its GPU (shared where allowed).
 template <class Body>
-void runAcrossHosts(int n, int hosts, Body&& body, std::vector<int> hostOf = {}) {
+void runAcrossHosts(int n, int hosts, Body&& body, std::vector<int> hostOf = {},
+                    const char* partnerScratch = "device") {
   const std::string root = "127.0.0.1:" + std::to_string(freePort(AF_INET));
   runRanksOk(n, [&](int rank) {
+    setenv("FERRY_PARTNER_SCRATCH", partnerScratch, 1);
     const int h = hostOf.empty() ? rank / (n / hosts) : hostOf[static_cast<std::size_t>(rank)];
     const std::string host = "across-hosts-" + std::to_string(h);
     setenv("FERRY_HOSTID", host.c_str(), 1);
@@ -109,9 +112,11 @@ TEST_P(CommAcrossHosts, EveryCollectiveAt256MiB) {
     cudaStream_t stream;
     ASSERT_EQ(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), cudaSuccess);
     std::uint64_t seed = 4242;
+    const std::pair<DataType, ReduceOp> kinds[] = {{DataType::Float32, ReduceOp::Sum},
+                                                   {DataType::BFloat16, ReduceOp::Avg}};
     for (int c = 0; c < kCollectiveCount; ++c) {
       const auto collective = static_cast<Collective>(c);
-      for (auto [type, op] : {std::pair{DataType::Float32, ReduceOp::Sum}, std::pair{DataType::BFloat16, ReduceOp::Avg}}) {
+      for (auto [type, op] : kinds) {
         const std::size_t largest = (std::size_t{256} << 20) / sizeOf(type);
         const bool perRank = collective == Collective::AllGather || collective == Collective::ReduceScatter ||
                              collective == Collective::AllToAll;
@@ -217,6 +222,42 @@ TEST_P(CommAcrossHosts, AHostThatGoesAwayEndsTheCallsWithAnErrorNamingIt) {
   });
 }
 
+// The partners' parts received in host memory the GPU maps (FERRY_PARTNER_SCRATCH=host): every
+// collective, a few types and ops, both placements, sizes of one and of many rounds.
+TEST_P(CommAcrossHosts, EveryCollectiveWithScratchInHostMemory) {
+  const auto [n, hosts] = GetParam();
+  runAcrossHosts(
+      n, hosts,
+      [&](int rank, const std::shared_ptr<TcpBootstrap>& boot) {
+        ASSERT_EQ(env().partnerScratch, "host");
+        Comm comm(boot);
+        cudaStream_t stream;
+        ASSERT_EQ(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), cudaSuccess);
+        std::uint64_t seed = 777;
+        const std::pair<DataType, ReduceOp> kinds[] = {
+            {DataType::Float32, ReduceOp::Sum}, {DataType::BFloat16, ReduceOp::Avg}, {DataType::Int32, ReduceOp::Max}};
+        for (int c = 0; c < kCollectiveCount; ++c) {
+          const auto collective = static_cast<Collective>(c);
+          for (auto [type, op] : kinds) {
+            for (std::size_t count : {std::size_t{1}, std::size_t{4099}, std::size_t{300001}}) {
+              for (bool inPlace : {false, true}) {
+                ++seed;
+                const CallShape s{collective, type, tools::reduces(collective) ? op : ReduceOp::Sum, count, rank, n,
+                                  static_cast<int>(seed % static_cast<std::uint64_t>(n)), seed};
+                CallBuffers b(rankDevice(rank), s, inPlace);
+                EXPECT_EQ(fillRunCheck(comm, *boot, stream, s, b, inPlace, /*reordered=*/true), 0u)
+                    << "rank " << rank << ": " << toString(collective) << " " << toString(type) << " x " << count
+                    << (inPlace ? " in place" : " out of place");
+                if (anyRankFailed(*boot)) return;
+              }
+            }
+          }
+        }
+        cudaStreamDestroy(stream);
+      },
+      {}, "host");
+}
+
 // Hosts whose ranks are not consecutive: allReduce, broadcast and reduce run; the collectives
 // whose buffers hold a block per host are refused alike on every rank, saying what to do.
 TEST(CommAcrossInterleavedHosts, BlockCollectivesAreRefusedTheOthersRun) {
@@ -308,7 +349,9 @@ TEST_P(CommAcrossUnevenHosts, AllReduceBroadcastReduceRunTheBlockCollectivesAreR
 
 INSTANTIATE_TEST_SUITE_P(Layouts, CommAcrossUnevenHosts,
                          ::testing::Values(std::vector<int>{0, 0, 0, 1}, std::vector<int>{0, 1, 1, 1}),
-                         [](const auto& info) { return info.param[1] == 0 ? std::string("3and1") : std::string("1and3"); });
+                         [](const auto& info) {
+                           return info.param[1] == 0 ? std::string("3and1") : std::string("1and3");
+                         });
 
 INSTANTIATE_TEST_SUITE_P(Shapes, CommAcrossHosts, ::testing::Values(Shape{2, 2}, Shape{4, 2}),
                          [](const auto& info) {
