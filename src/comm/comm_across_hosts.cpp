@@ -146,15 +146,21 @@ struct AcrossHosts {
       if (HostPartners* p = partnersOf(c)) exchange(c, p);
   }
 
+  // An exchange of column c's part of recv, in place (its masks and kind still to set).
+  PartnerExchange columnOfRecv(int c) const {
+    const Range mine = part(call.count, c);
+    PartnerExchange x;
+    x.dst = recv() + mine.begin * es;
+    x.src = x.dst;
+    x.count = mine.size();
+    return x;
+  }
+
   void allReduce() {
     const ReduceOp op = call.op;
     onHost(Collective::AllReduce, call.send, call.recv, call.count, op == ReduceOp::Avg ? ReduceOp::Sum : op);
     everyColumn([&](int c, HostPartners* partners) {
-      const Range mine = part(call.count, c);
-      PartnerExchange x;
-      x.src = recv() + mine.begin * es;
-      x.dst = recv() + mine.begin * es;
-      x.count = mine.size();
+      PartnerExchange x = columnOfRecv(c);
       x.sendTo = x.recvFrom = othersThan(host, hosts);
       x.reduce = true;
       x.divisor = impl.world->size();
@@ -228,11 +234,7 @@ struct AcrossHosts {
     const int rootHost = layout.hostOf[call.root], rootLocal = layout.localOf[call.root];
     if (host == rootHost) onHost(Collective::Broadcast, call.send, call.recv, call.count, ReduceOp::Sum, rootLocal);
     everyColumn([&](int c, HostPartners* partners) {
-      const Range mine = part(call.count, c);
-      PartnerExchange x;
-      x.src = recv() + mine.begin * es;
-      x.dst = recv() + mine.begin * es;
-      x.count = mine.size();
+      PartnerExchange x = columnOfRecv(c);
       if (host == rootHost)
         x.sendTo = othersThan(host, hosts);
       else

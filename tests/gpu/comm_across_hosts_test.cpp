@@ -53,6 +53,33 @@ void runAcrossHosts(int n, int hosts, Body&& body, std::vector<int> hostOf = {},
   }, RankOptions{.limit = std::chrono::seconds(600)});
 }
 
+// Every data type x reduce op (where it reduces) x placement x size (below the ranks of a host, odd,
+// and of many partner rounds) of `collective`, roots from the seed, each call checked element by
+// element; false once any rank has failed (the others then stop too).
+bool checkEveryShape(Comm& comm, Bootstrap& boot, cudaStream_t stream, Collective collective, std::uint64_t& seed,
+                     std::size_t& calls) {
+  const int rank = comm.rank(), n = comm.worldSize();
+  const int ops = tools::reduces(collective) ? kReduceOpCount : 1;
+  for (int t = 0; t < kDataTypeCount; ++t) {
+    for (int o = 0; o < ops; ++o) {
+      for (std::size_t count : {std::size_t{1}, std::size_t{4099}, std::size_t{300001}}) {
+        for (bool inPlace : {false, true}) {
+          ++seed;
+          const CallShape s{collective, static_cast<DataType>(t), static_cast<ReduceOp>(o), count, rank, n,
+                            static_cast<int>(seed % static_cast<std::uint64_t>(n)), seed};
+          CallBuffers b(rankDevice(rank), s, inPlace);
+          EXPECT_EQ(fillRunCheck(comm, boot, stream, s, b, inPlace, /*reordered=*/true), 0u)
+              << "rank " << rank << ": " << toString(collective) << " " << toString(s.type) << " "
+              << toString(s.op) << " x " << count << " root " << s.root << (inPlace ? " in place" : " out of place");
+          ++calls;
+          if (anyRankFailed(boot)) return false;
+        }
+      }
+    }
+  }
+  return true;
+}
+
 struct Shape {
   int ranks, hosts;
 };
@@ -76,28 +103,8 @@ TEST_P(CommAcrossHosts, EveryCollectiveTypeOpPlacementAndSize) {
     ASSERT_EQ(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), cudaSuccess);
     std::uint64_t seed = 7;
     std::size_t calls = 0;
-    for (int c = 0; c < kCollectiveCount; ++c) {
-      const auto collective = static_cast<Collective>(c);
-      const int ops = tools::reduces(collective) ? kReduceOpCount : 1;
-      for (int t = 0; t < kDataTypeCount; ++t) {
-        for (int o = 0; o < ops; ++o) {
-          for (std::size_t count : {std::size_t{1}, std::size_t{4099}, std::size_t{300001}}) {
-            for (bool inPlace : {false, true}) {
-              ++seed;
-              const CallShape s{collective, static_cast<DataType>(t), static_cast<ReduceOp>(o), count, rank, n,
-                                static_cast<int>(seed % static_cast<std::uint64_t>(n)), seed};
-              CallBuffers b(rankDevice(rank), s, inPlace);
-              EXPECT_EQ(fillRunCheck(comm, *boot, stream, s, b, inPlace, /*reordered=*/true), 0u)
-                  << "rank " << rank << ": " << toString(collective) << " " << toString(s.type) << " "
-                  << toString(s.op) << " x " << count << " root " << s.root
-                  << (inPlace ? " in place" : " out of place");
-              ++calls;
-              if (anyRankFailed(*boot)) return;
-            }
-          }
-        }
-      }
-    }
+    for (int c = 0; c < kCollectiveCount; ++c)
+      if (!checkEveryShape(comm, *boot, stream, static_cast<Collective>(c), seed, calls)) return;
     cudaStreamDestroy(stream);
     if (rank == 0) std::printf("%zu calls checked\n", calls);
   });
@@ -310,27 +317,8 @@ TEST_P(CommAcrossUnevenHosts, AllReduceBroadcastReduceRunTheBlockCollectivesAreR
     ASSERT_EQ(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), cudaSuccess);
     std::uint64_t seed = 313;
     std::size_t calls = 0;
-    for (Collective collective : {Collective::AllReduce, Collective::Broadcast, Collective::Reduce}) {
-      const int ops = tools::reduces(collective) ? kReduceOpCount : 1;
-      for (int t = 0; t < kDataTypeCount; ++t) {
-        for (int o = 0; o < ops; ++o) {
-          for (std::size_t count : {std::size_t{1}, std::size_t{4099}, std::size_t{300001}}) {
-            for (bool inPlace : {false, true}) {
-              ++seed;
-              const CallShape s{collective, static_cast<DataType>(t), static_cast<ReduceOp>(o), count, rank, n,
-                                static_cast<int>(seed % static_cast<std::uint64_t>(n)), seed};
-              CallBuffers b(rankDevice(rank), s, inPlace);
-              EXPECT_EQ(fillRunCheck(comm, *boot, stream, s, b, inPlace, /*reordered=*/true), 0u)
-                  << "rank " << rank << ": " << toString(collective) << " " << toString(s.type) << " "
-                  << toString(s.op) << " x " << count << " root " << s.root
-                  << (inPlace ? " in place" : " out of place");
-              ++calls;
-              if (anyRankFailed(*boot)) return;
-            }
-          }
-        }
-      }
-    }
+    for (Collective c : {Collective::AllReduce, Collective::Broadcast, Collective::Reduce})
+      if (!checkEveryShape(comm, *boot, stream, c, seed, calls)) return;
     for (Collective c : {Collective::AllGather, Collective::ReduceScatter, Collective::AllToAll}) {
       const CallShape s{c, DataType::Float32, ReduceOp::Sum, 16, rank, n, 0, ++seed};
       CallBuffers b(rankDevice(rank), s, false);
