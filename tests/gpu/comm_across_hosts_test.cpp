@@ -80,6 +80,23 @@ bool checkEveryShape(Comm& comm, Bootstrap& boot, cudaStream_t stream, Collectiv
   return true;
 }
 
+// allGather, reduceScatter and allToAll refused (alike on every rank) where a host's part of their
+// buffers is not one block, with an error that says what they need.
+void expectBlockCollectivesRefused(Comm& comm, cudaStream_t stream, const char* layout) {
+  for (Collective c : {Collective::AllGather, Collective::ReduceScatter, Collective::AllToAll}) {
+    const CallShape s{c, DataType::Float32, ReduceOp::Sum, 16, comm.rank(), comm.worldSize(), 0, 1};
+    CallBuffers b(rankDevice(comm.rank()), s, false);
+    try {
+      issue(comm, s, b.send, b.recv, stream);
+      ADD_FAILURE() << toString(c) << " ran across " << layout;
+    } catch (const Error& e) {
+      EXPECT_EQ(e.code(), ErrorCode::NotSupported) << e.what();
+      EXPECT_NE(std::string(e.what()).find("as many ranks"), std::string::npos) << e.what();
+      EXPECT_NE(std::string(e.what()).find("consecutive"), std::string::npos) << e.what();
+    }
+  }
+}
+
 struct Shape {
   int ranks, hosts;
 };
@@ -283,17 +300,7 @@ TEST(CommAcrossInterleavedHosts, BlockCollectivesAreRefusedTheOthersRun) {
         if (c == Collective::AllReduce) break;
       }
     }
-    for (Collective c : {Collective::AllGather, Collective::ReduceScatter, Collective::AllToAll}) {
-      const CallShape s{c, DataType::Float32, ReduceOp::Sum, 16, rank, 4, 0, ++seed};
-      CallBuffers b(rankDevice(rank), s, false);
-      try {
-        issue(comm, s, b.send, b.recv, stream);
-        ADD_FAILURE() << toString(c) << " ran across interleaved hosts";
-      } catch (const Error& e) {
-        EXPECT_EQ(e.code(), ErrorCode::NotSupported) << e.what();
-        EXPECT_NE(std::string(e.what()).find("consecutive"), std::string::npos) << e.what();
-      }
-    }
+    expectBlockCollectivesRefused(comm, stream, "interleaved hosts");
     cudaStreamDestroy(stream);
   }, /*hostOf=*/{0, 1, 0, 1});
 }
@@ -319,17 +326,7 @@ TEST_P(CommAcrossUnevenHosts, AllReduceBroadcastReduceRunTheBlockCollectivesAreR
     std::size_t calls = 0;
     for (Collective c : {Collective::AllReduce, Collective::Broadcast, Collective::Reduce})
       if (!checkEveryShape(comm, *boot, stream, c, seed, calls)) return;
-    for (Collective c : {Collective::AllGather, Collective::ReduceScatter, Collective::AllToAll}) {
-      const CallShape s{c, DataType::Float32, ReduceOp::Sum, 16, rank, n, 0, ++seed};
-      CallBuffers b(rankDevice(rank), s, false);
-      try {
-        issue(comm, s, b.send, b.recv, stream);
-        ADD_FAILURE() << toString(c) << " ran across hosts of different sizes";
-      } catch (const Error& e) {
-        EXPECT_EQ(e.code(), ErrorCode::NotSupported) << e.what();
-        EXPECT_NE(std::string(e.what()).find("as many ranks"), std::string::npos) << e.what();
-      }
-    }
+    expectBlockCollectivesRefused(comm, stream, "hosts of different sizes");
     cudaStreamDestroy(stream);
     if (rank == 0) std::printf("%zu calls checked\n", calls);
   }, hostOf);
