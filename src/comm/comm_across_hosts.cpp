@@ -306,6 +306,7 @@ std::unique_ptr<Comm::Impl> makeCommImpl(std::shared_ptr<Bootstrap> b, const Com
   }
   auto impl = std::make_unique<Comm::Impl>(local, options);
   impl->world = b;
+  impl->work->setRank(b->rank());
   impl->hostLayout = layout;
   // A partner gone mid-call ends this host's calls too: its other ranks may be waiting for this one
   // in a phase on the host (Comm::abort's way, from the proxy thread; destroyed before resources).

@@ -27,6 +27,8 @@ class StreamWork {
   static constexpr std::size_t kMaxStreams = 64;
 
   StreamWork(int rank, int device) : rank_(rank), device_(device) {}
+  // The rank its messages name (a Comm across hosts names the world's, not its host's).
+  void setRank(int rank) { rank_ = rank; }
   ~StreamWork();
   StreamWork(const StreamWork&) = delete;
   StreamWork& operator=(const StreamWork&) = delete;
