@@ -2,7 +2,7 @@
 // PreMulSum calls (datatype.hpp): each rank first scales its input by its factor, then the Comm's
 // ordinary sum algorithms run on the scaled copy. The scaled copy of an allReduce goes to recv, so
 // the sum runs in place there; a reduceScatter's input is larger than its output, and a reduce's
-// non-root has no output, so theirs goes to a buffer of the Comm (PreMulScratch).
+// non-root has no output, so theirs goes to a buffer of the Comm (CommScratch).
 //
 //   void* scaled = scratch.reserve(bytes, call);   // grows outside graph captures only
 //   launchPreMul(scaled, call.send, call.sendElements(), call.type, op, call.stream);

@@ -27,8 +27,6 @@
 #include <map>
 
 #include "comm/comm_impl.hpp"
-#include "comm/staging.hpp"
-#include "ferry/memory.hpp"
 #include "kernels/ranges.hpp"
 
 namespace ferry {
@@ -107,17 +105,10 @@ struct AcrossHosts {
 
   // `bytes` of the Comm's device memory for the phases (grown outside a capture only).
   char* temp(std::uint64_t bytes) {
-    if (bytes > impl.acrossHostsTempBytes) {
-      CollectiveCall world = call;
-      world.rank = impl.world->rank();
-      refuseGrowthInCapture(world, "across hosts, its parts go to a buffer of the Comm, which must grow to " +
-                                       std::to_string(bytes) + " bytes");
-      DeviceGuard scope(impl.device);
-      const std::uint64_t want = grownCapacity(bytes, impl.acrossHostsTempBytes);
-      impl.acrossHostsTemp.push_back(gpuAlloc(want));
-      impl.acrossHostsTempBytes = want;
-    }
-    return static_cast<char*>(impl.acrossHostsTemp.back().get());
+    CollectiveCall world = call;
+    world.rank = impl.world->rank();
+    DeviceGuard scope(impl.device);
+    return static_cast<char*>(impl.acrossHostsScratch.reserve(bytes, world));
   }
 
   char* recv() const { return static_cast<char*>(call.recv); }

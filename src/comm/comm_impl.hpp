@@ -20,7 +20,7 @@
 #include "collectives/p2p.hpp"
 #include "collectives/p2p_group.hpp"
 #include "collectives/premul_sum.hpp"
-#include "comm/premul_scratch.hpp"
+#include "comm/comm_scratch.hpp"
 #include "comm/selector.hpp"
 #include "comm/staging.hpp"
 #include "comm/stream_work.hpp"
@@ -76,7 +76,8 @@ struct Comm::Impl {
   P2PLauncher p2pLaunch;
   // Before the registry: freed after it has dropped their registrations.
   std::unique_ptr<Staging> staging;  // registered stand-ins for unregistered calls that need them
-  PreMulScratch preMulScratch;       // scaled inputs of PreMulSum reduceScatters and reduces
+  // Scaled inputs of PreMulSum reduceScatters and reduces.
+  CommScratch preMulScratch{"with a PreMulSum op, its scaled input goes to a buffer of the Comm"};
   std::unique_ptr<BufferRegistry> registry;
   std::unique_ptr<executor::DevicePlans> plans;
   // After resources and registry: destroyed first, so copies in flight finish before the buffers go.
@@ -98,9 +99,8 @@ struct Comm::Impl {
   HostLayout hostLayout;
   bool acrossHostsPhase = false;  // a call across hosts is running its phases on this host's Comm
   // Device memory of the phases across hosts (parts of a reduceScatter or allToAll, a reduce's
-  // partial sums); grown as PreMulScratch, outgrown buffers kept for graphs captured earlier.
-  std::vector<std::shared_ptr<void>> acrossHostsTemp;
-  std::uint64_t acrossHostsTempBytes = 0;
+  // partial sums).
+  CommScratch acrossHostsScratch{"across hosts, its parts go to a buffer of the Comm"};
 
   template <class F>
   void forEachPartners(F&& f) const {

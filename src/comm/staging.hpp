@@ -41,7 +41,7 @@ struct StagedLayout {
 
 StagedLayout stagedLayout(const CollectiveCall& call);
 
-// Growth of the Comm's stand-in buffers (these and PreMulScratch's). A buffer of `capacity` bytes
+// Growth of the Comm's stand-in buffers (these and CommScratch's). A buffer of `capacity` bytes
 // that must hold `bytes` grows to this: at least double, so that a growing series of calls grows a
 // logarithmic number of times, in 2 MiB steps.
 std::uint64_t grownCapacity(std::uint64_t bytes, std::uint64_t capacity);

@@ -53,6 +53,16 @@ void runAcrossHosts(int n, int hosts, Body&& body, std::vector<int> hostOf = {},
   }, RankOptions{.limit = std::chrono::seconds(600)});
 }
 
+// One call of shape `s` checked element by element; false once any rank has failed (the others then
+// stop too).
+bool checkCall(Comm& comm, Bootstrap& boot, cudaStream_t stream, const CallShape& s, bool inPlace) {
+  CallBuffers b(rankDevice(s.rank), s, inPlace);
+  EXPECT_EQ(fillRunCheck(comm, boot, stream, s, b, inPlace, /*reordered=*/true), 0u)
+      << "rank " << s.rank << ": " << toString(s.collective) << " " << toString(s.type) << " " << toString(s.op)
+      << " x " << s.count << " root " << s.root << (inPlace ? " in place" : " out of place");
+  return !anyRankFailed(boot);
+}
+
 // Every data type x reduce op (where it reduces) x placement x size (below the ranks of a host, odd,
 // and of many partner rounds) of `collective`, roots from the seed, each call checked element by
 // element; false once any rank has failed (the others then stop too).
@@ -67,12 +77,8 @@ bool checkEveryShape(Comm& comm, Bootstrap& boot, cudaStream_t stream, Collectiv
           ++seed;
           const CallShape s{collective, static_cast<DataType>(t), static_cast<ReduceOp>(o), count, rank, n,
                             static_cast<int>(seed % static_cast<std::uint64_t>(n)), seed};
-          CallBuffers b(rankDevice(rank), s, inPlace);
-          EXPECT_EQ(fillRunCheck(comm, boot, stream, s, b, inPlace, /*reordered=*/true), 0u)
-              << "rank " << rank << ": " << toString(collective) << " " << toString(s.type) << " "
-              << toString(s.op) << " x " << count << " root " << s.root << (inPlace ? " in place" : " out of place");
           ++calls;
-          if (anyRankFailed(boot)) return false;
+          if (!checkCall(comm, boot, stream, s, inPlace)) return false;
         }
       }
     }
@@ -148,11 +154,7 @@ TEST_P(CommAcrossHosts, EveryCollectiveAt256MiB) {
         for (bool inPlace : {false, true}) {
           const CallShape s{collective, type, tools::reduces(collective) ? op : ReduceOp::Sum, count, rank, n,
                             n - 1, ++seed};
-          CallBuffers b(rankDevice(rank), s, inPlace);
-          EXPECT_EQ(fillRunCheck(comm, *boot, stream, s, b, inPlace, /*reordered=*/true), 0u)
-              << "rank " << rank << ": " << toString(collective) << " " << toString(type) << " x " << count
-              << (inPlace ? " in place" : " out of place");
-          if (anyRankFailed(*boot)) return;
+          if (!checkCall(comm, *boot, stream, s, inPlace)) return;
         }
       }
     }
@@ -268,11 +270,7 @@ TEST_P(CommAcrossHosts, EveryCollectiveWithScratchInHostMemory) {
                 ++seed;
                 const CallShape s{collective, type, tools::reduces(collective) ? op : ReduceOp::Sum, count, rank, n,
                                   static_cast<int>(seed % static_cast<std::uint64_t>(n)), seed};
-                CallBuffers b(rankDevice(rank), s, inPlace);
-                EXPECT_EQ(fillRunCheck(comm, *boot, stream, s, b, inPlace, /*reordered=*/true), 0u)
-                    << "rank " << rank << ": " << toString(collective) << " " << toString(type) << " x " << count
-                    << (inPlace ? " in place" : " out of place");
-                if (anyRankFailed(*boot)) return;
+                if (!checkCall(comm, *boot, stream, s, inPlace)) return;
               }
             }
           }
@@ -294,9 +292,7 @@ TEST(CommAcrossInterleavedHosts, BlockCollectivesAreRefusedTheOthersRun) {
     for (Collective c : {Collective::AllReduce, Collective::Broadcast, Collective::Reduce}) {
       for (int root = 0; root < 4; ++root) {
         const CallShape s{c, DataType::Float32, ReduceOp::Sum, 70001, rank, 4, root, ++seed};
-        CallBuffers b(rankDevice(rank), s, false);
-        EXPECT_EQ(fillRunCheck(comm, *boot, stream, s, b, false, true), 0u)
-            << "rank " << rank << ": " << toString(c) << " root " << root;
+        if (!checkCall(comm, *boot, stream, s, /*inPlace=*/false)) return;
         if (c == Collective::AllReduce) break;
       }
     }

@@ -1,4 +1,4 @@
-#include "comm/premul_scratch.hpp"
+#include "comm/comm_scratch.hpp"
 
 #include <string>
 
@@ -7,11 +7,9 @@
 
 namespace ferry {
 
-void* PreMulScratch::reserve(std::uint64_t bytes, const CollectiveCall& call) {
+void* CommScratch::reserve(std::uint64_t bytes, const CollectiveCall& call) {
   if (bytes > capacity_) {
-    refuseGrowthInCapture(
-        call, "with a PreMulSum op, its scaled input goes to a buffer of the Comm, which must grow to " +
-                  std::to_string(bytes) + " bytes");
+    refuseGrowthInCapture(call, purpose_ + ", which must grow to " + std::to_string(bytes) + " bytes");
     const std::uint64_t want = grownCapacity(bytes, capacity_);
     buffers_.push_back(gpuAlloc(want));
     capacity_ = want;
