@@ -6,23 +6,27 @@
 //   allReduce      on the host, the whole buffer (op, or sum for an average); across the partners,
 //                  part l of it, in host order (the average divides there, by the world's ranks);
 //                  on the host, each part broadcast from the rank that holds it.
-//   allGather      on the host, into this host's block; across the partners, this rank's own chunk
-//                  to theirs; on the host, each other host's block gathered in place.
-//   reduceScatter  on the host, each host's block reduced and scattered (part h' of a temporary);
-//                  across the partners, part h' to host h', reduced in host order.
-//   allToAll       across the partners, the block for host h' to partner h' (into a temporary);
-//                  on the host, this host's block and each temporary block exchanged.
+//   allGather      on the host, its ranks' chunks; across the partners, this rank's own chunk to
+//                  theirs; on the host, each other host's chunks from the ranks that received them.
+//   reduceScatter  on the host, each host's chunks reduced and scattered (into a temporary);
+//                  across the partners, host h's partial sum of its chunk l to it, in host order.
+//   allToAll       across the partners, what this rank sends to host h's ranks to partner h (into a
+//                  temporary); on the host, this host's chunks and each temporary exchanged.
 //   broadcast      on the root's host, from the root; across the partners, part l from the root's
 //                  host; on every other host, each part broadcast from the rank that received it.
 //   reduce         on each host, to the root's local rank; across that column of partners, into the
 //                  root, in host order.
 // Every rank that ends with a reduced value ends with the same bits: a host's phase gives its
-// ranks the same sums, and the partners add the hosts' in one order. Hosts of different sizes: the
-// parts are HostLayout's columns, a rank of a smaller host carrying several (one partner group
-// each, taken in column order, so no two ranks wait for each other in a circle); allReduce,
-// broadcast and reduce run so. allGather, reduceScatter and allToAll need hosts of one size whose
-// ranks are numbered consecutively (a host's part of their buffers is then one block); other
-// layouts, PreMulSum and send/recv are refused alike on every rank.
+// ranks the same sums, and the partners add the hosts' in one order.
+//
+// Hosts of different sizes, or whose ranks are not consecutive world ranks, run every collective
+// too. The cross-host part is cut into HostLayout's columns, a rank of a smaller host carrying
+// several (one partner group each, taken in column order, so no two ranks wait for each other in
+// a circle). A phase on the host takes another host's ranks in rounds of this host's size, local
+// rank l taking the l-th of a round; where a round's chunks are not one block of the caller's
+// buffer, it runs in a temporary and copies them (more copies and calls than the even layout,
+// whose rounds are whole hosts in place). PreMulSum and send/recv are refused alike on every rank.
+
 #include <algorithm>
 #include <map>
 
@@ -113,7 +117,6 @@ struct AcrossHosts {
 
   char* recv() const { return static_cast<char*>(call.recv); }
   const char* send() const { return static_cast<const char*>(call.send); }
-  std::uint64_t block(int h) const { return static_cast<std::uint64_t>(layout.firstOf[h]) * call.count * es; }
   // Column c's part of a buffer of `count` elements.
   Range part(std::size_t count, int c) const {
     return splitRange(count, static_cast<std::uint64_t>(layout.columns), static_cast<std::uint64_t>(c), 1);
@@ -160,65 +163,181 @@ struct AcrossHosts {
     broadcastParts(call.count);
   }
 
+  // The chunk of world rank r in a buffer of one chunk a rank.
+  std::uint64_t at(int r) const { return static_cast<std::uint64_t>(r) * call.count * es; }
+  // Where `ranks` (world ranks, -1: none) are consecutive, all present: the first one's chunk in
+  // `base`, where one call on this host reads or writes them all in place; null otherwise.
+  template <class Byte>
+  Byte* block(Byte* base, const std::vector<int>& ranks) const {
+    for (std::size_t l = 0; l < ranks.size(); ++l)
+      if (ranks[l] < 0 || ranks[l] != ranks[0] + static_cast<int>(l)) return nullptr;
+    return base + at(ranks[0]);
+  }
+  // A copy on the call's stream, in order with the phases.
+  void copy(void* to, const void* from, std::uint64_t bytes) {
+    if (to == from || bytes == 0) return;
+    DeviceGuard scope(impl.device);
+    impl.work->orderAfterLast(call.stream);
+    FERRY_CUDA_CHECK(cudaMemcpyAsync(to, from, bytes, cudaMemcpyDeviceToDevice, call.stream));
+    impl.work->note(call.stream);
+  }
+  // Chunk l of `from` to chunk ranks[l] of recv, for each rank present.
+  void copyOut(const char* from, const std::vector<int>& ranks) {
+    for (std::size_t l = 0; l < ranks.size(); ++l)
+      if (ranks[l] >= 0) copy(recv() + at(ranks[l]), from + l * call.count * es, call.count * es);
+  }
+  // Temporary memory of the block collectives, reserved alike on every rank (a capture that cannot
+  // grow it is refused on every rank): `chunks` chunks, and `columns` more for a round's own use.
+  char* chunks(std::uint64_t count) {
+    return temp((count + static_cast<std::uint64_t>(layout.columns)) * call.count * es);
+  }
+  char* roundOf(char* chunks, std::uint64_t count) const { return chunks + count * call.count * es; }
+
+  // An allGather on this host of one chunk a rank, ranks[l]'s from local rank l (`mine`), into their
+  // chunks of recv: in place there where they are one block, else through `round`.
+  void gatherOnHost(const std::vector<int>& ranks, const char* mine, char* round) {
+    char* direct = block(recv(), ranks);
+    onHost(Collective::AllGather, mine, direct ? direct : round, call.count, ReduceOp::Sum);
+    if (!direct) copyOut(round, ranks);
+  }
+
   void allGather() {
-    const std::size_t c = call.count;
-    onHost(Collective::AllGather, call.send, recv() + block(host), c, ReduceOp::Sum);
-    const std::uint64_t chunk = c * es;
-    PartnerExchange x;
-    x.src = recv();
-    x.dst = recv();
+    // A stand-in for a rank past a host's last, then a round's chunks (unless direct()).
+    char* tmp = direct() ? nullptr : chunks(1);
+    char* standIn = tmp;
+    char* round = tmp ? roundOf(tmp, 1) : nullptr;
+    // On the host, its ranks' chunks into theirs in recv.
+    gatherOnHost(layout.round(host, 0, perHost), send(), round);
+    // Across the partners of column c: its chunk of this host's to every other host, theirs here.
+    everyColumn([&](int c, HostPartners* partners) {
+      PartnerExchange x;
+      x.src = recv();
+      x.dst = recv();
+      x.count = call.count;
+      for (int h = 0; h < hosts; ++h) {
+        if (c < perHost) x.srcOffset[h] = at(layout.worldRank(host, c));
+        if (h == host || layout.sizeOf[h] <= c) continue;
+        x.recvFrom |= 1u << h;
+        x.dstOffset[h] = at(layout.worldRank(h, c));
+      }
+      if (c < perHost) x.sendTo = othersThan(host, hosts);
+      acrossPartners(x, ReduceOp::Sum, partners);
+    });
+    // On the host, the other hosts' chunks from the ranks that received them.
+    if (perHost == 1) return;
     for (int h = 0; h < hosts; ++h) {
-      x.srcOffset[h] = block(host) + static_cast<std::uint64_t>(local) * chunk;
-      x.dstOffset[h] = block(h) + static_cast<std::uint64_t>(local) * chunk;
-    }
-    x.count = c;
-    x.sendTo = x.recvFrom = othersThan(host, hosts);
-    acrossPartners(x, ReduceOp::Sum);
-    for (int h = 0; h < hosts; ++h) {
-      if (h == host || perHost == 1) continue;
-      char* at = recv() + block(h);
-      onHost(Collective::AllGather, at + static_cast<std::uint64_t>(local) * chunk, at, c, ReduceOp::Sum);
+      if (h == host) continue;
+      for (int j = 0; j < layout.rounds(h, perHost); ++j) {
+        const std::vector<int> ranks = layout.round(h, j, perHost);
+        const int mine = ranks[static_cast<std::size_t>(local)];
+        gatherOnHost(ranks, mine >= 0 ? recv() + at(mine) : standIn, round);
+      }
     }
   }
 
+  // Round j of host h (column j * perHost + local of it, the one this rank carries) among all
+  // hosts' rounds, as an offset in chunks: where reduceScatter keeps this host's partial sums of
+  // it (one chunk) and allToAll what its ranks send to this host (perHost chunks).
+  std::uint64_t slot(int h, int j) const {
+    return static_cast<std::uint64_t>(layout.roundsBefore(h, perHost) + j) * call.count * es;
+  }
+  // Where rounds are whole hosts whose ranks are consecutive (decided alike on every rank), every
+  // phase on the host runs in place in the caller's buffers: no round buffers are needed.
+  bool direct() const { return layout.even && layout.contiguous; }
+
   void reduceScatter() {
-    const std::size_t c = call.count;
-    const std::uint64_t chunk = c * es;
-    char* parts = temp(chunk * static_cast<std::uint64_t>(hosts));
+    const auto slots = static_cast<std::uint64_t>(layout.mostRounds());
+    char* partials = direct() ? temp(slots * call.count * es) : chunks(slots);
+    char* round = direct() ? nullptr : roundOf(partials, slots);
     const ReduceOp op = call.op;
-    for (int h = 0; h < hosts; ++h)
-      onHost(Collective::ReduceScatter, send() + block(h), parts + static_cast<std::uint64_t>(h) * chunk, c,
-             op == ReduceOp::Avg ? ReduceOp::Sum : op);
-    PartnerExchange x;
-    x.src = parts;
-    x.dst = recv();
-    for (int h = 0; h < hosts; ++h) x.srcOffset[h] = static_cast<std::uint64_t>(h) * chunk;
-    x.count = c;
-    x.sendTo = x.recvFrom = othersThan(host, hosts);
-    x.reduce = true;
-    x.divisor = impl.world->size();
-    acrossPartners(x, op);
+    // On the host, each host's chunks reduced and scattered, a round at a time: local rank l gets the
+    // host's sum of the l-th (the column it carries).
+    for (int h = 0; h < hosts; ++h) {
+      for (int j = 0; j < layout.rounds(h, perHost); ++j) {
+        const std::vector<int> ranks = layout.round(h, j, perHost);
+        const char* in = block(send(), ranks);
+        if (!in) {
+          for (std::size_t l = 0; l < ranks.size(); ++l)
+            if (ranks[l] >= 0) copy(round + l * call.count * es, send() + at(ranks[l]), call.count * es);
+          in = round;
+        }
+        onHost(Collective::ReduceScatter, in, partials + slot(h, j), call.count,
+               op == ReduceOp::Avg ? ReduceOp::Sum : op);
+      }
+    }
+    // Across the partners of column c: host h's partial sum of its chunk c to it, reduced in host order
+    // where this host has a chunk c.
+    everyColumn([&](int c, HostPartners* partners) {
+      PartnerExchange x;
+      x.src = partials;
+      x.dst = recv();
+      x.count = call.count;
+      for (int h = 0; h < hosts; ++h) {
+        if (layout.sizeOf[h] <= c) continue;
+        x.srcOffset[h] = slot(h, c / perHost);
+        if (h != host) x.sendTo |= 1u << h;
+      }
+      if (c < perHost) x.recvFrom = othersThan(host, hosts);
+      x.reduce = true;
+      x.divisor = impl.world->size();
+      acrossPartners(x, op, partners);
+    });
   }
 
   void allToAll() {
-    const std::size_t c = call.count;
-    const std::uint64_t hostBlock = c * es * static_cast<std::uint64_t>(perHost);
-    char* blocks = temp(hostBlock * static_cast<std::uint64_t>(hosts));
-    PartnerExchange x;
-    x.src = send();
-    x.dst = blocks;
-    for (int h = 0; h < hosts; ++h) {
-      x.srcOffset[h] = block(h);
-      x.dstOffset[h] = static_cast<std::uint64_t>(h) * hostBlock;
+    const std::uint64_t chunk = call.count * es;
+    // What a rank receives across the partners: for each host h and round j, the chunks that rank
+    // (h, j * perHost + l) sends to each rank of this host, on local rank l.
+    const auto slots = static_cast<std::uint64_t>(layout.mostRoundChunks());
+    const std::uint64_t rounds = direct() ? 0 : 2 * static_cast<std::uint64_t>(layout.columns);
+    char* received = temp((slots + rounds) * chunk);
+    char* in = received + slots * chunk, *out = in + static_cast<std::uint64_t>(layout.columns) * chunk;
+    auto from = [&](int h, int j) { return received + slot(h, j) * static_cast<std::uint64_t>(perHost); };
+    // Across the partners of column c: what this host's rank c sends to rank k of each other host,
+    // and what rank c of each other host sends to rank k of this one. Partners must make the same
+    // exchanges (a count each): one a k, or with hosts of one size whose ranks are consecutive,
+    // every k in one (the chunks for a host follow each other in send and in `received`).
+    const bool oneRun = direct();
+    everyColumn([&](int c, HostPartners* partners) {
+      for (int k = 0; k < layout.columns; k += oneRun ? layout.columns : 1) {
+        PartnerExchange x;
+        x.src = send();
+        x.dst = received;
+        x.count = call.count * static_cast<std::size_t>(oneRun ? layout.columns : 1);
+        for (int h = 0; h < hosts; ++h) {
+          if (h == host) continue;
+          if (c < perHost && k < layout.sizeOf[h]) {
+            x.sendTo |= 1u << h;
+            x.srcOffset[h] = at(layout.worldRank(h, k));
+          }
+          if (k < perHost && c < layout.sizeOf[h]) {
+            x.recvFrom |= 1u << h;
+            x.dstOffset[h] = static_cast<std::uint64_t>(from(h, c / perHost) - received) +
+                             static_cast<std::uint64_t>(k) * chunk;
+          }
+        }
+        acrossPartners(x, ReduceOp::Sum, partners);
+      }
+    });
+    // On the host: its own ranks' chunks for each other, then each other host's.
+    const std::vector<int> mine = layout.round(host, 0, perHost);
+    if (const char* direct = block(send(), mine)) {
+      onHost(Collective::AllToAll, direct, block(recv(), mine), call.count, ReduceOp::Sum);
+    } else {
+      for (int k = 0; k < perHost; ++k)
+        copy(in + static_cast<std::uint64_t>(k) * chunk, send() + at(mine[static_cast<std::size_t>(k)]), chunk);
+      onHost(Collective::AllToAll, in, out, call.count, ReduceOp::Sum);
+      copyOut(out, mine);
     }
-    x.count = c * static_cast<std::size_t>(perHost);
-    x.sendTo = x.recvFrom = othersThan(host, hosts);
-    acrossPartners(x, ReduceOp::Sum);
-    onHost(Collective::AllToAll, send() + block(host), recv() + block(host), c, ReduceOp::Sum);
-    for (int h = 0; h < hosts; ++h)
-      if (h != host)
-        onHost(Collective::AllToAll, blocks + static_cast<std::uint64_t>(h) * hostBlock, recv() + block(h), c,
-               ReduceOp::Sum);
+    for (int h = 0; h < hosts; ++h) {
+      if (h == host) continue;
+      for (int j = 0; j < layout.rounds(h, perHost); ++j) {
+        const std::vector<int> ranks = layout.round(h, j, perHost);
+        char* direct = block(recv(), ranks);
+        onHost(Collective::AllToAll, from(h, j), direct ? direct : out, call.count, ReduceOp::Sum);
+        if (!direct) copyOut(out, ranks);
+      }
+    }
   }
 
   void broadcast() {
@@ -314,9 +433,6 @@ std::unique_ptr<Comm::Impl> makeCommImpl(std::shared_ptr<Bootstrap> b, const Com
   };
   // Partners must agree on their slots (a put lands at its sender's slot): every rank sizes them for
   // the most columns any rank carries, which every rank computes alike.
-  int mostCarried = 1;
-  for (int h = 0; h < layout.hosts; ++h)
-    mostCarried = std::max(mostCarried, (layout.columns + layout.sizeOf[h] - 1) / layout.sizeOf[h]);
   for (auto& [c, group] : columns) {
     HostPartnersOptions po;
     po.worldRank = b->rank();
@@ -324,7 +440,7 @@ std::unique_ptr<Comm::Impl> makeCommImpl(std::shared_ptr<Bootstrap> b, const Com
     po.onFailure = onFailure;
     // The partners' slots take half as much device memory as the Comm's own scratch, over the
     // columns a rank carries at most.
-    auto partners = std::make_unique<HostPartners>(group, env().scratchBytes / 2 / mostCarried, std::move(po));
+    auto partners = std::make_unique<HostPartners>(group, env().scratchBytes / 2 / layout.mostCarried, std::move(po));
     if (c == me)
       impl->partners = std::move(partners);
     else
@@ -348,15 +464,6 @@ void runAcrossHosts(Comm::Impl& impl, CollectiveCall call) {
   world.rank = impl.world->rank();
   world.worldSize = impl.world->size();
   validateCall(world, impl.device);
-  const bool blocks = call.collective == Collective::AllGather || call.collective == Collective::ReduceScatter ||
-                      call.collective == Collective::AllToAll;
-  if (blocks && !(impl.hostLayout.contiguous && impl.hostLayout.even))
-    throw Error(ErrorCode::NotSupported,
-                "rank " + std::to_string(world.rank) + ": " + std::string(toString(call.collective)) +
-                    ": a Comm across hosts runs it only where every host has as many ranks and each host's ranks "
-                    "are consecutive world ranks (as torchrun and mpirun start them); start the ranks so, or "
-                    "leave FERRY_MULTI_HOST unset so that the NCCL library and the torch backend hand the "
-                    "communicator to NCCL");
   if (call.count == 0) return;
   const AcrossHostsPhase phase(impl);
   AcrossHosts run(impl, world);

@@ -7,6 +7,7 @@
 // Columns: a call's cross-host part is cut into `columns` parts (the most ranks any host has); on
 // host h, local rank c % sizeOf[h] carries part c, so on hosts of equal size rank l carries part l
 // alone, and on a smaller host a rank carries several (3 + 1 ranks: the lone rank carries all three).
+#include <algorithm>
 #include <utility>
 #include <vector>
 
@@ -19,6 +20,7 @@ struct HostLayout {
   std::vector<int> firstOf;  // by host: its lowest world rank
   std::vector<int> sizeOf;   // by host: how many ranks it has
   int columns = 1;           // the most ranks a host has
+  int mostCarried = 1;       // the most columns one rank carries (on the smallest host)
   bool even = true;          // every host has as many ranks
   // Each host's ranks are consecutive world ranks, in local order (as torchrun and mpirun number
   // them): a host's part of an allGather, reduceScatter or allToAll buffer is then one block.
@@ -43,12 +45,43 @@ struct HostLayout {
     columns = 0;
     for (int s : sizeOf) columns = s > columns ? s : columns;
     for (int s : sizeOf) even = even && s == columns;
+    for (int s : sizeOf) mostCarried = std::max(mostCarried, (columns + s - 1) / s);
   }
 
   // The world rank of host h's local rank l.
   int worldRank(int h, int l) const { return rankAt_[static_cast<std::size_t>(h)][static_cast<std::size_t>(l)]; }
   // The local rank of host h that carries column c.
   int holder(int h, int c) const { return c % sizeOf[static_cast<std::size_t>(h)]; }
+  // Host h's local ranks j * s .. j * s + s - 1 as world ranks, -1 past its last: the ones a host of
+  // s ranks takes in one call of its own (round j), local rank l of that host taking the l-th.
+  std::vector<int> round(int h, int j, int s) const {
+    std::vector<int> ranks(static_cast<std::size_t>(s), -1);
+    for (int l = 0; l < s; ++l)
+      if (j * s + l < sizeOf[static_cast<std::size_t>(h)]) ranks[static_cast<std::size_t>(l)] = worldRank(h, j * s + l);
+    return ranks;
+  }
+  // How many rounds of s ranks host h has.
+  int rounds(int h, int s) const { return (sizeOf[static_cast<std::size_t>(h)] + s - 1) / s; }
+  // The rounds of s ranks of the hosts before h: round j of host h is round roundsBefore(h, s) + j
+  // of all hosts' together.
+  int roundsBefore(int h, int s) const {
+    int n = 0;
+    for (int g = 0; g < h; ++g) n += rounds(g, s);
+    return n;
+  }
+  // The most rounds of all hosts together that a host of any size here takes: what every rank sizes
+  // a buffer of a chunk per round for (its own host may need fewer; every rank must ask alike).
+  int mostRounds() const {
+    int most = 0;
+    for (int s : sizeOf) most = std::max(most, roundsBefore(hosts, s));
+    return most;
+  }
+  // The same for a buffer of a round's s chunks per round.
+  int mostRoundChunks() const {
+    int most = 0;
+    for (int s : sizeOf) most = std::max(most, roundsBefore(hosts, s) * s);
+    return most;
+  }
 
  private:
   std::vector<std::vector<int>> rankAt_;  // by host, by local rank
