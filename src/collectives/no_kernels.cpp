@@ -39,4 +39,8 @@ void launchPartnerExchange(const PartnerChannels*, std::uint64_t, const PartnerE
   throw Error(ErrorCode::NotSupported, "partners' exchange: this build of ferry has no CUDA kernels");
 }
 
+void launchPartnerReduce(char*, const char* const*, int, std::uint64_t, DataType, ReduceOp, int, cudaStream_t) {
+  throw Error(ErrorCode::NotSupported, "partners' reduce: this build of ferry has no CUDA kernels");
+}
+
 }  // namespace ferry

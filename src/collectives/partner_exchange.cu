@@ -2,6 +2,7 @@
 // drives the channels while all its threads reduce or copy.
 #include "collectives/partner_exchange.hpp"
 
+#include <algorithm>
 #include <string>
 
 #include "ferry/errors.hpp"
@@ -19,6 +20,22 @@ FERRY_DEVICE FERRY_INLINE void waitingOn(const PartnerChannels* channels, std::u
   if (channels->waitingOn != nullptr) *static_cast<volatile std::uint32_t*>(channels->waitingOn) = hosts;
 }
 
+// A put with signal into partner p's scratch, and a signal alone; each returns its FIFO slot, for
+// the FIFO's sync (PortChannelDeviceHandle's putWithSignal and signal keep it to themselves). A
+// part is at most a slot, far below the 1 GiB a trigger pair carries: one pair.
+FERRY_DEVICE FERRY_INLINE std::uint64_t putPart(PortChannelDeviceHandle& channel, MemoryId scratch,
+                                                std::uint64_t dstOffset, const char* src, std::uint64_t bytes) {
+  const PortPutRequest r{PortRequest::Put | PortRequest::Signal, channel.channel, scratch, kLocalPointer, dstOffset,
+                         reinterpret_cast<std::uint64_t>(src), bytes};
+  ProxyTrigger first, second;
+  r.encode(first, second);
+  return channel.fifo.pushPair(first, second);
+}
+FERRY_DEVICE FERRY_INLINE std::uint64_t signalOnly(PortChannelDeviceHandle& channel) {
+  const PortRequest r{PortRequest::Signal, channel.channel, 0, 0, 0};
+  return channel.fifo.push(r.encode());
+}
+
 template <class T, ReduceOp Op>
 __global__ void __launch_bounds__(kThreads) partnerExchange(const PartnerChannels* channels, PartnerExchange x) {
   const std::uint32_t tid = threadIdx.x, nt = blockDim.x;
@@ -32,17 +49,20 @@ __global__ void __launch_bounds__(kThreads) partnerExchange(const PartnerChannel
       // Copies of the handles: their methods keep no state of their own, the FIFO is in memory.
       PortChannelDeviceHandle data[kMaxHosts];
       for (int p = 0; p < hosts; ++p) data[p] = channels->data[p];
-      std::uint64_t flushes[kMaxHosts];
-      for (int p = 0; p < hosts; ++p)
-        if (p != me && has(x.sendTo, p))
-          data[p].putWithSignal(channels->scratchOf[p], static_cast<std::uint64_t>(me) * slotBytes, kLocalPointer,
-                                reinterpret_cast<std::uint64_t>(x.src + x.srcOffset[p] + at), bytes);
       // The proxy reads the source after the puts are queued: a reduce below may overwrite it
-      // (allreduce's own part is its result) only once each put has landed.
+      // (allreduce's own part is its result) only once the proxy has read it. An Ethernet
+      // connection's write has read its source when it returns (into the socket or its page-locked
+      // buffers), so the proxy having handled the last put (the FIFO's sync, here, with no round
+      // trip to the partner as a flush takes) is enough; the FIFO is the partners' one, in order.
+      std::uint64_t last = 0;
+      int via = -1;
       for (int p = 0; p < hosts; ++p)
-        if (p != me && has(x.sendTo, p)) flushes[p] = data[p].pushFlush();
-      for (int p = 0; p < hosts; ++p)
-        if (p != me && has(x.sendTo, p)) data[p].awaitFlush(flushes[p]);
+        if (p != me && has(x.sendTo, p)) {
+          last = putPart(data[p], channels->scratchOf[p], static_cast<std::uint64_t>(me) * slotBytes,
+                         x.src + x.srcOffset[p] + at, bytes);
+          via = p;
+        }
+      if (via >= 0) data[via].fifo.sync(last);
       for (int p = 0; p < hosts; ++p)
         if (p != me && has(x.recvFrom, p)) {
           waitingOn(channels, 1u << p);
@@ -73,33 +93,81 @@ __global__ void __launch_bounds__(kThreads) partnerExchange(const PartnerChannel
     if (tid == 0) {
       // Every slot received is read (the block's loads are done: their values are stored): free
       // them, and wait until this rank's slots in the receivers' scratch are free for the next round
-      // or call. The acks are flushed too: the proxy stops without serving what is left in its
-      // FIFO, so an ack still queued when this rank is done and tears down would leave its partner
-      // waiting.
+      // or call. The acks are synced too: the proxy stops without serving what is left in its FIFO,
+      // so an ack still queued when this rank is done and tears down would leave its partner
+      // waiting; one the proxy has handled is in the socket, which delivers it as it closes.
       PortChannelDeviceHandle ack[kMaxHosts];
-      std::uint64_t flushes[kMaxHosts];
       for (int p = 0; p < hosts; ++p) ack[p] = channels->ack[p];
+      std::uint64_t last = 0;
+      int via = -1;
       for (int p = 0; p < hosts; ++p)
-        if (p != me && has(x.recvFrom, p)) ack[p].signal();
-      for (int p = 0; p < hosts; ++p)
-        if (p != me && has(x.recvFrom, p)) flushes[p] = ack[p].pushFlush();
+        if (p != me && has(x.recvFrom, p)) {
+          last = signalOnly(ack[p]);
+          via = p;
+        }
       for (int p = 0; p < hosts; ++p)
         if (p != me && has(x.sendTo, p)) {
           waitingOn(channels, 1u << p);
           ack[p].wait();
         }
       waitingOn(channels, 0);
-      for (int p = 0; p < hosts; ++p)
-        if (p != me && has(x.recvFrom, p)) ack[p].awaitFlush(flushes[p]);
+      if (via >= 0) ack[via].fifo.sync(last);
     }
     __syncthreads();
   }
 }
 
+struct Parts {
+  const char* at[kMaxHosts];
+};
+
+template <class T, ReduceOp Op>
+__global__ void __launch_bounds__(kThreads) partnerReduce(char* dst, Parts parts, int nparts, std::uint64_t count,
+                                                          int divisor) {
+  // The blocks take consecutive pieces of the range, each starting 16-byte aligned (when the range
+  // does), so that every block loads and stores whole vectors.
+  constexpr std::uint64_t grain = 16 / sizeof(T);
+  const std::uint64_t per = ((count + gridDim.x - 1) / gridDim.x + grain - 1) / grain * grain;
+  const std::uint64_t first = per * blockIdx.x;
+  if (first >= count) return;
+  const std::uint64_t n = count - first < per ? count - first : per;
+  const char* src[kMaxHosts];
+  for (int i = 0; i < nparts; ++i) src[i] = parts.at[i] + first * sizeof(T);
+  char* out[1] = {dst + first * sizeof(T)};
+  reduceSources<T, Op>(out, 1, src, nparts, divisor, n, threadIdx.x, blockDim.x);
+}
+
+void checkLaunch(const char* what) {
+  const cudaError_t err = cudaGetLastError();
+  if (err != cudaSuccess)
+    throw CudaError(std::string(what) + ": launching the kernel failed: " + cudaGetErrorName(err) + " (" +
+                        cudaGetErrorString(err) + ")",
+                    static_cast<int>(err));
+}
+
 }  // namespace
 
 void preloadPartnerExchange() {
-  forEveryTypeOp([&]<class T, ReduceOp Op>() { preloadKernel(partnerExchange<T, Op>); });
+  forEveryTypeOp([&]<class T, ReduceOp Op>() {
+    preloadKernel(partnerExchange<T, Op>);
+    preloadKernel(partnerReduce<T, Op>);
+  });
+}
+
+void launchPartnerReduce(char* dst, const char* const* parts, int nparts, std::uint64_t count, DataType type,
+                         ReduceOp op, int divisor, cudaStream_t stream) {
+  if (count == 0) return;
+  if (nparts < 1 || nparts > kMaxHosts)
+    throw Error(ErrorCode::InternalError, "partners' reduce: " + std::to_string(nparts) + " parts");
+  Parts p{};
+  for (int i = 0; i < nparts; ++i) p.at[i] = parts[i];
+  // About 64 KiB a block, at most 32 blocks: the parts of a round are at most a slot.
+  const std::uint64_t bytes = count * sizeOf(type);
+  const unsigned blocks = static_cast<unsigned>(std::min<std::uint64_t>(32, (bytes + 65535) / 65536));
+  dispatchTypeOp(type, op, [&]<class T, ReduceOp Op>() {
+    partnerReduce<T, Op><<<blocks, kThreads, 0, stream>>>(dst, p, nparts, count, divisor);
+  });
+  checkLaunch("partners' reduce");
 }
 
 void launchPartnerExchange(const PartnerChannels* channels, std::uint64_t slotBytes, const PartnerExchange& exchange,
@@ -112,11 +180,7 @@ void launchPartnerExchange(const PartnerChannels* channels, std::uint64_t slotBy
   dispatchTypeOp(type, exchange.reduce ? op : ReduceOp::Sum, [&]<class T, ReduceOp Op>() {
     partnerExchange<T, Op><<<1, kThreads, 0, stream>>>(channels, exchange);
   });
-  const cudaError_t err = cudaGetLastError();
-  if (err != cudaSuccess)
-    throw CudaError(std::string("partners' exchange: launching the kernel failed: ") + cudaGetErrorName(err) +
-                        " (" + cudaGetErrorString(err) + ")",
-                    static_cast<int>(err));
+  checkLaunch("partners' exchange");
 }
 
 }  // namespace ferry

@@ -11,11 +11,13 @@
 // is either reduced with this host's own part, in host order, or copied where the call says.
 //
 // A call moves the parts in rounds of slotBytes. In each round a sender puts its part into its slot
-// of every receiver's scratch (put with signal) and flushes those puts (the proxy reads the source
-// after the kernel has gone on, and a reduce may overwrite it); a receiver waits for every sender's
-// part, reduces or copies them, then tells each sender that its slot is free (the ack channel); a
-// sender waits for those acks before the next round reuses the slots. Every rank ends a call with
-// all its signals consumed, so calls follow each other on any stream.
+// of every receiver's scratch (put with signal) and waits until its proxy has handled those puts
+// (the FIFO's sync: the proxy reads the source after the kernel has gone on, and a reduce may
+// overwrite it; an Ethernet write has read its source when it returns, so no round trip to the
+// receiver, as a flush takes, is needed); a receiver waits for every sender's part, reduces or
+// copies them, then tells each sender that its slot is free (the ack channel); a sender waits for
+// those acks before the next round reuses the slots. Every rank ends a call with all its signals
+// consumed, so calls follow each other on any stream.
 #include <cuda_runtime_api.h>
 
 #include <cstddef>
@@ -59,6 +61,10 @@ struct PartnerExchange {
 // Runs `exchange` on `stream` (`channels` is device memory). `op` matters only when it reduces.
 void launchPartnerExchange(const PartnerChannels* channels, std::uint64_t slotBytes, const PartnerExchange& exchange,
                            DataType type, ReduceOp op, cudaStream_t stream);
+// dst[0, count) = op over parts[0..nparts) (in the order given; Avg: the sum divided by `divisor`),
+// on `stream`: the reduce of an exchange whose parts another network brought (NcclPartners).
+void launchPartnerReduce(char* dst, const char* const* parts, int nparts, std::uint64_t count, DataType type,
+                         ReduceOp op, int divisor, cudaStream_t stream);
 // Loads every type and op of the kernel into the current context now (launch.hpp's preloadKernel:
 // a first launch queued behind a waiting kernel would otherwise wait for it).
 void preloadPartnerExchange();

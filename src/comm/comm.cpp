@@ -173,19 +173,20 @@ void Comm::deregisterBuffer(BufferRegistration registration) {
 }
 
 void Comm::abort() {
-  impl_->forEachPartners([](HostPartners& p) { p.abort(); });
   if (impl_->resources) {
     DeviceGuard scope(impl_->device);
     RelaxedCapture relaxed;
     raiseAbort(impl_->resources->context(), impl_->control);
   }
+  // Then the partners (aborting NCCL's communicator, on its network, may take a while).
+  impl_->forEachPartners([](Partners& p) { p.abort(); });
   impl_->abortedHere = true;
 }
 
 bool Comm::aborted() const {
   if (impl_->abortedHere) return true;
   bool partnerFailed = false;
-  impl_->forEachPartners([&](const HostPartners& p) { partnerFailed = partnerFailed || p.failed(); });
+  impl_->forEachPartners([&](const Partners& p) { partnerFailed = partnerFailed || p.failed(); });
   if (partnerFailed) return true;
   if (!impl_->resources) return false;
   DeviceGuard scope(impl_->device);

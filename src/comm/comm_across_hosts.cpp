@@ -31,7 +31,11 @@
 #include <map>
 
 #include "comm/comm_impl.hpp"
+#include "comm/host_partners.hpp"
+#include "comm/nccl_partners.hpp"
 #include "kernels/ranges.hpp"
+#include "platform/ibverbs_api.hpp"
+#include "platform/nccl_net.hpp"
 
 namespace ferry {
 namespace {
@@ -63,6 +67,58 @@ HostLayout gatherLayout(Bootstrap& world) {
   return HostLayout(std::move(host), std::move(rank), world.numNodes());
 }
 
+// What carries the cross-host phase (FERRY_PARTNER_NET), decided alike on every rank from every
+// rank's setting: an explicit one wins over auto (ferry and nccl both asked for: an error on every
+// rank; nccl asked for where a rank cannot open NCCL: an error on every rank); all on auto take NCCL
+// only where every rank sees an InfiniBand or RoCE device and can open NCCL (on sockets ferry's own
+// Ethernet connections carry large calls faster).
+bool onNcclNetwork(Bootstrap& world) {
+  struct Wish {
+    char setting;  // 'a', 'f' or 'n'
+    char canNccl;  // this rank opened NCCL (auto: only where it has InfiniBand or RoCE devices)
+  };
+  std::vector<Wish> wishes(static_cast<std::size_t>(world.size()));
+  Wish& mine = wishes[static_cast<std::size_t>(world.rank())];
+  mine.setting = env().partnerNet[0];
+  std::string why = "no InfiniBand or RoCE device";
+  if (mine.setting == 'n' || (mine.setting == 'a' && !ibverbs::listDevices().names.empty()))
+    mine.canNccl = nccl_net::library(why) ? 1 : 0;
+  world.allGather(wishes.data(), sizeof(Wish));
+  int asksFerry = -1, asksNccl = -1;
+  for (int r = 0; r < world.size(); ++r) {
+    const Wish& w = wishes[static_cast<std::size_t>(r)];
+    if (w.setting == 'f' && asksFerry < 0) asksFerry = r;
+    if (w.setting == 'n' && asksNccl < 0) asksNccl = r;
+  }
+  if (asksNccl >= 0 && asksFerry < 0) {
+    // Every rank then needs NCCL, those on auto without InfiniBand too: they try it now (a second
+    // round, which every rank makes, as every rank knows that one asked for nccl).
+    if (mine.setting == 'a' && mine.canNccl == 0) mine.canNccl = nccl_net::library(why) ? 1 : 0;
+    world.allGather(wishes.data(), sizeof(Wish));
+  }
+  int cannot = -1;
+  for (int r = 0; r < world.size() && cannot < 0; ++r)
+    if (wishes[static_cast<std::size_t>(r)].canNccl == 0) cannot = r;
+  const bool everyCan = cannot < 0;
+  if (asksFerry >= 0 && asksNccl >= 0)
+    throw Error(ErrorCode::InvalidUsage, "rank " + std::to_string(world.rank()) + ": Comm across hosts: rank " +
+                                             std::to_string(asksFerry) + " set FERRY_PARTNER_NET=ferry and rank " +
+                                             std::to_string(asksNccl) + " nccl; give every rank the same");
+  if (asksNccl >= 0 && !everyCan)
+    throw Error(ErrorCode::NotSupported,
+                "rank " + std::to_string(world.rank()) + ": Comm across hosts: rank " + std::to_string(asksNccl) +
+                    " set FERRY_PARTNER_NET=nccl and rank " + std::to_string(cannot) + " cannot open NVIDIA's NCCL (" +
+                    (cannot == world.rank() ? why : std::string("it says why")) +
+                    "); set FERRY_NCCL_FALLBACK on every rank, or FERRY_PARTNER_NET=ferry");
+  if (asksNccl >= 0) return true;
+  if (asksFerry >= 0) return false;
+  if (!everyCan && mine.setting == 'a' && world.rank() == 0)
+    FERRY_LOG(Info, Collectives) << "Comm across hosts: the cross-host phase on ferry's Ethernet connections "
+                                 << "(FERRY_PARTNER_NET=auto: NCCL's network needs InfiniBand or RoCE and NCCL on "
+                                 << "every rank; rank 0: " << (mine.canNccl ? "has both" : why) << ")";
+  return everyCan;
+}
+
 // The mask of every host but `me`.
 std::uint32_t othersThan(int me, int hosts) { return ((1u << hosts) - 1u) & ~(1u << me); }
 
@@ -79,7 +135,7 @@ struct AcrossHosts {
         hosts(i.partners->hosts()), perHost(i.bootstrap->size()), es(sizeOf(c.type)) {}
 
   // The partners of column c (null: this rank does not carry it).
-  HostPartners* partnersOf(int c) const {
+  Partners* partnersOf(int c) const {
     if (c == local) return impl.partners.get();
     auto it = impl.morePartners.find(c);
     return it == impl.morePartners.end() ? nullptr : it->second.get();
@@ -100,7 +156,7 @@ struct AcrossHosts {
     }
   }
 
-  void acrossPartners(const PartnerExchange& x, ReduceOp op, HostPartners* partners = nullptr) {
+  void acrossPartners(const PartnerExchange& x, ReduceOp op, Partners* partners = nullptr) {
     DeviceGuard scope(impl.device);
     impl.work->orderAfterLast(call.stream);
     (partners ? partners : impl.partners.get())->exchange(x, call.type, op, call.stream);
@@ -137,7 +193,7 @@ struct AcrossHosts {
   template <class Exchange>
   void everyColumn(Exchange&& exchange) {
     for (int c = 0; c < layout.columns; ++c)
-      if (HostPartners* p = partnersOf(c)) exchange(c, p);
+      if (Partners* p = partnersOf(c)) exchange(c, p);
   }
 
   // An exchange of column c's part of recv, in place (its masks and kind still to set).
@@ -153,7 +209,7 @@ struct AcrossHosts {
   void allReduce() {
     const ReduceOp op = call.op;
     onHost(Collective::AllReduce, call.send, call.recv, call.count, op == ReduceOp::Avg ? ReduceOp::Sum : op);
-    everyColumn([&](int c, HostPartners* partners) {
+    everyColumn([&](int c, Partners* partners) {
       PartnerExchange x = columnOfRecv(c);
       x.sendTo = x.recvFrom = othersThan(host, hosts);
       x.reduce = true;
@@ -209,7 +265,7 @@ struct AcrossHosts {
     // On the host, its ranks' chunks into theirs in recv.
     gatherOnHost(layout.round(host, 0, perHost), send(), round);
     // Across the partners of column c: its chunk of this host's to every other host, theirs here.
-    everyColumn([&](int c, HostPartners* partners) {
+    everyColumn([&](int c, Partners* partners) {
       PartnerExchange x;
       x.src = recv();
       x.dst = recv();
@@ -267,7 +323,7 @@ struct AcrossHosts {
     }
     // Across the partners of column c: host h's partial sum of its chunk c to it, reduced in host order
     // where this host has a chunk c.
-    everyColumn([&](int c, HostPartners* partners) {
+    everyColumn([&](int c, Partners* partners) {
       PartnerExchange x;
       x.src = partials;
       x.dst = recv();
@@ -298,7 +354,7 @@ struct AcrossHosts {
     // exchanges (a count each): one a k, or with hosts of one size whose ranks are consecutive,
     // every k in one (the chunks for a host follow each other in send and in `received`).
     const bool oneRun = direct();
-    everyColumn([&](int c, HostPartners* partners) {
+    everyColumn([&](int c, Partners* partners) {
       for (int k = 0; k < layout.columns; k += oneRun ? layout.columns : 1) {
         PartnerExchange x;
         x.src = send();
@@ -343,7 +399,7 @@ struct AcrossHosts {
   void broadcast() {
     const int rootHost = layout.hostOf[call.root], rootLocal = layout.localOf[call.root];
     if (host == rootHost) onHost(Collective::Broadcast, call.send, call.recv, call.count, ReduceOp::Sum, rootLocal);
-    everyColumn([&](int c, HostPartners* partners) {
+    everyColumn([&](int c, Partners* partners) {
       PartnerExchange x = columnOfRecv(c);
       if (host == rootHost)
         x.sendTo = othersThan(host, hosts);
@@ -431,16 +487,22 @@ std::unique_ptr<Comm::Impl> makeCommImpl(std::shared_ptr<Bootstrap> b, const Com
                                     << e.what();
     }
   };
+  const bool nccl = onNcclNetwork(*b);
   // Partners must agree on their slots (a put lands at its sender's slot): every rank sizes them for
   // the most columns any rank carries, which every rank computes alike.
   for (auto& [c, group] : columns) {
-    HostPartnersOptions po;
+    PartnersOptions po;
     po.worldRank = b->rank();
     for (int h = 0; h < layout.hosts; ++h) po.worldRanks.push_back(layout.worldRank(h, layout.holder(h, c)));
     po.onFailure = onFailure;
     // The partners' slots take half as much device memory as the Comm's own scratch, over the
     // columns a rank carries at most.
-    auto partners = std::make_unique<HostPartners>(group, env().scratchBytes / 2 / layout.mostCarried, std::move(po));
+    const std::uint64_t scratch = env().scratchBytes / 2 / static_cast<std::uint64_t>(layout.mostCarried);
+    std::unique_ptr<Partners> partners;
+    if (nccl)
+      partners = std::make_unique<NcclPartners>(group, scratch, std::move(po));
+    else
+      partners = std::make_unique<HostPartners>(group, scratch, std::move(po));
     if (c == me)
       impl->partners = std::move(partners);
     else
@@ -449,13 +511,14 @@ std::unique_ptr<Comm::Impl> makeCommImpl(std::shared_ptr<Bootstrap> b, const Com
   FERRY_LOG(Info, Collectives) << "Comm across hosts: rank " << b->rank() << " is rank " << me << " of "
                                 << local->size() << " on host " << node << " of " << b->numNodes() << ", carrying "
                                 << columns.size() << " of " << layout.columns << " columns"
-                                << (layout.contiguous ? "" : " (hosts' ranks not consecutive)");
+                                << (layout.contiguous ? "" : " (hosts' ranks not consecutive)") << ", on "
+                                << (nccl ? "NCCL's network" : "ferry's Ethernet connections");
   return impl;
 }
 
 void runAcrossHosts(Comm::Impl& impl, CollectiveCall call) {
   impl.checkNotAborted("collective call");
-  impl.forEachPartners([](HostPartners& p) {
+  impl.forEachPartners([](Partners& p) {
     if (p.failed()) p.throwFailure();  // a partner went away in an earlier call
   });
   // The whole call is checked in world ranks first (root, in place, the buffers' sizes), so that a

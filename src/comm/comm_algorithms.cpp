@@ -86,8 +86,8 @@ void Comm::removeAlgorithm(std::string_view name) {
 std::string Comm::algorithmFor(Collective c, std::size_t bytes, DataType type, bool registered) const {
   if (worldSize() == 1) return "local_copy";
   // Across hosts, a call runs in phases (comm_across_hosts.cpp), not as one algorithm; a host of one
-  // rank has no resources to select with.
-  if (impl_->partners) return "across_hosts";
+  // rank has no resources to select with. The name says what carries the cross-host phase.
+  if (impl_->partners) return std::string(impl_->partners->network()) == "nccl" ? "across_hosts_nccl" : "across_hosts";
   CollectiveCall call;
   call.collective = c;
   call.type = type;

@@ -16,7 +16,7 @@
 #include "comm/native_algorithm.hpp"
 #include "comm/comm_ports.hpp"
 #include "comm/host_layout.hpp"
-#include "comm/host_partners.hpp"
+#include "comm/partners.hpp"
 #include "collectives/p2p.hpp"
 #include "collectives/p2p_group.hpp"
 #include "collectives/premul_sum.hpp"
@@ -93,9 +93,9 @@ struct Comm::Impl {
   // this host's ranks (`bootstrap` is theirs), `world` every rank's bootstrap and `partners` this
   // rank's partners on the other hosts. Null on one host.
   std::shared_ptr<Bootstrap> world;
-  std::unique_ptr<HostPartners> partners;  // those of this rank's own column (its local rank)
+  std::unique_ptr<Partners> partners;  // those of this rank's own column (its local rank)
   // On a host smaller than the largest, those of the further columns this rank carries (HostLayout).
-  std::map<int, std::unique_ptr<HostPartners>> morePartners;
+  std::map<int, std::unique_ptr<Partners>> morePartners;
   HostLayout hostLayout;
   bool acrossHostsPhase = false;  // a call across hosts is running its phases on this host's Comm
   // Device memory of the phases across hosts (parts of a reduceScatter or allToAll, a reduce's

@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "collectives/partner_exchange.hpp"
+#include "comm/partners.hpp"
 #include "ferry/bootstrap.hpp"
 #include "ferry/communicator.hpp"
 #include "ferry/port_channel.hpp"
@@ -24,18 +25,10 @@
 
 namespace ferry {
 
-struct HostPartnersOptions {
-  // The world's ranks of this rank and of each host's partner (by host), for errors and the
-  // device's timeout reports; unset: the host indices.
-  int worldRank = -1;
-  std::vector<int> worldRanks;
-  // Called on the proxy thread once a partner's connection has failed (or the proxy otherwise
-  // stopped on an error), after this rank's kernels have been told to give up: a Comm across
-  // hosts ends its host's calls there too. It must not block for long or throw.
-  std::function<void()> onFailure;
-};
+// (onFailure runs on the proxy thread, also when the proxy stopped on another error.)
+using HostPartnersOptions = PartnersOptions;
 
-class HostPartners {
+class HostPartners final : public Partners {
  public:
   // Collective over `partners` (one rank per host, at most kMaxHosts). `scratchBytes` of device
   // memory on the current device receive the partners' parts, a slot per partner; a call larger
@@ -47,26 +40,24 @@ class HostPartners {
   // true, and every later call throws Error(RemoteError) naming the partner.
   HostPartners(std::shared_ptr<Bootstrap> partners, std::uint64_t scratchBytes, HostPartnersOptions options = {});
   // @pre no call of it is still running on a stream (its kernels use the proxy it stops).
-  ~HostPartners();
+  ~HostPartners() override;
   HostPartners(const HostPartners&) = delete;
   HostPartners& operator=(const HostPartners&) = delete;
 
-  int host() const { return bootstrap_->rank(); }
-  int hosts() const { return bootstrap_->size(); }
+  int host() const override { return bootstrap_->rank(); }
+  int hosts() const override { return bootstrap_->size(); }
 
   // In place on `stream`: buf[0, count) becomes `op` over the partners' buffers, in host order
   // (Avg: the sum divided by `divisor`: the ranks the sums span). Every partner calls it alike.
   void allReduce(void* buf, std::size_t count, DataType type, ReduceOp op, int divisor, cudaStream_t stream);
   // Any exchange on `stream` (partner_exchange.hpp); every partner calls it with agreeing masks.
-  void exchange(const PartnerExchange& exchange, DataType type, ReduceOp op, cudaStream_t stream);
+  void exchange(const PartnerExchange& exchange, DataType type, ReduceOp op, cudaStream_t stream) override;
 
   // Makes the waits of this rank's running and later kernels give up (Comm::abort).
-  void abort();
-  // A partner failed, or abort() was called: no call can run any more.
-  bool failed() const;
-  // Throws what failed() means: Error(RemoteError) naming the failure, or Error(InvalidUsage) after
-  // abort(). @pre failed()
-  [[noreturn]] void throwFailure() const;
+  void abort() override;
+  bool failed() const override;
+  [[noreturn]] void throwFailure() const override;
+  const char* network() const override { return "ferry"; }
 
  private:
   const PartnerChannels* start();

@@ -111,6 +111,11 @@ const Var kVars[] = {
      "stores over NVLink, as on a memory channel, in lanes; the signals and waits are the same) or proxy "
      "(the Comm's host proxy and the copy engine, one lane, as written). memory applies when every rank "
      "asks for it and no rank's Comm was given its own connections (CommOptions::connect)."},
+    {"FERRY_PARTNER_NET", &Env::partnerNet, "auto",
+     "What carries a Comm across hosts' cross-host phase (docs/multi-node.md): ferry (its own "
+     "PortChannels on Ethernet connections), nccl (NVIDIA's NCCL, FERRY_NCCL_FALLBACK, with its "
+     "InfiniBand, RoCE or socket transports) or auto (nccl where every rank sees an InfiniBand or RoCE "
+     "device and can open NCCL, ferry elsewhere). Every rank must ask for the same (auto aside)."},
     {"FERRY_PARTNER_SCRATCH", &Env::partnerScratch, "device",
      "Where a Comm across hosts receives its partners' parts (docs/multi-node.md): device (GPU memory: "
      "the connection's receiver copies each chunk in through page-locked buffers) or host (page-locked "
@@ -123,8 +128,9 @@ const Var kVars[] = {
      "Data one peer's LL packet slot can carry per call; LL algorithms take calls up to this size. "
      "Each rank holds 2 * 2 * world size times this much packet memory."},
     {"FERRY_NCCL_FALLBACK", &Env::ncclFallback, "libnccl.so.2",
-     "The real NCCL that libferry_nccl forwards the calls ferry does not run natively to (loaded with "
-     "dlopen, its symbols kept apart from ferry's); empty: forward nothing, such calls fail."},
+     "The real NCCL that libferry_nccl forwards the calls ferry does not run natively to, and that "
+     "carries a Comm across hosts' cross-host phase with FERRY_PARTNER_NET=nccl (loaded with dlopen, its "
+     "symbols kept apart from ferry's); empty: forward nothing, such calls fail."},
     {"FERRY_NCCL_FORWARD_ALL", &Env::ncclForwardAll, "0",
      "1: every communicator of libferry_nccl runs on the real NCCL (FERRY_NCCL_FALLBACK), as those whose "
      "ranks span hosts always do; to compare with NCCL without unloading ferry."},
@@ -261,6 +267,8 @@ Env Env::parse(const std::function<const char*(const char*)>& lookup) {
   if (e.checkPointers != "cached" && e.checkPointers != "always" && e.checkPointers != "never")
     bad("FERRY_CHECK_POINTERS", e.checkPointers, "cached, always or never");
   if (e.planPorts != "proxy" && e.planPorts != "memory") bad("FERRY_PLAN_PORTS", e.planPorts, "proxy or memory");
+  if (e.partnerNet != "auto" && e.partnerNet != "ferry" && e.partnerNet != "nccl")
+    bad("FERRY_PARTNER_NET", e.partnerNet, "auto, ferry or nccl");
   if (e.partnerScratch != "device" && e.partnerScratch != "host")
     bad("FERRY_PARTNER_SCRATCH", e.partnerScratch, "device or host");
   if (!e.socketFamily.empty() && e.socketFamily != "AF_INET" && e.socketFamily != "AF_INET6")

@@ -34,12 +34,16 @@ using tools::CallShape;
 
 // n ranks on `hosts` hosts (consecutive ranks share one, as many on each; or rank r on host
 // hostOf[r]), each on its GPU (shared where allowed).
+// partnerNet: FERRY_PARTNER_NET (nccl: NCCL's socket transport on loopback, the hosts NCCL sees
+// being ferry's).
 template <class Body>
 void runAcrossHosts(int n, int hosts, Body&& body, std::vector<int> hostOf = {},
-                    const char* partnerScratch = "device") {
+                    const char* partnerScratch = "device", const char* partnerNet = "ferry") {
   const std::string root = "127.0.0.1:" + std::to_string(freePort(AF_INET));
   runRanksOk(n, [&](int rank) {
     setenv("FERRY_PARTNER_SCRATCH", partnerScratch, 1);
+    setenv("FERRY_PARTNER_NET", partnerNet, 1);
+    setenv("NCCL_SOCKET_IFNAME", "lo", 0);
     const int h = hostOf.empty() ? rank / (n / hosts) : hostOf[static_cast<std::size_t>(rank)];
     const std::string host = "across-hosts-" + std::to_string(h);
     setenv("FERRY_HOSTID", host.c_str(), 1);
@@ -189,8 +193,9 @@ TEST_P(CommAcrossHosts, WhatItDoesNotRunIsRefusedSayingWhy) {
 // that finds it gone ends (no trap: the streams stay usable) well within FERRY_DEVICE_TIMEOUT,
 // aborted() turns true, and a call then throws Error(RemoteError) naming the partner that went
 // away; the Comm is destroyed without hanging.
-TEST_P(CommAcrossHosts, AHostThatGoesAwayEndsTheCallsWithAnErrorNamingIt) {
-  const auto [n, hosts] = GetParam();
+// The last host's ranks exit between calls; the others' calls end with a RemoteError naming this
+// rank and its partner there within 30 s (partnerNet: FERRY_PARTNER_NET).
+void checkAHostGoingAway(int n, int hosts, const char* partnerNet) {
   const int perHost = n / hosts;
   runAcrossHosts(n, hosts, [&](int rank, const std::shared_ptr<TcpBootstrap>& boot) {
     Comm comm(boot);
@@ -234,39 +239,70 @@ TEST_P(CommAcrossHosts, AHostThatGoesAwayEndsTheCallsWithAnErrorNamingIt) {
     EXPECT_TRUE(threw) << "rank " << rank;
     cudaFree(buf);
     cudaStreamDestroy(stream);
-  });
+  }, {}, "device", partnerNet);
 }
 
-// The partners' parts received in host memory the GPU maps (FERRY_PARTNER_SCRATCH=host): every
-// collective, a few types and ops, both placements, sizes of one and of many rounds.
+TEST_P(CommAcrossHosts, AHostThatGoesAwayEndsTheCallsWithAnErrorNamingIt) {
+  checkAHostGoingAway(GetParam().ranks, GetParam().hosts, "ferry");
+}
+
+// The same on NCCL's network: its watchdog sees NCCL's error and ends the host's calls.
+TEST_P(CommAcrossHosts, AHostThatGoesAwayOnNcclNetworkEndsTheCallsWithAnErrorNamingIt) {
+  checkAHostGoingAway(GetParam().ranks, GetParam().hosts, "nccl");
+}
+
+// Every collective, a few types and ops, both placements, sizes of one and of many rounds, roots
+// from the seed, each call checked element by element.
+void checkFewShapes(Comm& comm, Bootstrap& boot, cudaStream_t stream) {
+  const int rank = comm.rank(), n = comm.worldSize();
+  std::uint64_t seed = 777;
+  const std::pair<DataType, ReduceOp> kinds[] = {
+      {DataType::Float32, ReduceOp::Sum}, {DataType::BFloat16, ReduceOp::Avg}, {DataType::Int32, ReduceOp::Max}};
+  for (int c = 0; c < kCollectiveCount; ++c) {
+    const auto collective = static_cast<Collective>(c);
+    for (auto [type, op] : kinds) {
+      for (std::size_t count : {std::size_t{1}, std::size_t{4099}, std::size_t{300001}}) {
+        for (bool inPlace : {false, true}) {
+          ++seed;
+          const CallShape s{collective, type, tools::reduces(collective) ? op : ReduceOp::Sum, count, rank, n,
+                            static_cast<int>(seed % static_cast<std::uint64_t>(n)), seed};
+          if (!checkCall(comm, boot, stream, s, inPlace)) return;
+        }
+      }
+    }
+  }
+}
+
+// The partners' parts received in host memory the GPU maps (FERRY_PARTNER_SCRATCH=host).
 TEST_P(CommAcrossHosts, EveryCollectiveWithScratchInHostMemory) {
   const auto [n, hosts] = GetParam();
   runAcrossHosts(
       n, hosts,
-      [&](int rank, const std::shared_ptr<TcpBootstrap>& boot) {
+      [&](int, const std::shared_ptr<TcpBootstrap>& boot) {
         ASSERT_EQ(env().partnerScratch, "host");
         Comm comm(boot);
         cudaStream_t stream;
         ASSERT_EQ(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), cudaSuccess);
-        std::uint64_t seed = 777;
-        const std::pair<DataType, ReduceOp> kinds[] = {
-            {DataType::Float32, ReduceOp::Sum}, {DataType::BFloat16, ReduceOp::Avg}, {DataType::Int32, ReduceOp::Max}};
-        for (int c = 0; c < kCollectiveCount; ++c) {
-          const auto collective = static_cast<Collective>(c);
-          for (auto [type, op] : kinds) {
-            for (std::size_t count : {std::size_t{1}, std::size_t{4099}, std::size_t{300001}}) {
-              for (bool inPlace : {false, true}) {
-                ++seed;
-                const CallShape s{collective, type, tools::reduces(collective) ? op : ReduceOp::Sum, count, rank, n,
-                                  static_cast<int>(seed % static_cast<std::uint64_t>(n)), seed};
-                if (!checkCall(comm, *boot, stream, s, inPlace)) return;
-              }
-            }
-          }
-        }
+        checkFewShapes(comm, *boot, stream);
         cudaStreamDestroy(stream);
       },
       {}, "host");
+}
+
+// The cross-host phase on NCCL's network (FERRY_PARTNER_NET=nccl): NCCL's sockets on loopback.
+TEST_P(CommAcrossHosts, EveryCollectiveOnNcclNetwork) {
+  const auto [n, hosts] = GetParam();
+  runAcrossHosts(
+      n, hosts,
+      [&](int, const std::shared_ptr<TcpBootstrap>& boot) {
+        Comm comm(boot);
+        ASSERT_EQ(comm.algorithmFor(Collective::AllReduce, 4096, DataType::Float32), "across_hosts_nccl");
+        cudaStream_t stream;
+        ASSERT_EQ(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), cudaSuccess);
+        checkFewShapes(comm, *boot, stream);
+        cudaStreamDestroy(stream);
+      },
+      {}, "device", "nccl");
 }
 
 // Other layouts: hosts of different sizes (3 + 1 and 1 + 3 ranks: a rank of the smaller host carries
@@ -304,6 +340,21 @@ INSTANTIATE_TEST_SUITE_P(Layouts, CommAcrossOtherLayouts,
                            return h[1] == 0 ? std::string("3and1") : h[2] == 1 ? std::string("1and3")
                                                                                : std::string("interleaved");
                          });
+
+// 3 + 1 ranks with the cross-host phase on NCCL's network: the lone rank's three NCCL communicators.
+TEST(CommAcrossUnevenHosts, EveryCollectiveOnNcclNetwork) {
+  if (std::string why = whyCannotRun(4); !why.empty()) GTEST_SKIP() << why;
+  runAcrossHosts(
+      4, 2,
+      [&](int, const std::shared_ptr<TcpBootstrap>& boot) {
+        Comm comm(boot);
+        cudaStream_t stream;
+        ASSERT_EQ(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), cudaSuccess);
+        checkFewShapes(comm, *boot, stream);
+        cudaStreamDestroy(stream);
+      },
+      /*hostOf=*/{0, 0, 0, 1}, "device", "nccl");
+}
 
 // 3 + 1 ranks at 256 MiB: the lone rank's columns in many partner rounds each.
 TEST(CommAcrossUnevenHosts, EveryCollectiveAt256MiB) {

@@ -233,6 +233,15 @@ TEST(EnvPlanPorts, DefaultsToMemoryAndTakesProxy) {
   EXPECT_CONTAINS(what, "proxy or memory");
 }
 
+// What carries a Comm across hosts' cross-host phase (docs/multi-node.md).
+TEST(EnvPartnerNet, DefaultsToAutoAndTakesFerryAndNccl) {
+  EXPECT_EQ(parseMap({}).partnerNet, "auto");
+  for (const char* net : {"auto", "ferry", "nccl"}) EXPECT_EQ(parseMap({{"FERRY_PARTNER_NET", net}}).partnerNet, net);
+  const std::string what = parseError("FERRY_PARTNER_NET", "ib");
+  EXPECT_CONTAINS(what, "FERRY_PARTNER_NET='ib'");
+  EXPECT_CONTAINS(what, "auto, ferry or nccl");
+}
+
 struct NvlsCase {
   const char* name;
   Vars vars;
