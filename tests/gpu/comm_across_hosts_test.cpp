@@ -68,6 +68,16 @@ bool checkCall(Comm& comm, Bootstrap& boot, cudaStream_t stream, const CallShape
   return !anyRankFailed(boot);
 }
 
+// A Comm of `boot` and a stream of its own for body(comm, stream).
+template <class Body>
+void withComm(const std::shared_ptr<TcpBootstrap>& boot, Body&& body) {
+  Comm comm(boot);
+  cudaStream_t stream;
+  ASSERT_EQ(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), cudaSuccess);
+  body(comm, stream);
+  cudaStreamDestroy(stream);
+}
+
 // Every data type x reduce op (where it reduces) x placement x size (below the ranks of a host, odd,
 // and of many partner rounds) of `collective`, roots from the seed, each call checked element by
 // element; false once any rank has failed (the others then stop too).
@@ -147,11 +157,7 @@ void checkAt256MiB(Comm& comm, Bootstrap& boot, cudaStream_t stream) {
 TEST_P(CommAcrossHosts, EveryCollectiveAt256MiB) {
   const auto [n, hosts] = GetParam();
   runAcrossHosts(n, hosts, [&](int, const std::shared_ptr<TcpBootstrap>& boot) {
-    Comm comm(boot);
-    cudaStream_t stream;
-    ASSERT_EQ(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), cudaSuccess);
-    checkAt256MiB(comm, *boot, stream);
-    cudaStreamDestroy(stream);
+    withComm(boot, [&](Comm& comm, cudaStream_t stream) { checkAt256MiB(comm, *boot, stream); });
   });
 }
 
@@ -280,11 +286,7 @@ TEST_P(CommAcrossHosts, EveryCollectiveWithScratchInHostMemory) {
       n, hosts,
       [&](int, const std::shared_ptr<TcpBootstrap>& boot) {
         ASSERT_EQ(env().partnerScratch, "host");
-        Comm comm(boot);
-        cudaStream_t stream;
-        ASSERT_EQ(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), cudaSuccess);
-        checkFewShapes(comm, *boot, stream);
-        cudaStreamDestroy(stream);
+        withComm(boot, [&](Comm& comm, cudaStream_t stream) { checkFewShapes(comm, *boot, stream); });
       },
       {}, "host");
 }
@@ -295,12 +297,10 @@ TEST_P(CommAcrossHosts, EveryCollectiveOnNcclNetwork) {
   runAcrossHosts(
       n, hosts,
       [&](int, const std::shared_ptr<TcpBootstrap>& boot) {
-        Comm comm(boot);
-        ASSERT_EQ(comm.algorithmFor(Collective::AllReduce, 4096, DataType::Float32), "across_hosts_nccl");
-        cudaStream_t stream;
-        ASSERT_EQ(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), cudaSuccess);
-        checkFewShapes(comm, *boot, stream);
-        cudaStreamDestroy(stream);
+        withComm(boot, [&](Comm& comm, cudaStream_t stream) {
+          ASSERT_EQ(comm.algorithmFor(Collective::AllReduce, 4096, DataType::Float32), "across_hosts_nccl");
+          checkFewShapes(comm, *boot, stream);
+        });
       },
       {}, "device", "nccl");
 }
@@ -347,11 +347,7 @@ TEST(CommAcrossUnevenHosts, EveryCollectiveOnNcclNetwork) {
   runAcrossHosts(
       4, 2,
       [&](int, const std::shared_ptr<TcpBootstrap>& boot) {
-        Comm comm(boot);
-        cudaStream_t stream;
-        ASSERT_EQ(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), cudaSuccess);
-        checkFewShapes(comm, *boot, stream);
-        cudaStreamDestroy(stream);
+        withComm(boot, [&](Comm& comm, cudaStream_t stream) { checkFewShapes(comm, *boot, stream); });
       },
       /*hostOf=*/{0, 0, 0, 1}, "device", "nccl");
 }
@@ -360,11 +356,7 @@ TEST(CommAcrossUnevenHosts, EveryCollectiveOnNcclNetwork) {
 TEST(CommAcrossUnevenHosts, EveryCollectiveAt256MiB) {
   if (std::string why = whyCannotRun(4); !why.empty()) GTEST_SKIP() << why;
   runAcrossHosts(4, 2, [&](int, const std::shared_ptr<TcpBootstrap>& boot) {
-    Comm comm(boot);
-    cudaStream_t stream;
-    ASSERT_EQ(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), cudaSuccess);
-    checkAt256MiB(comm, *boot, stream);
-    cudaStreamDestroy(stream);
+    withComm(boot, [&](Comm& comm, cudaStream_t stream) { checkAt256MiB(comm, *boot, stream); });
   }, /*hostOf=*/{0, 0, 0, 1});
 }
 
