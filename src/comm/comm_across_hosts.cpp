@@ -252,9 +252,9 @@ struct AcrossHosts {
   // An allGather on this host of one chunk a rank, ranks[l]'s from local rank l (`mine`), into their
   // chunks of recv: in place there where they are one block, else through `round`.
   void gatherOnHost(const std::vector<int>& ranks, const char* mine, char* round) {
-    char* direct = block(recv(), ranks);
-    onHost(Collective::AllGather, mine, direct ? direct : round, call.count, ReduceOp::Sum);
-    if (!direct) copyOut(round, ranks);
+    char* inPlace = block(recv(), ranks);
+    onHost(Collective::AllGather, mine, inPlace ? inPlace : round, call.count, ReduceOp::Sum);
+    if (!inPlace) copyOut(round, ranks);
   }
 
   void allGather() {
@@ -377,8 +377,8 @@ struct AcrossHosts {
     });
     // On the host: its own ranks' chunks for each other, then each other host's.
     const std::vector<int> mine = layout.round(host, 0, perHost);
-    if (const char* direct = block(send(), mine)) {
-      onHost(Collective::AllToAll, direct, block(recv(), mine), call.count, ReduceOp::Sum);
+    if (const char* ours = block(send(), mine)) {
+      onHost(Collective::AllToAll, ours, block(recv(), mine), call.count, ReduceOp::Sum);
     } else {
       for (int k = 0; k < perHost; ++k)
         copy(in + static_cast<std::uint64_t>(k) * chunk, send() + at(mine[static_cast<std::size_t>(k)]), chunk);
@@ -389,9 +389,9 @@ struct AcrossHosts {
       if (h == host) continue;
       for (int j = 0; j < layout.rounds(h, perHost); ++j) {
         const std::vector<int> ranks = layout.round(h, j, perHost);
-        char* direct = block(recv(), ranks);
-        onHost(Collective::AllToAll, from(h, j), direct ? direct : out, call.count, ReduceOp::Sum);
-        if (!direct) copyOut(out, ranks);
+        char* inPlace = block(recv(), ranks);
+        onHost(Collective::AllToAll, from(h, j), inPlace ? inPlace : out, call.count, ReduceOp::Sum);
+        if (!inPlace) copyOut(out, ranks);
       }
     }
   }
@@ -475,7 +475,8 @@ std::unique_ptr<Comm::Impl> makeCommImpl(std::shared_ptr<Bootstrap> b, const Com
   impl->work->setRank(b->rank());
   impl->hostLayout = layout;
   // A partner gone mid-call ends this host's calls too: its other ranks may be waiting for this one
-  // in a phase on the host (Comm::abort's way, from the proxy thread; destroyed before resources).
+  // in a phase on the host (Comm::abort's way, from the partners' proxy or watchdog thread; destroyed
+  // before resources).
   auto onFailure = [raw = impl.get()] {
     if (!raw->resources) return;
     try {

@@ -61,6 +61,7 @@ NcclPartners::NcclPartners(std::shared_ptr<Bootstrap> partners, std::uint64_t sc
     throw Error(ErrorCode::InvalidUsage, who() + phase + std::to_string(scratchBytes) +
                                              " bytes of scratch leave no 16-byte slot per host; give more");
   scratch_ = gpuAlloc(slotBytes_ * static_cast<std::uint64_t>(n));
+  preloadPartnerExchange();  // (its reduce: a first launch behind NCCL's waiting kernel would wait for it)
   check(nccl_->commInitRank(&comm_, n, ready[0].id, me), "ncclCommInitRank of the partners");
   watchdog_ = std::thread([this] { watch(); });
   FERRY_LOG(Info, Collectives) << who() << ": partners on NCCL " << nccl_->version << ", " << n << " hosts";
