@@ -33,6 +33,7 @@
 #include "comm/comm_impl.hpp"
 #include "comm/host_partners.hpp"
 #include "comm/nccl_partners.hpp"
+#include "comm/partner_net.hpp"
 #include "kernels/ranges.hpp"
 #include "platform/ibverbs_api.hpp"
 #include "platform/nccl_net.hpp"
@@ -67,56 +68,25 @@ HostLayout gatherLayout(Bootstrap& world) {
   return HostLayout(std::move(host), std::move(rank), world.numNodes());
 }
 
-// What carries the cross-host phase (FERRY_PARTNER_NET), decided alike on every rank from every
-// rank's setting: an explicit one wins over auto (ferry and nccl both asked for: an error on every
-// rank; nccl asked for where a rank cannot open NCCL: an error on every rank); all on auto take NCCL
-// only where every rank sees an InfiniBand or RoCE device and can open NCCL (on sockets ferry's own
-// Ethernet connections carry large calls faster).
+// What carries the cross-host phase: every rank's wish gathered, then decided alike (partner_net.hpp).
 bool onNcclNetwork(Bootstrap& world) {
-  struct Wish {
-    char setting;  // 'a', 'f' or 'n'
-    char canNccl;  // this rank opened NCCL (auto: only where it has InfiniBand or RoCE devices)
-  };
-  std::vector<Wish> wishes(static_cast<std::size_t>(world.size()));
-  Wish& mine = wishes[static_cast<std::size_t>(world.rank())];
+  std::vector<PartnerNetWish> wishes(static_cast<std::size_t>(world.size()));
+  PartnerNetWish& mine = wishes[static_cast<std::size_t>(world.rank())];
   mine.setting = env().partnerNet[0];
   std::string why = "no InfiniBand or RoCE device";
   if (mine.setting == 'n' || (mine.setting == 'a' && !ibverbs::listDevices().names.empty()))
     mine.canNccl = nccl_net::library(why) ? 1 : 0;
-  world.allGather(wishes.data(), sizeof(Wish));
-  int asksFerry = -1, asksNccl = -1;
-  for (int r = 0; r < world.size(); ++r) {
-    const Wish& w = wishes[static_cast<std::size_t>(r)];
-    if (w.setting == 'f' && asksFerry < 0) asksFerry = r;
-    if (w.setting == 'n' && asksNccl < 0) asksNccl = r;
-  }
-  if (asksNccl >= 0 && asksFerry < 0) {
-    // Every rank then needs NCCL, those on auto without InfiniBand too: they try it now (a second
-    // round, which every rank makes, as every rank knows that one asked for nccl).
+  world.allGather(wishes.data(), sizeof(PartnerNetWish));
+  if (everyRankNeedsNccl(wishes)) {  // (every rank sees the same table, so every rank makes this round)
     if (mine.setting == 'a' && mine.canNccl == 0) mine.canNccl = nccl_net::library(why) ? 1 : 0;
-    world.allGather(wishes.data(), sizeof(Wish));
+    world.allGather(wishes.data(), sizeof(PartnerNetWish));
   }
-  int cannot = -1;
-  for (int r = 0; r < world.size() && cannot < 0; ++r)
-    if (wishes[static_cast<std::size_t>(r)].canNccl == 0) cannot = r;
-  const bool everyCan = cannot < 0;
-  if (asksFerry >= 0 && asksNccl >= 0)
-    throw Error(ErrorCode::InvalidUsage, "rank " + std::to_string(world.rank()) + ": Comm across hosts: rank " +
-                                             std::to_string(asksFerry) + " set FERRY_PARTNER_NET=ferry and rank " +
-                                             std::to_string(asksNccl) + " nccl; give every rank the same");
-  if (asksNccl >= 0 && !everyCan)
-    throw Error(ErrorCode::NotSupported,
-                "rank " + std::to_string(world.rank()) + ": Comm across hosts: rank " + std::to_string(asksNccl) +
-                    " set FERRY_PARTNER_NET=nccl and rank " + std::to_string(cannot) + " cannot open NVIDIA's NCCL (" +
-                    (cannot == world.rank() ? why : std::string("it says why")) +
-                    "); set FERRY_NCCL_FALLBACK on every rank, or FERRY_PARTNER_NET=ferry");
-  if (asksNccl >= 0) return true;
-  if (asksFerry >= 0) return false;
-  if (!everyCan && mine.setting == 'a' && world.rank() == 0)
+  const bool nccl = onNcclNetwork(wishes, world.rank(), why);
+  if (!nccl && mine.setting == 'a' && world.rank() == 0)
     FERRY_LOG(Info, Collectives) << "Comm across hosts: the cross-host phase on ferry's Ethernet connections "
                                  << "(FERRY_PARTNER_NET=auto: NCCL's network needs InfiniBand or RoCE and NCCL on "
                                  << "every rank; rank 0: " << (mine.canNccl ? "has both" : why) << ")";
-  return everyCan;
+  return nccl;
 }
 
 // The mask of every host but `me`.
