@@ -7,6 +7,7 @@
 
 #include "core/logger.hpp"
 #include "ferry/env.hpp"
+#include "platform/nccl_net.hpp"
 
 namespace ferry::nccl {
 namespace {
@@ -17,10 +18,9 @@ std::unique_ptr<RealNccl> load(std::string& why) {
     why = "FERRY_NCCL_FALLBACK is empty";
     return nullptr;
   }
-  if (!nvlsAllowed()) ::setenv("NCCL_NVLS_ENABLE", "0", 1);  // architecture.md rule 1, for NCCL too
-  // NCCL keeps the message ncclGetLastError returns only when it logs warnings; forwarded errors
-  // pass that message on. (A level the user set stays.)
-  ::setenv("NCCL_DEBUG", "WARN", 0);
+  // Multicast off (architecture.md rule 1) and warnings on: forwarded errors pass on the message
+  // ncclGetLastError returns, which NCCL keeps only when it warns.
+  nccl_net::prepareEnvironment();
   std::string failed;
   std::unique_ptr<RealNccl> real = openNccl(path, RTLD_NOW | RTLD_LOCAL | RTLD_DEEPBIND, failed);
   if (!real) {

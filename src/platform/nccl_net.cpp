@@ -38,9 +38,8 @@ std::unique_ptr<Library> open(std::string& why) {
     why = "FERRY_NCCL_FALLBACK is empty: no NCCL to open";
     return nullptr;
   }
-  if (!nvlsAllowed()) ::setenv("NCCL_NVLS_ENABLE", "0", 1);  // architecture.md rule 1, for NCCL too
+  prepareEnvironment();
   if (!env().hostId.empty()) ::setenv("NCCL_HOSTID", env().hostId.c_str(), 0);
-  ::setenv("NCCL_DEBUG", "WARN", 0);  // (NCCL keeps ncclGetLastError's message only when it warns)
   // DEEPBIND: NCCL's calls of its own functions resolve inside it, never to a preloaded
   // libferry_nccl.so's functions of the same names.
   void* handle = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL | kDeepBind);
@@ -96,6 +95,11 @@ const Library* library(std::string& why) {
   }
   why = failure;
   return nccl.get();
+}
+
+void prepareEnvironment() {
+  if (!nvlsAllowed()) ::setenv("NCCL_NVLS_ENABLE", "0", 1);
+  ::setenv("NCCL_DEBUG", "WARN", 0);
 }
 
 std::string describe(const Library& nccl, Comm comm, const std::string& what, int result) {

@@ -49,6 +49,12 @@ struct Library {
 // rule 1), and NCCL_HOSTID, when unset, takes FERRY_HOSTID: the hosts ferry sees are NCCL's.
 const Library* library(std::string& why);
 
+// What every NVIDIA NCCL that ferry opens runs with (here, and libferry_nccl's fallback): NVLink
+// multicast off (NCCL_NVLS_ENABLE=0) unless ferry allows it (architecture.md rule 1), and its
+// warnings on, without which ncclGetLastError says nothing (a level the user set stays). Call it
+// before dlopen.
+void prepareEnvironment();
+
 // "NCCL <version>: <what>: <its error string> (<its last error>)", for errors.
 std::string describe(const Library& nccl, Comm comm, const std::string& what, int result);
 
