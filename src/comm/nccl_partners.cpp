@@ -62,7 +62,7 @@ NcclPartners::NcclPartners(std::shared_ptr<Bootstrap> partners, std::uint64_t sc
                                              " bytes of scratch leave no 16-byte slot per host; give more");
   scratch_ = gpuAlloc(slotBytes_ * static_cast<std::uint64_t>(n));
   preloadPartnerExchange();  // (its reduce: a first launch behind NCCL's waiting kernel would wait for it)
-  check(nccl_->commInitRank(&comm_, n, ready[0].id, me), "ncclCommInitRank of the partners");
+  check(nccl_->commInitRank(&comm_, n, ready[0].id, me), "ncclCommInitRank", "the partners' communicator");
   watchdog_ = std::thread([this] { watch(); });
   FERRY_LOG(Info, Collectives) << who() << ": partners on NCCL " << nccl_->version << ", " << n << " hosts";
 }
@@ -118,8 +118,11 @@ int NcclPartners::worldRankOf(int h) const {
   return options_.worldRanks.empty() ? h : options_.worldRanks[static_cast<std::size_t>(h)];
 }
 
-void NcclPartners::check(int result, const std::string& what) const {
-  if (result == nccl_net::kSuccess) return;
+void NcclPartners::check(int result, const char* what, const char* context, int peer) const {
+  if (result == nccl_net::kSuccess) return;  // (the message is built only for an error: calls check every send)
+  std::string call = what;
+  if (peer >= 0) call += " rank " + std::to_string(worldRankOf(peer)) + " (host " + std::to_string(peer) + ")";
+  if (context != nullptr) call += std::string(" (") + context + ")";
   // (In progress: NCCL_COMM_BLOCKING=0 returns before the work is queued, and a reduce would read
   // its slots too early.)
   const std::string hint = result == nccl_net::kInProgress
@@ -127,21 +130,19 @@ void NcclPartners::check(int result, const std::string& what) const {
                                : "; if a partner went away, destroy the Comm on every rank that is left";
   throw Error(result == 6 /* ncclRemoteError */ ? ErrorCode::RemoteError : ErrorCode::InternalError,
               who() + ": the cross-host phase on NCCL's network: " +
-                  nccl_net::describe(*nccl_, aborted_.load() ? nullptr : comm_, what, result) + hint);
+                  nccl_net::describe(*nccl_, aborted_.load() ? nullptr : comm_, call, result) + hint);
 }
 
 template <class Calls>
 void NcclPartners::group(Calls&& calls, const char* what) {
-  check(nccl_->groupStart(), std::string("ncclGroupStart (") + what + ")");
-  int first = nccl_net::kSuccess;
+  check(nccl_->groupStart(), "ncclGroupStart", what);
   try {
     calls();
   } catch (...) {
     (void)nccl_->groupEnd();  // (the group is closed either way; the first error is the one to report)
     throw;
   }
-  first = nccl_->groupEnd();
-  check(first, std::string("ncclGroupEnd (") + what + ")");
+  check(nccl_->groupEnd(), "ncclGroupEnd", what);
 }
 
 void NcclPartners::exchange(const PartnerExchange& x, DataType type, ReduceOp op, cudaStream_t stream) {
@@ -156,13 +157,12 @@ void NcclPartners::exchange(const PartnerExchange& x, DataType type, ReduceOp op
     for (int p = 0; p < n; ++p) {
       if (p == me) continue;
       if (x.sendTo >> p & 1u)
-        check(nccl_->send(x.src + x.srcOffset[p] + at, len, nccl_net::kInt8, p, comm_, stream),
-              "ncclSend to rank " + std::to_string(worldRankOf(p)) + " (host " + std::to_string(p) + ")");
+        check(nccl_->send(x.src + x.srcOffset[p] + at, len, nccl_net::kInt8, p, comm_, stream), "ncclSend to",
+              nullptr, p);
       if (x.recvFrom >> p & 1u) {
         char* into = intoSlots ? static_cast<char*>(scratch_.get()) + static_cast<std::uint64_t>(p) * slotBytes_
                                : x.dst + x.dstOffset[p] + at;
-        check(nccl_->recv(into, len, nccl_net::kInt8, p, comm_, stream),
-              "ncclRecv from rank " + std::to_string(worldRankOf(p)) + " (host " + std::to_string(p) + ")");
+        check(nccl_->recv(into, len, nccl_net::kInt8, p, comm_, stream), "ncclRecv from", nullptr, p);
       }
     }
   };

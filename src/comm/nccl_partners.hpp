@@ -47,8 +47,9 @@ class NcclPartners final : public Partners {
  private:
   std::string who() const;  // "rank W (host h)"
   int worldRankOf(int host) const;
-  // Runs `result` of an NCCL call named `what`: an Error naming it unless it succeeded.
-  void check(int result, const std::string& what) const;
+  // An Error naming the NCCL call `what` (to or from partner `peer`, in `context`) unless `result`
+  // is success.
+  void check(int result, const char* what, const char* context = nullptr, int peer = -1) const;
   // One group of sends and recvs of `bytes` each.
   template <class Calls>
   void group(Calls&& calls, const char* what);
