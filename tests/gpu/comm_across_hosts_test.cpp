@@ -101,6 +101,15 @@ bool checkEveryShape(Comm& comm, Bootstrap& boot, cudaStream_t stream, Collectiv
   return true;
 }
 
+// Every collective x every shape of checkEveryShape, seeds from `seed`; prints how many calls were
+// checked on rank 0.
+void checkEveryCollective(Comm& comm, Bootstrap& boot, cudaStream_t stream, std::uint64_t seed) {
+  std::size_t calls = 0;
+  for (int c = 0; c < kCollectiveCount; ++c)
+    if (!checkEveryShape(comm, boot, stream, static_cast<Collective>(c), seed, calls)) return;
+  if (comm.rank() == 0) std::printf("%zu calls checked\n", calls);
+}
+
 struct Shape {
   int ranks, hosts;
 };
@@ -117,17 +126,11 @@ class CommAcrossHosts : public ::testing::TestWithParam<Shape> {
 TEST_P(CommAcrossHosts, EveryCollectiveTypeOpPlacementAndSize) {
   const auto [n, hosts] = GetParam();
   runAcrossHosts(n, hosts, [&](int rank, const std::shared_ptr<TcpBootstrap>& boot) {
-    Comm comm(boot);
-    ASSERT_EQ(comm.rank(), rank);
-    ASSERT_EQ(comm.worldSize(), n);
-    cudaStream_t stream;
-    ASSERT_EQ(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), cudaSuccess);
-    std::uint64_t seed = 7;
-    std::size_t calls = 0;
-    for (int c = 0; c < kCollectiveCount; ++c)
-      if (!checkEveryShape(comm, *boot, stream, static_cast<Collective>(c), seed, calls)) return;
-    cudaStreamDestroy(stream);
-    if (rank == 0) std::printf("%zu calls checked\n", calls);
+    withComm(boot, [&](Comm& comm, cudaStream_t stream) {
+      ASSERT_EQ(comm.rank(), rank);
+      ASSERT_EQ(comm.worldSize(), n);
+      checkEveryCollective(comm, *boot, stream, 7);
+    });
   });
 }
 
@@ -319,16 +322,8 @@ class CommAcrossOtherLayouts : public ::testing::TestWithParam<std::vector<int>>
 TEST_P(CommAcrossOtherLayouts, EveryCollectiveTypeOpPlacementAndSize) {
   const std::vector<int> hostOf = GetParam();
   const int n = static_cast<int>(hostOf.size());
-  runAcrossHosts(n, 2, [&](int rank, const std::shared_ptr<TcpBootstrap>& boot) {
-    Comm comm(boot);
-    cudaStream_t stream;
-    ASSERT_EQ(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), cudaSuccess);
-    std::uint64_t seed = 313;
-    std::size_t calls = 0;
-    for (int c = 0; c < kCollectiveCount; ++c)
-      if (!checkEveryShape(comm, *boot, stream, static_cast<Collective>(c), seed, calls)) return;
-    cudaStreamDestroy(stream);
-    if (rank == 0) std::printf("%zu calls checked\n", calls);
+  runAcrossHosts(n, 2, [&](int, const std::shared_ptr<TcpBootstrap>& boot) {
+    withComm(boot, [&](Comm& comm, cudaStream_t stream) { checkEveryCollective(comm, *boot, stream, 313); });
   }, hostOf);
 }
 
