@@ -24,8 +24,9 @@ FERRY_DEVICE FERRY_INLINE void waitingOn(const PartnerChannels* channels, std::u
 // the FIFO's sync (PortChannelDeviceHandle's putWithSignal and signal keep it to themselves). A
 // part is at most a slot, far below the 1 GiB a trigger pair carries: one pair.
 FERRY_DEVICE FERRY_INLINE std::uint64_t putPart(PortChannelDeviceHandle& channel, MemoryId scratch,
-                                                std::uint64_t dstOffset, const char* src, std::uint64_t bytes) {
-  const PortPutRequest r{PortRequest::Put | PortRequest::Signal, channel.channel, scratch, kLocalPointer, dstOffset,
+                                                std::uint64_t dstOffset, const char* src, std::uint64_t bytes,
+                                                std::uint32_t kinds = PortRequest::Put | PortRequest::Signal) {
+  const PortPutRequest r{kinds, channel.channel, scratch, kLocalPointer, dstOffset,
                          reinterpret_cast<std::uint64_t>(src), bytes};
   ProxyTrigger first, second;
   r.encode(first, second);
@@ -56,8 +57,18 @@ __global__ void __launch_bounds__(kThreads) partnerExchange(const PartnerChannel
       // trip to the partner as a flush takes) is enough; the FIFO is the partners' one, in order.
       std::uint64_t last = 0;
       int via = -1;
+      // The digest first, from this rank's own cell (read by the proxy before the sync below).
+      char* cells = channels->scratch + static_cast<std::uint64_t>(hosts) * slotBytes;
+      const std::uint64_t myCell = static_cast<std::uint64_t>(me) * kDigestBytes;
+      if (first == 0 && x.sendTo != 0) {
+        *reinterpret_cast<volatile std::uint64_t*>(cells + myCell) = x.digest;
+        __threadfence_system();
+      }
       for (int p = 0; p < hosts; ++p)
         if (p != me && has(x.sendTo, p)) {
+          if (first == 0)
+            putPart(data[p], channels->scratchOf[p], static_cast<std::uint64_t>(hosts) * slotBytes + myCell,
+                    cells + myCell, sizeof(std::uint64_t), PortRequest::Put);
           last = putPart(data[p], channels->scratchOf[p], static_cast<std::uint64_t>(me) * slotBytes,
                          x.src + x.srcOffset[p] + at, bytes);
           via = p;
@@ -66,7 +77,13 @@ __global__ void __launch_bounds__(kThreads) partnerExchange(const PartnerChannel
       for (int p = 0; p < hosts; ++p)
         if (p != me && has(x.recvFrom, p)) {
           waitingOn(channels, 1u << p);
-          data[p].wait();  // partner p's part is in slot p of this scratch
+          data[p].wait();  // partner p's part is in slot p of this scratch (its digest before it)
+          const std::uint64_t theirs =
+              *reinterpret_cast<volatile const std::uint64_t*>(cells + static_cast<std::uint64_t>(p) * kDigestBytes);
+          if (first == 0 && theirs != x.digest && channels->mismatch != nullptr) {
+            *static_cast<volatile std::uint32_t*>(channels->mismatch) = static_cast<std::uint32_t>(p) + 1;
+            __threadfence_system();
+          }
         }
       waitingOn(channels, 0);
     }

@@ -18,6 +18,12 @@
 // copies them, then tells each sender that its slot is free (the ack channel); a sender waits for
 // those acks before the next round reuses the slots. Every rank ends a call with all its signals
 // consumed, so calls follow each other on any stream.
+//
+// Partners check that they make the same exchange: before its first part, a sender puts the
+// exchange's digest (PartnerExchange::digest) into its cell of each receiver's scratch; a receiver
+// compares each sender's with its own once that part has arrived, and on a difference names the
+// sender in PartnerChannels::mismatch (the host code then fails the partners, naming it), so that
+// partners whose calls differ get an error, not a wrong result.
 #include <cuda_runtime_api.h>
 
 #include <cstddef>
@@ -35,7 +41,9 @@ struct PartnerChannels {
   PortChannelDeviceHandle data[kMaxHosts];  // puts into the partner's scratch, each with a signal
   PortChannelDeviceHandle ack[kMaxHosts];   // signals only: "your slot in my scratch is read"
   MemoryId scratchOf[kMaxHosts] = {};       // each partner's scratch, as this rank's proxy names it
-  char* scratch = nullptr;                  // this rank's: `hosts` slots of slotBytes, by sender
+  // This rank's: `hosts` slots of slotBytes, by sender, then `hosts` cells of kDigestBytes (the
+  // senders' digests; this rank's own cell holds what it sends).
+  char* scratch = nullptr;
   std::uint64_t slotBytes = 0;              // a multiple of 16
   int host = 0;
   int hosts = 1;
@@ -43,7 +51,15 @@ struct PartnerChannels {
   // partner's connection then (one that goes away mid-call ends the waits through the channels'
   // abort word); a partner that closes when the kernel needs nothing more of it is not a failure.
   std::uint32_t* waitingOn = nullptr;
+  // Host memory: 1 + the host whose exchange's digest differed from this rank's (0: none).
+  std::uint32_t* mismatch = nullptr;
 };
+
+inline constexpr std::uint64_t kDigestBytes = 16;
+// The bytes of a partner scratch of `hosts` slots of slotBytes with its digest cells.
+inline std::uint64_t partnerScratchBytes(std::uint64_t slotBytes, int hosts) {
+  return (slotBytes + kDigestBytes) * static_cast<std::uint64_t>(hosts);
+}
 
 // One exchange among the partners; every partner passes masks that agree with the others' (host p
 // is in my sendTo exactly when I am in p's recvFrom).
@@ -56,6 +72,7 @@ struct PartnerExchange {
   std::uint32_t sendTo = 0, recvFrom = 0;  // bit h: host h
   bool reduce = false;                     // reduce the received parts with the own one, or copy them
   int divisor = 1;                         // Avg: the ranks the reduced sums span
+  std::uint64_t digest = 0;                // what this exchange is of which call: partners compare
 };
 
 // Runs `exchange` on `stream` (`channels` is device memory). `op` matters only when it reduces.

@@ -126,11 +126,28 @@ struct AcrossHosts {
     }
   }
 
-  void acrossPartners(const PartnerExchange& x, ReduceOp op, Partners* partners = nullptr) {
+  // Exchange `step` of this call among the partners of `column`.
+  void acrossPartners(PartnerExchange x, ReduceOp op, int column, int step = 0) {
+    x.digest = digest(column, step);
     DeviceGuard scope(impl.device);
     impl.work->orderAfterLast(call.stream);
-    (partners ? partners : impl.partners.get())->exchange(x, call.type, op, call.stream);
+    partnersOf(column)->exchange(x, call.type, op, call.stream);
     impl.work->note(call.stream);  // destroying the Comm waits for it too (the partners' proxy goes then)
+  }
+
+  // What partners compare before an exchange (partner_exchange.hpp): the world call's shape, the
+  // column and the exchange's step in it, so that calls that differ between hosts (whose ranks each
+  // agree among themselves) meet an error, not a wrong result.
+  std::uint64_t digest(int column, int step) const {
+    std::uint64_t h = 0xcbf29ce484222325ull;  // FNV-1a over the fields
+    for (const std::uint64_t v : {static_cast<std::uint64_t>(call.collective), static_cast<std::uint64_t>(call.count),
+                                  static_cast<std::uint64_t>(call.type), static_cast<std::uint64_t>(call.op),
+                                  static_cast<std::uint64_t>(call.root), static_cast<std::uint64_t>(column),
+                                  static_cast<std::uint64_t>(step)}) {
+      h ^= v;
+      h *= 0x100000001b3ull;
+    }
+    return h;
   }
 
   // `bytes` of the Comm's device memory for the phases (grown outside a capture only).
@@ -163,7 +180,7 @@ struct AcrossHosts {
   template <class Exchange>
   void everyColumn(Exchange&& exchange) {
     for (int c = 0; c < layout.columns; ++c)
-      if (Partners* p = partnersOf(c)) exchange(c, p);
+      if (partnersOf(c) != nullptr) exchange(c);
   }
 
   // An exchange of column c's part of recv, in place (its masks and kind still to set).
@@ -179,12 +196,12 @@ struct AcrossHosts {
   void allReduce() {
     const ReduceOp op = call.op;
     onHost(Collective::AllReduce, call.send, call.recv, call.count, op == ReduceOp::Avg ? ReduceOp::Sum : op);
-    everyColumn([&](int c, Partners* partners) {
+    everyColumn([&](int c) {
       PartnerExchange x = columnOfRecv(c);
       x.sendTo = x.recvFrom = othersThan(host, hosts);
       x.reduce = true;
       x.divisor = impl.world->size();
-      acrossPartners(x, op, partners);
+      acrossPartners(x, op, c);
     });
     broadcastParts(call.count);
   }
@@ -235,7 +252,7 @@ struct AcrossHosts {
     // On the host, its ranks' chunks into theirs in recv.
     gatherOnHost(layout.round(host, 0, perHost), send(), round);
     // Across the partners of column c: its chunk of this host's to every other host, theirs here.
-    everyColumn([&](int c, Partners* partners) {
+    everyColumn([&](int c) {
       PartnerExchange x;
       x.src = recv();
       x.dst = recv();
@@ -247,7 +264,7 @@ struct AcrossHosts {
         x.dstOffset[h] = at(layout.worldRank(h, c));
       }
       if (c < perHost) x.sendTo = othersThan(host, hosts);
-      acrossPartners(x, ReduceOp::Sum, partners);
+      acrossPartners(x, ReduceOp::Sum, c);
     });
     // On the host, the other hosts' chunks from the ranks that received them.
     if (perHost == 1) return;
@@ -293,7 +310,7 @@ struct AcrossHosts {
     }
     // Across the partners of column c: host h's partial sum of its chunk c to it, reduced in host order
     // where this host has a chunk c.
-    everyColumn([&](int c, Partners* partners) {
+    everyColumn([&](int c) {
       PartnerExchange x;
       x.src = partials;
       x.dst = recv();
@@ -306,7 +323,7 @@ struct AcrossHosts {
       if (c < perHost) x.recvFrom = othersThan(host, hosts);
       x.reduce = true;
       x.divisor = impl.world->size();
-      acrossPartners(x, op, partners);
+      acrossPartners(x, op, c);
     });
   }
 
@@ -324,7 +341,7 @@ struct AcrossHosts {
     // exchanges (a count each): one a k, or with hosts of one size whose ranks are consecutive,
     // every k in one (the chunks for a host follow each other in send and in `received`).
     const bool oneRun = direct();
-    everyColumn([&](int c, Partners* partners) {
+    everyColumn([&](int c) {
       for (int k = 0; k < layout.columns; k += oneRun ? layout.columns : 1) {
         PartnerExchange x;
         x.src = send();
@@ -342,7 +359,7 @@ struct AcrossHosts {
                              static_cast<std::uint64_t>(k) * chunk;
           }
         }
-        acrossPartners(x, ReduceOp::Sum, partners);
+        acrossPartners(x, ReduceOp::Sum, c, k);
       }
     });
     // On the host: its own ranks' chunks for each other, then each other host's.
@@ -369,13 +386,13 @@ struct AcrossHosts {
   void broadcast() {
     const int rootHost = layout.hostOf[call.root], rootLocal = layout.localOf[call.root];
     if (host == rootHost) onHost(Collective::Broadcast, call.send, call.recv, call.count, ReduceOp::Sum, rootLocal);
-    everyColumn([&](int c, Partners* partners) {
+    everyColumn([&](int c) {
       PartnerExchange x = columnOfRecv(c);
       if (host == rootHost)
         x.sendTo = othersThan(host, hosts);
       else
         x.recvFrom = 1u << rootHost;
-      acrossPartners(x, ReduceOp::Sum, partners);
+      acrossPartners(x, ReduceOp::Sum, c);
     });
     if (host != rootHost) broadcastParts(call.count);
   }
@@ -405,7 +422,7 @@ struct AcrossHosts {
       x.sendTo = 1u << rootHost;
     x.reduce = true;
     x.divisor = impl.world->size();
-    acrossPartners(x, op, partnersOf(column));
+    acrossPartners(x, op, column);
   }
 };
 

@@ -61,11 +61,11 @@ HostPartners::HostPartners(std::shared_ptr<Bootstrap> partners, std::uint64_t sc
   // FERRY_PARTNER_SCRATCH=host: page-locked host memory the GPU maps (hostAlloc), which the
   // connection's receiver writes straight from the socket and the kernel reads over PCIe (faster
   // than any network); device: GPU memory, each chunk copied in through page-locked buffers.
-  scratch_ = env().partnerScratch == "host" ? hostAlloc(slotBytes_ * static_cast<std::uint64_t>(n))
-                                            : gpuAlloc(slotBytes_ * static_cast<std::uint64_t>(n));
+  const std::uint64_t scratchSize = partnerScratchBytes(slotBytes_, n);  // (the slots, then the digests)
+  scratch_ = env().partnerScratch == "host" ? hostAlloc(scratchSize) : gpuAlloc(scratchSize);
   // Kept for the object's life: a registration lives while a copy of it does here, and the
   // partners' puts name it (the descriptors they hold do not keep it alive in this process).
-  scratchRegistration_ = comm_.registerMemory(scratch_.get(), slotBytes_ * n, Transport::Ethernet);
+  scratchRegistration_ = comm_.registerMemory(scratch_.get(), scratchSize, Transport::Ethernet);
   const RegisteredMemory& mine = scratchRegistration_;
   // Everything posted first, then received: one round of bootstrap traffic (communicator.hpp).
   std::vector<std::shared_future<std::shared_ptr<Connection>>> pending(static_cast<std::size_t>(n));
@@ -85,9 +85,9 @@ HostPartners::HostPartners(std::shared_ptr<Bootstrap> partners, std::uint64_t sc
     data_[p] = std::make_shared<Host2DeviceSemaphore>(comm_, connections_[p], kDataTag);
     acks_[p] = std::make_shared<Host2DeviceSemaphore>(comm_, connections_[p], kAckTag);
   }
-  FERRY_CUDA_CHECK(cudaHostAlloc(reinterpret_cast<void**>(&words_), 2 * sizeof(std::uint32_t),
+  FERRY_CUDA_CHECK(cudaHostAlloc(reinterpret_cast<void**>(&words_), 3 * sizeof(std::uint32_t),
                                  cudaHostAllocMapped | cudaHostAllocPortable));
-  words_[0] = words_[1] = 0;
+  words_[0] = words_[1] = words_[2] = 0;
   FERRY_CUDA_CHECK(cudaHostGetDevicePointer(reinterpret_cast<void**>(&wordsDevice_), words_, 0));
   // The channels' waits name world ranks in their timeout reports, and give up at once on a
   // failure or an abort (words_[1]) instead of at their timeout.
@@ -100,6 +100,7 @@ HostPartners::HostPartners(std::shared_ptr<Bootstrap> partners, std::uint64_t sc
   };
   PartnerChannels channels;
   channels.waitingOn = wordsDevice_;
+  channels.mismatch = wordsDevice_ + 2;
   channels.scratch = static_cast<char*>(scratch_.get());
   channels.slotBytes = slotBytes_;
   channels.host = me;
@@ -145,6 +146,9 @@ void HostPartners::watch() {
   const auto now = std::chrono::steady_clock::now();
   if (now < nextWatch_) return;
   nextWatch_ = now + std::chrono::milliseconds(1);
+  // A partner whose exchange differed from this rank's: the calls cannot go on (their results are
+  // garbage); failing the proxy tells this host's other ranks and makes every wait give up.
+  if (__atomic_load_n(&words_[2], __ATOMIC_ACQUIRE) != 0) throw Error(ErrorCode::InvalidUsage, mismatchText());
   // Only the partner a kernel waits for: one that closes its connection when nothing more is needed
   // of it is done (its Comm went first at the end of a job, or at the end of a call it has no more
   // part in), not a failure.
@@ -161,7 +165,16 @@ void HostPartners::abort() { __atomic_store_n(&words_[1], 1u, __ATOMIC_RELEASE);
 
 bool HostPartners::failed() const { return __atomic_load_n(&words_[1], __ATOMIC_ACQUIRE) != 0; }
 
+std::string HostPartners::mismatchText() const {
+  const int p = static_cast<int>(__atomic_load_n(&words_[2], __ATOMIC_ACQUIRE)) - 1;
+  return who() + ": rank " + std::to_string(worldRankOf(p)) + " (host " + std::to_string(p) +
+         "), this rank's partner, made another call across hosts than this rank (the collective, count, type, "
+         "op or root differ, or the calls come in another order); every rank must make the same calls in the "
+         "same order. This Comm cannot go on: destroy it on every rank";
+}
+
 void HostPartners::throwFailure() const {
+  if (__atomic_load_n(&words_[2], __ATOMIC_ACQUIRE) != 0) throw Error(ErrorCode::InvalidUsage, mismatchText());
   std::exception_ptr failed = service_.error();
   if (!failed) throw Error(ErrorCode::InvalidUsage, who() + ": the calls across hosts were aborted; destroy the Comm");
   std::string why;

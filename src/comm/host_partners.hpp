@@ -64,6 +64,7 @@ class HostPartners final : public Partners {
   std::uint32_t everyOtherHost() const;  // the mask of every partner but this rank
   int worldRankOf(int host) const;
   std::string who() const;  // "rank W (host h)"
+  std::string mismatchText() const;  // the error of a partner whose call differed (words_[2])
   // On the proxy thread, at most every millisecond: whether the connection of the partner a kernel
   // waits for has failed (a failure the proxy's own requests would not meet: a wait for data).
   void watch();
@@ -78,7 +79,7 @@ class HostPartners final : public Partners {
   HostPartnersOptions options_;
   // Host memory the GPU maps: [0] the hosts whose partner a kernel waits for (the kernel writes
   // it: PartnerChannels::waitingOn), [1] raised on a failure or abort (the kernels' waits give up
-  // on it).
+  // on it), [2] 1 + the host whose exchange differed from this rank's (PartnerChannels::mismatch).
   std::uint32_t* words_ = nullptr;
   std::uint32_t* wordsDevice_ = nullptr;
   std::chrono::steady_clock::time_point nextWatch_;  // (the proxy thread's)
