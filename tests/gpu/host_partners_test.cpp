@@ -6,7 +6,9 @@
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdio>
+#include <cstring>
 #include <string>
 #include <vector>
 
@@ -28,14 +30,36 @@ struct Input {
     std::vector<unsigned char> host(bytes);
     tools::fillSend(s.type, host.data(), s.count, s.rank, s.seed);
     EXPECT_EQ(cudaMemcpy(ptr, host.data(), bytes, cudaMemcpyHostToDevice), cudaSuccess);
+    // A copy from pageable memory may return before its DMA has landed, and it is ordered only
+    // with the legacy stream: the partners' non-blocking stream and their proxy's copies are not.
+    EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
   }
   ~Input() { cudaFree(ptr); }
   std::size_t wrong(const CallShape& s) const {
     std::vector<unsigned char> got(bytes), want(bytes);
     EXPECT_EQ(cudaMemcpy(got.data(), ptr, bytes, cudaMemcpyDeviceToHost), cudaSuccess);
     tools::expectedRecv(s, want.data());
-    return tools::countWrong(s.type, got.data(), want.data(), s.count);
+    const std::size_t n = tools::countWrong(s.type, got.data(), want.data(), s.count);
+    if (n != 0) where(s, got, want);
+    return n;
   }
+  // Where the wrong elements lie, by the bytes of each element: the first, and how many in each
+  // slot-sized run of elements (a round of the exchange), to tell a stale slot from a torn one.
+  void where(const CallShape& s, const std::vector<unsigned char>& got, const std::vector<unsigned char>& want) const {
+    const std::size_t es = sizeOf(s.type), perRound = slotBytes / es;
+    std::vector<std::size_t> rounds((s.count + perRound - 1) / perRound);
+    std::size_t first = s.count;
+    for (std::size_t i = 0; i < s.count; ++i)
+      if (std::memcmp(&got[i * es], &want[i * es], es) != 0) {
+        first = std::min(first, i);
+        ++rounds[i / perRound];
+      }
+    std::string text = "rank " + std::to_string(s.rank) + ": first different element " + std::to_string(first) +
+                       "; different elements by round of " + std::to_string(perRound) + ":";
+    for (std::size_t r = 0; r < rounds.size(); ++r) text += " " + std::to_string(rounds[r]);
+    std::printf("%s\n", text.c_str());
+  }
+  std::uint64_t slotBytes = 0;  // (of the partners' scratch, for where())
   void* ptr = nullptr;
   std::size_t bytes;
 };
@@ -68,6 +92,7 @@ TEST_P(PartnerAllReduce, EveryTypeOpAndSizeMatchesTheReference) {
         for (std::size_t count : {std::size_t{1}, std::size_t{4099}, std::size_t{70001}}) {
           const CallShape s{Collective::AllReduce, type, op, count, host, n, 0, ++seed};
           Input buf(s);
+          buf.slotBytes = kScratch / static_cast<std::uint64_t>(n) / 16 * 16;
           partners.allReduce(buf.ptr, count, type, op, n, stream);
           ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
           EXPECT_EQ(buf.wrong(s), 0u) << "host " << host << ": " << toString(type) << " " << toString(op) << " x "
