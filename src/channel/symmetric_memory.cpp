@@ -12,6 +12,7 @@
 #include "ferry/errors.hpp"
 #include "ferry/memory.hpp"
 #include "platform/cuda_check.hpp"
+#include "platform/device_upload.hpp"
 
 namespace ferry {
 
@@ -148,8 +149,7 @@ std::shared_ptr<SymmetricMemory> SymmetricMemory::rendezvous(Communicator& comm,
   std::vector<void*> table(impl->buffers);
   table.insert(table.end(), impl->pads.begin(), impl->pads.end());
   impl->devicePtrs = gpuAlloc(table.size() * sizeof(void*));
-  FERRY_CUDA_CHECK(
-      cudaMemcpy(impl->devicePtrs.get(), table.data(), table.size() * sizeof(void*), cudaMemcpyHostToDevice));
+  uploadNow(impl->devicePtrs.get(), table.data(), table.size() * sizeof(void*));
   // Nobody returns (and signals) before every rank has mapped every pad.
   boot.barrier();
   return std::shared_ptr<SymmetricMemory>(new SymmetricMemory(std::move(impl)));

@@ -3,6 +3,7 @@
 #include <cuda_runtime_api.h>
 
 #include "platform/cuda_check.hpp"
+#include "platform/device_upload.hpp"
 
 namespace ferry {
 
@@ -14,7 +15,7 @@ void AlgorithmStates::reserve(const Algorithm& algorithm) {
   void* p = nullptr;
   FERRY_CUDA_CHECK(cudaMalloc(&p, bytes));
   std::unique_ptr<void, Free> owned(p);
-  FERRY_CUDA_CHECK(cudaMemset(p, 0, bytes));  // synchronous: zero before any kernel of the Comm runs
+  zeroNow(p, bytes);  // zero before any kernel of the Comm runs, on any stream
   states_.emplace(&algorithm, std::move(owned));
 }
 

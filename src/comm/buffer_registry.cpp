@@ -8,6 +8,7 @@
 #include "platform/cuda_check.hpp"
 #include "ferry/errors.hpp"
 #include "core/text.hpp"
+#include "platform/device_upload.hpp"
 
 namespace ferry {
 namespace {
@@ -57,7 +58,7 @@ RegistrationRanges::Hit RegistrationRanges::find(const void* ptr, std::uint64_t 
 
 BufferRegistry::BufferRegistry(Communicator& comm, PortChannelService* service) : comm_(comm), service_(service) {
   FERRY_CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&table_), sizeof(RegTable)));
-  FERRY_CUDA_CHECK(cudaMemset(table_, 0, sizeof(RegTable)));
+  zeroNow(table_, sizeof(RegTable));
 }
 
 BufferRegistry::~BufferRegistry() {
@@ -138,7 +139,7 @@ std::uint64_t BufferRegistry::add(void* ptr, std::uint64_t bytes) {
         const MemoryId memory = service_ != nullptr ? ids.emplace_back(service_->addMemory(all[p])) : 0;
         row[p] = {reinterpret_cast<std::uint64_t>(all[p].data()), id, all[p].size(), memory};
       }
-      FERRY_CUDA_CHECK(cudaMemcpy(&table_->entry[slot][0], row, sizeof(row), cudaMemcpyHostToDevice));
+      uploadNow(&table_->entry[slot][0], row, sizeof(row));  // (the next call may be on any stream)
     } catch (...) {
       forget(ids);
       throw;
@@ -162,7 +163,7 @@ void BufferRegistry::remove(std::uint64_t id) {
   checkLive(id);
   auto it = live_.find(id);
   RegEntry empty[kMaxRanks] = {};
-  FERRY_CUDA_CHECK(cudaMemcpy(&table_->entry[id % kRegSlots][0], empty, sizeof(empty), cudaMemcpyHostToDevice));
+  uploadNow(&table_->entry[id % kRegSlots][0], empty, sizeof(empty));
   ranges_.remove(id);
   forget(it->second.ids);
   live_.erase(it);

@@ -30,6 +30,7 @@
 #include <algorithm>
 #include <map>
 
+#include "comm/across_hosts_algorithms.hpp"
 #include "comm/comm_impl.hpp"
 #include "comm/host_partners.hpp"
 #include "comm/nccl_partners.hpp"
@@ -99,10 +100,11 @@ struct AcrossHosts {
   const HostLayout& layout;
   int host, local, hosts, perHost;
   std::size_t es;
+  AcrossHostsAlgorithm algorithm;
 
-  AcrossHosts(Comm::Impl& i, const CollectiveCall& c)
+  AcrossHosts(Comm::Impl& i, const CollectiveCall& c, AcrossHostsAlgorithm a)
       : impl(i), call(c), layout(i.hostLayout), host(i.partners->host()), local(i.bootstrap->rank()),
-        hosts(i.partners->hosts()), perHost(i.bootstrap->size()), es(sizeOf(c.type)) {}
+        hosts(i.partners->hosts()), perHost(i.bootstrap->size()), es(sizeOf(c.type)), algorithm(a) {}
 
   // The partners of column c (null: this rank does not carry it).
   Partners* partnersOf(int c) const {
@@ -126,24 +128,29 @@ struct AcrossHosts {
     }
   }
 
-  // Exchange `step` of this call among the partners of `column`.
-  void acrossPartners(PartnerExchange x, ReduceOp op, int column, int step = 0) {
-    x.digest = digest(column, step);
+  // Exchange `step` of this call among the partners of `column`, on the call's stream, or on
+  // `side` (the side stream, which the caller orders itself: side_stream.hpp).
+  void acrossPartners(PartnerExchange x, ReduceOp op, int column, int step = 0, cudaStream_t side = nullptr) {
+    x.digest = digest(column, step, x.count);
     DeviceGuard scope(impl.device);
+    if (side != nullptr) {
+      partnersOf(column)->exchange(x, call.type, op, side);
+      return;
+    }
     impl.work->orderAfterLast(call.stream);
     partnersOf(column)->exchange(x, call.type, op, call.stream);
     impl.work->note(call.stream);  // destroying the Comm waits for it too (the partners' proxy goes then)
   }
 
   // What partners compare before an exchange (partner_exchange.hpp): the world call's shape, the
-  // column and the exchange's step in it, so that calls that differ between hosts (whose ranks each
-  // agree among themselves) meet an error, not a wrong result.
-  std::uint64_t digest(int column, int step) const {
+  // algorithm, the column, the exchange's step in it and its count, so that calls that differ
+  // between hosts (whose ranks each agree among themselves) meet an error, not a wrong result.
+  std::uint64_t digest(int column, int step, std::uint64_t count) const {
     std::uint64_t h = 0xcbf29ce484222325ull;  // FNV-1a over the fields
     for (const std::uint64_t v : {static_cast<std::uint64_t>(call.collective), static_cast<std::uint64_t>(call.count),
                                   static_cast<std::uint64_t>(call.type), static_cast<std::uint64_t>(call.op),
-                                  static_cast<std::uint64_t>(call.root), static_cast<std::uint64_t>(column),
-                                  static_cast<std::uint64_t>(step)}) {
+                                  static_cast<std::uint64_t>(call.root), static_cast<std::uint64_t>(algorithm),
+                                  static_cast<std::uint64_t>(column), static_cast<std::uint64_t>(step), count}) {
       h ^= v;
       h *= 0x100000001b3ull;
     }
@@ -194,6 +201,7 @@ struct AcrossHosts {
   }
 
   void allReduce() {
+    if (algorithm == AcrossHostsAlgorithm::Pipelined) return allReducePipelined();
     const ReduceOp op = call.op;
     onHost(Collective::AllReduce, call.send, call.recv, call.count, op == ReduceOp::Avg ? ReduceOp::Sum : op);
     everyColumn([&](int c) {
@@ -204,6 +212,75 @@ struct AcrossHosts {
       acrossPartners(x, op, c);
     });
     broadcastParts(call.count);
+  }
+
+  // allReduce as across_hosts_pipelined (across_hosts_algorithms.hpp), in pieces: on the host, a
+  // reduceScatter of piece k (local rank l gets part l of it, in its place in recv); across the
+  // partners of column l, an allReduce of that part, on the side stream; on the host, an allGather
+  // of the parts. The caller's stream runs reduceScatter k + 1 and allGather k - 1 while the side
+  // stream runs exchange k:
+  //   caller's:  RS0 RS1 [X0] AG0 RS2 [X1] AG1 RS3 ... [X(P-1)] AG(P-1)     ([Xk]: waits for it)
+  //   side:          [RS0] X0 [RS1] X1 [RS2] X2 ...
+  void allReducePipelined() {
+    const ReduceOp op = call.op, onHostOp = op == ReduceOp::Avg ? ReduceOp::Sum : op;
+    const AcrossHostsPieces cut = acrossHostsPieces(call.count, es, perHost, impl.acrossHostsPiece);
+    const auto piece = [&](std::uint64_t k) {
+      const std::uint64_t begin = k * cut.pieceCount;
+      return Range{begin, std::min<std::uint64_t>(begin + cut.pieceCount, call.count)};
+    };
+    const auto partOf = [&](const Range& p) { return p.size() / static_cast<std::uint64_t>(perHost); };
+    // This rank's part of piece p in recv (where an in-place reduceScatter of it leaves its sum).
+    const auto mine = [&](const Range& p) { return recv() + (p.begin + static_cast<std::uint64_t>(local) * partOf(p)) * es; };
+    const auto reduceScatter = [&](std::uint64_t k) {
+      const Range p = piece(k);
+      onHost(Collective::ReduceScatter, send() + p.begin * es, mine(p), partOf(p), onHostOp);
+    };
+    const auto exchange = [&](std::uint64_t k, cudaStream_t side) {
+      const Range p = piece(k);
+      PartnerExchange x;
+      x.src = x.dst = mine(p);
+      x.count = partOf(p);
+      x.sendTo = x.recvFrom = othersThan(host, hosts);
+      x.reduce = true;
+      x.divisor = impl.world->size();
+      acrossPartners(x, op, local, static_cast<int>(k), side);
+    };
+    const auto allGather = [&](std::uint64_t k) {
+      const Range p = piece(k);
+      onHost(Collective::AllGather, mine(p), recv() + p.begin * es, partOf(p), ReduceOp::Sum);
+    };
+    if (cut.pieces == 1) {
+      reduceScatter(0);
+      exchange(0, nullptr);
+      allGather(0);
+      return;
+    }
+    SideStream& side = *impl.acrossHostsSide;
+    DeviceGuard scope(impl.device);
+    const auto reduced = [](std::uint64_t k) { return static_cast<int>(2 * k); };
+    const auto exchanged = [](std::uint64_t k) { return static_cast<int>(2 * k + 1); };
+    std::uint64_t queued = 0;  // exchanges on the side stream
+    try {
+      for (std::uint64_t k = 0; k < cut.pieces; ++k) {
+        reduceScatter(k);
+        side.record(reduced(k), call.stream);
+        side.wait(side.stream(), reduced(k));
+        exchange(k, side.stream());
+        side.record(exchanged(k), side.stream());
+        queued = k + 1;
+        if (k > 0) {
+          side.wait(call.stream, exchanged(k - 1));
+          allGather(k - 1);
+        }
+      }
+      side.wait(call.stream, exchanged(cut.pieces - 1));
+      allGather(cut.pieces - 1);
+    } catch (...) {
+      // The caller's stream still waits for what the side stream was given (a capture must join
+      // it; a later call must not overtake it).
+      if (queued > 0) side.wait(call.stream, exchanged(queued - 1));
+      throw;
+    }
   }
 
   // The chunk of world rank r in a buffer of one chunk a rank.
@@ -461,6 +538,15 @@ std::unique_ptr<Comm::Impl> makeCommImpl(std::shared_ptr<Bootstrap> b, const Com
   impl->world = b;
   impl->work->setRank(b->rank());
   impl->hostLayout = layout;
+  // The pipelined allReduce's pieces, cut alike on every rank: the largest any rank asked for.
+  std::vector<std::uint64_t> pieces(static_cast<std::size_t>(b->size()));
+  pieces[static_cast<std::size_t>(b->rank())] = env().acrossHostsPiece;
+  b->allGather(pieces.data(), sizeof(std::uint64_t));
+  impl->acrossHostsPiece = *std::max_element(pieces.begin(), pieces.end());
+  if (layout.even && layout.contiguous && layout.columns > 1) {
+    DeviceGuard scope(impl->device);
+    impl->acrossHostsSide = std::make_unique<SideStream>(static_cast<int>(2 * kMaxAcrossHostsPieces));
+  }
   // A partner gone mid-call ends this host's calls too: its other ranks may be waiting for this one
   // in a phase on the host (Comm::abort's way, from the partners' proxy or watchdog thread; destroyed
   // before resources).
@@ -517,7 +603,7 @@ void runAcrossHosts(Comm::Impl& impl, CollectiveCall call) {
   validateCall(world, impl.device);
   if (call.count == 0) return;
   const AcrossHostsPhase phase(impl);
-  AcrossHosts run(impl, world);
+  AcrossHosts run(impl, world, selectAcrossHosts(impl.selector.rows(), world, impl.hostLayout));
   switch (call.collective) {
     case Collective::AllReduce: return run.allReduce();
     case Collective::AllGather: return run.allGather();

@@ -4,6 +4,7 @@
 #include <cstdio>
 #include <cstring>
 
+#include "comm/across_hosts_algorithms.hpp"
 #include "comm/comm_impl.hpp"
 
 namespace ferry {
@@ -85,9 +86,6 @@ void Comm::removeAlgorithm(std::string_view name) {
 
 std::string Comm::algorithmFor(Collective c, std::size_t bytes, DataType type, bool registered) const {
   if (worldSize() == 1) return "local_copy";
-  // Across hosts, a call runs in phases (comm_across_hosts.cpp), not as one algorithm; a host of one
-  // rank has no resources to select with. The name says what carries the cross-host phase.
-  if (impl_->partners) return std::string(impl_->partners->network()) == "nccl" ? "across_hosts_nccl" : "across_hosts";
   CollectiveCall call;
   call.collective = c;
   call.type = type;
@@ -98,6 +96,12 @@ std::string Comm::algorithmFor(Collective c, std::size_t bytes, DataType type, b
   const bool perRank = c == Collective::AllGather || c == Collective::ReduceScatter || c == Collective::AllToAll;
   call.count = esize ? bytes / esize / (perRank ? static_cast<std::size_t>(worldSize()) : 1) : 0;
   if (registered) call.sendId = call.recvId = 1;
+  // Across hosts, one of the algorithms of across_hosts_algorithms.hpp, named with what carries the
+  // cross-host phase where that is NCCL's network.
+  if (impl_->partners) {
+    const std::string name = toString(selectAcrossHosts(impl_->selector.rows(), call, impl_->hostLayout));
+    return std::string(impl_->partners->network()) == "nccl" ? name + "_nccl" : name;
+  }
   // Distinct addresses, so that the call is not taken for an in-place one.
   call.send = reinterpret_cast<const void*>(std::uintptr_t{1} << 40);
   call.recv = reinterpret_cast<void*>(std::uintptr_t{2} << 40);

@@ -22,6 +22,7 @@
 #include "collectives/premul_sum.hpp"
 #include "comm/comm_scratch.hpp"
 #include "comm/selector.hpp"
+#include "comm/side_stream.hpp"
 #include "comm/staging.hpp"
 #include "comm/stream_work.hpp"
 #include "platform/cuda_check.hpp"
@@ -101,6 +102,11 @@ struct Comm::Impl {
   // Device memory of the phases across hosts (parts of a reduceScatter or allToAll, a reduce's
   // partial sums).
   CommScratch acrossHostsScratch{"across hosts, its parts go to a buffer of the Comm"};
+  // The pipelined allReduce across hosts (across_hosts_algorithms.hpp): its pieces' size, the
+  // largest any rank asked for (FERRY_ACROSS_HOSTS_PIECE; every rank cuts alike), and the stream
+  // its exchanges run on (null where the layout cannot run it).
+  std::uint64_t acrossHostsPiece = 0;
+  std::unique_ptr<SideStream> acrossHostsSide;
 
   template <class F>
   void forEachPartners(F&& f) const {

@@ -8,6 +8,7 @@
 #include "core/logger.hpp"
 #include "ferry/errors.hpp"
 #include "platform/cuda_check.hpp"
+#include "platform/device_upload.hpp"
 
 namespace ferry {
 namespace {
@@ -57,7 +58,7 @@ CommPorts::CommPorts(Communicator& comm, const CommOptions::ConnectFn& connect, 
   }
   FERRY_CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&device_), sizeof(PortPeers)));
   try {
-    FERRY_CUDA_CHECK(cudaMemcpy(device_, &peers, sizeof(PortPeers), cudaMemcpyHostToDevice));
+    uploadNow(device_, &peers, sizeof(PortPeers));
   } catch (...) {
     (void)cudaFree(device_);
     throw;

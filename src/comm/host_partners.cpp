@@ -8,6 +8,7 @@
 #include "ferry/errors.hpp"
 #include "ferry/memory.hpp"
 #include "platform/cuda_check.hpp"
+#include "platform/device_upload.hpp"
 
 namespace ferry {
 namespace {
@@ -116,7 +117,7 @@ HostPartners::HostPartners(std::shared_ptr<Bootstrap> partners, std::uint64_t sc
   preloadPartnerExchange();
   FERRY_CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&device_), sizeof(PartnerChannels)));
   try {
-    FERRY_CUDA_CHECK(cudaMemcpy(device_, &channels, sizeof(PartnerChannels), cudaMemcpyHostToDevice));
+    uploadNow(device_, &channels, sizeof(PartnerChannels));  // (the caller's stream reads it)
   } catch (...) {
     (void)cudaFree(device_);
     throw;

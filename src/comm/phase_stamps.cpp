@@ -9,6 +9,7 @@
 
 #include "ferry/collective.hpp"
 #include "platform/cuda_check.hpp"
+#include "platform/device_upload.hpp"
 
 namespace ferry {
 namespace {
@@ -29,7 +30,7 @@ struct Phases {
 PhaseStamps::PhaseStamps(int rank) : rank_(rank) {
   FERRY_CUDA_CHECK(cudaGetDevice(&device_));
   FERRY_CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&ring_), sizeof(PhaseRecord) * kPhaseRecords));
-  FERRY_CUDA_CHECK(cudaMemset(ring_, 0, sizeof(PhaseRecord) * kPhaseRecords));
+  zeroNow(ring_, sizeof(PhaseRecord) * kPhaseRecords);
 }
 
 PhaseStamps::~PhaseStamps() {

@@ -72,9 +72,15 @@ std::array<std::string, kCollectiveCount> parseForcedAlgorithms(std::string_view
 }
 
 bool TuningRow::matches(const CollectiveCall& call, Fabric commFabric) const {
-  return collective == call.collective && (worldSize == 0 || worldSize == call.worldSize) &&
+  return !hosts && collective == call.collective && (worldSize == 0 || worldSize == call.worldSize) &&
          (!type || *type == call.type) && (!registered || *registered == call.registered()) &&
          (!fabric || *fabric == commFabric);
+}
+
+bool TuningRow::matchesAcrossHosts(const CollectiveCall& call, int hostCount, int perHost) const {
+  return hosts && (*hosts == 0 || *hosts == hostCount) && (ranksPerHost == 0 || ranksPerHost == perHost) &&
+         collective == call.collective && (worldSize == 0 || worldSize == call.worldSize) &&
+         (!type || *type == call.type) && (!registered || *registered == call.registered());
 }
 
 Selector::Selector(std::vector<TuningRow> rows) : rows_(std::move(rows)) { refresh(); }

@@ -14,7 +14,10 @@
 //   {"version": 1, "rows": [
 //     {"collective": "allreduce", "world_size": 4, "max_bytes": 65536, "algorithm": "allreduce_ll"},
 //     ...]}
-// world_size 0 (or left out) matches any size. Optional keys narrow a row: "datatype" (e.g. "bf16")
+// world_size 0 (or left out) matches any size. Rows with "hosts" are for calls of a Comm across
+// hosts (across_hosts_algorithms.hpp; "hosts": 0 any number, "ranks_per_host": 0 or left out any)
+// and name one of its algorithms: {"collective": "allreduce", "hosts": 2, "ranks_per_host": 8,
+// "max_bytes": 1048576, "algorithm": "across_hosts"}. Optional keys narrow a row: "datatype" (e.g. "bf16")
 // to calls of that type, "registered" (true or false) to calls whose buffers are (or are not) all
 // registered with Comm::registerBuffer; "topology" ("nvswitch", "nvlink", "pcie": fabric.hpp) to
 // Comms whose GPUs are joined so (ferry-bench --tune writes the one it measured on).
@@ -40,10 +43,18 @@ struct TuningRow {
   std::optional<DataType> type;     // unset: any
   std::optional<bool> registered;   // unset: either
   std::optional<Fabric> fabric;     // unset: any
+  // Set: a row of calls across hosts (across_hosts_algorithms.hpp), of that many hosts (0: any)
+  // with ranksPerHost ranks each (0: any); unset: a row of a Comm of one host (a host's phases of
+  // a call across hosts included).
+  std::optional<int> hosts;
+  int ranksPerHost = 0;
   bool operator==(const TuningRow&) const = default;
-  // The row applies to the call on a Comm of that fabric (everything but whether its algorithm
-  // can run the call).
+  // The row applies to the call on a Comm of one host of that fabric (everything but whether its
+  // algorithm can run the call).
   bool matches(const CollectiveCall& call, Fabric commFabric) const;
+  // The row applies to the world's call of a Comm across `hosts` hosts of `ranksPerHost` ranks
+  // (the most of any host).
+  bool matchesAcrossHosts(const CollectiveCall& call, int hostCount, int perHost) const;
 };
 
 // The built-in table: rows for two ranks measured on 2x H200, the general rows on 4x H200 (both
@@ -69,6 +80,8 @@ class Selector {
   static Selector fromEnvironment();
 
   const AlgorithmRegistry& registry() const { return registry_; }
+  // The tuning table, in order (rows across hosts included: across_hosts_algorithms.hpp reads them).
+  const std::vector<TuningRow>& rows() const { return rows_; }
   // As AlgorithmRegistry::add and remove. Removing a forced algorithm hands its collective back to
   // the table.
   void add(const Algorithm* algorithm, AlgorithmKind kind, std::shared_ptr<const void> owner);

@@ -3,6 +3,8 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 
+#include "collectives/partner_exchange.hpp"
+#include "comm/across_hosts_algorithms.hpp"
 #include "comm/selector.hpp"
 #include "ferry/errors.hpp"
 
@@ -109,6 +111,11 @@ std::vector<TuningRow> defaultTuning() {
       {Collective::Reduce, 0, ~0ull, "reduce_two_shot"},
   };
   rows.insert(rows.end(), general.begin(), general.end());
+  // Across hosts, any number of hosts and ranks a host: the pipelined allReduce wherever it runs
+  // (across_hosts_algorithms.hpp), phases elsewhere.
+  TuningRow pipelined{Collective::AllReduce, 0, any, "across_hosts_pipelined"};
+  pipelined.hosts = 0;
+  rows.push_back(pipelined);
   return rows;
 }
 
@@ -160,11 +167,33 @@ std::vector<TuningRow> parseTuning(std::string_view text, std::string_view sourc
         throw fail(where + ".topology", "must be \"nvswitch\", \"nvlink\" or \"pcie\"");
       row.fabric = *fabric;
     }
+    if (r.contains("hosts")) {
+      if (!r["hosts"].is_number_integer() || r["hosts"].get<long long>() < 0 ||
+          r["hosts"].get<long long>() > kMaxHosts || r["hosts"].get<long long>() == 1)
+        throw fail(where + ".hosts", "must be 0 (any) or an integer in [2, " + std::to_string(kMaxHosts) + "]");
+      row.hosts = r["hosts"].get<int>();
+    }
+    if (r.contains("ranks_per_host")) {
+      if (!row.hosts) throw fail(where + ".ranks_per_host", "applies to rows of calls across hosts (give \"hosts\")");
+      if (!r["ranks_per_host"].is_number_integer() || r["ranks_per_host"].get<long long>() < 0 ||
+          r["ranks_per_host"].get<long long>() > kMaxRanks)
+        throw fail(where + ".ranks_per_host", "must be an integer in [0, " + std::to_string(kMaxRanks) + "]");
+      row.ranksPerHost = r["ranks_per_host"].get<int>();
+    }
+    if (row.hosts && row.fabric) throw fail(where + ".topology", "applies to rows of one host only");
     if (!r.contains("max_bytes") || !r["max_bytes"].is_number_unsigned())
       throw fail(where + ".max_bytes", "missing or not a non-negative integer");
     row.maxBytes = r["max_bytes"].get<std::uint64_t>();
     if (!r.contains("algorithm") || !r["algorithm"].is_string()) throw fail(where + ".algorithm", "missing");
     row.algorithm = r["algorithm"].get<std::string>();
+    if (row.hosts) {
+      if (!parseAcrossHostsAlgorithm(row.algorithm, row.collective))
+        throw fail(where + ".algorithm", "'" + row.algorithm + "' is no algorithm across hosts of " +
+                                             std::string(toString(row.collective)) + " (a row with \"hosts\" names one: " +
+                                             acrossHostsAlgorithmNames(row.collective) + ")");
+      rows.push_back(std::move(row));
+      continue;
+    }
     const Algorithm* a = findAlgorithm(row.algorithm);
     if (!a) throw fail(where + ".algorithm", "no algorithm is named '" + row.algorithm + "'");
     if (a->collective() != row.collective)
@@ -196,6 +225,10 @@ std::string tuningToJson(const std::vector<TuningRow>& rows) {
     if (r.type) row["datatype"] = std::string(toString(*r.type));
     if (r.registered) row["registered"] = *r.registered;
     if (r.fabric) row["topology"] = toString(*r.fabric);
+    if (r.hosts) {
+      row["hosts"] = *r.hosts;
+      row["ranks_per_host"] = r.ranksPerHost;
+    }
     doc["rows"].push_back(std::move(row));
   }
   return doc.dump(2) + "\n";

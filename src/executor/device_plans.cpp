@@ -6,6 +6,7 @@
 
 #include "platform/cuda_check.hpp"
 #include "executor/plan_algorithm.hpp"
+#include "platform/device_upload.hpp"
 
 namespace ferry::executor {
 namespace {
@@ -55,10 +56,7 @@ void DevicePlans::upload(const std::vector<const RankProgram*>& mine) {
     d.tbFirst = reinterpret_cast<const std::uint32_t*>(place(p->tbFirst));
     programs_.emplace_back(p, d);
   }
-  FERRY_CUDA_CHECK(cudaMemcpy(memory, host.data(), total, cudaMemcpyHostToDevice));
-  // From pageable memory, cudaMemcpy may return before the DMA has landed, and a kernel on a
-  // non-blocking stream (PyTorch's) is not ordered after the legacy stream's copy: wait for it.
-  FERRY_CUDA_CHECK(cudaStreamSynchronize(cudaStreamLegacy));
+  uploadNow(memory, host.data(), total);  // (a kernel on any stream reads them)
 }
 
 DevicePlans::~DevicePlans() {

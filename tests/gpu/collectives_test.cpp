@@ -500,6 +500,7 @@ TEST_P(GpuCollectives, ThousandBackToBackCallsOfChangingSize) {
     std::vector<std::int32_t> host(kMax);
     tools::fillSend(DataType::Int32, host.data(), kMax, 0, 7);  // same start on every rank
     cudaMemcpy(buf.ptr, host.data(), kMax * 4, cudaMemcpyHostToDevice);
+    cudaDeviceSynchronize();  // (the DMA of a pageable copy may land after it returns; r.stream is not ordered)
     std::mt19937 rng(99);  // same sizes on every rank
     for (int i = 0; i < 1000; ++i) {
       const std::size_t len = 1 + rng() % (i % 3 == 0 ? kMax : 4000);

@@ -134,6 +134,46 @@ TEST_P(CommAcrossHosts, EveryCollectiveTypeOpPlacementAndSize) {
   });
 }
 
+// A variable of the ranks' environment for the scope of a test: set in this process before the
+// ranks are forked (each parses its environment afresh), removed at the end.
+class RanksEnv {
+ public:
+  RanksEnv(const char* name, const char* value) : name_(name) { setenv(name, value, 1); }
+  ~RanksEnv() { unsetenv(name_); }
+  RanksEnv(const RanksEnv&) = delete;
+  RanksEnv& operator=(const RanksEnv&) = delete;
+
+ private:
+  const char* name_;
+};
+
+// The pipelined allReduce (across_hosts_pipelined) in pieces of 64 KiB: counts of whole parts, of one
+// piece, of dozens with a short last one, and of more than the 64 a call is cut into at most; every
+// data type x reduce op x placement, element by element. (Hosts of one rank run phases: no test.)
+TEST_P(CommAcrossHosts, PipelinedAllReduceEveryTypeOpPlacementInManyPieces) {
+  const auto [n, hosts] = GetParam();
+  if (n == hosts) GTEST_SKIP() << "hosts of one rank each run allReduce as phases (nothing to pipeline)";
+  const RanksEnv piece("FERRY_ACROSS_HOSTS_PIECE", "64K");
+  runAcrossHosts(n, hosts, [&](int rank, const std::shared_ptr<TcpBootstrap>& boot) {
+    withComm(boot, [&](Comm& comm, cudaStream_t stream) {
+      ASSERT_EQ(comm.algorithmFor(Collective::AllReduce, 1 << 20, DataType::Float32), "across_hosts_pipelined");
+      ASSERT_EQ(comm.algorithmFor(Collective::AllReduce, (1 << 20) + 4, DataType::Float32), "across_hosts");
+      std::uint64_t seed = 900;
+      std::size_t calls = 0;
+      for (int t = 0; t < kDataTypeCount; ++t)
+        for (int o = 0; o < kReduceOpCount; ++o)
+          for (std::size_t count : {std::size_t{32}, std::size_t{32} * 6151, std::size_t{32} * 20011})
+            for (bool inPlace : {false, true}) {
+              const CallShape s{Collective::AllReduce, static_cast<DataType>(t), static_cast<ReduceOp>(o), count,
+                                rank, n, 0, ++seed};
+              ++calls;
+              if (!checkCall(comm, *boot, stream, s, inPlace)) return;
+            }
+      if (rank == 0) std::printf("%zu calls checked\n", calls);
+    });
+  });
+}
+
 // Every collective with its largest buffer at 256 MiB (the partners' slots of 256 KiB: a thousand
 // rounds and more), in and out of place, roots on the last host, float sums and bf16 averages.
 void checkAt256MiB(Comm& comm, Bootstrap& boot, cudaStream_t stream) {
@@ -339,7 +379,8 @@ TEST_P(CommAcrossHosts, EveryCollectiveOnNcclNetwork) {
       n, hosts,
       [&](int, const std::shared_ptr<TcpBootstrap>& boot) {
         withComm(boot, [&](Comm& comm, cudaStream_t stream) {
-          ASSERT_EQ(comm.algorithmFor(Collective::AllReduce, 4096, DataType::Float32), "across_hosts_nccl");
+          ASSERT_EQ(comm.algorithmFor(Collective::AllReduce, 4096, DataType::Float32),
+                    n > hosts ? "across_hosts_pipelined_nccl" : "across_hosts_nccl");
           checkFewShapes(comm, *boot, stream);
         });
       },

@@ -95,6 +95,7 @@ TEST(GpuLeak, TenThousandPeerMappingCycles) {
                  CUDA_OK(cudaMemcpy(ferryBuf.get() + kBytes / 4 - 1, &marks[0], 4, cudaMemcpyHostToDevice));
                  CUDA_OK(cudaMemcpy(static_cast<std::uint32_t*>(plain) + kBytes / 4 - 1, &marks[1], 4,
                                     cudaMemcpyHostToDevice));
+                 CUDA_OK(cudaDeviceSynchronize());  // (landed before the peer reads them)
                  comm.sendMemory(comm.registerMemory(ferryBuf.get(), kBytes, Transport::CudaIpc), 1, 0);
                  comm.sendMemory(comm.registerMemory(plain, kBytes, Transport::CudaIpc), 1, 1);
                  boot->barrier();  // the peer is done

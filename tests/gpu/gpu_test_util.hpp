@@ -36,6 +36,7 @@ struct DeviceBuffer {
     cudaSetDevice(dev);
     if (cudaMalloc(&ptr, n) != cudaSuccess) ptr = nullptr;
     if (ptr) cudaMemset(ptr, 0, n);
+    cudaDeviceSynchronize();  // (a memset is asynchronous; other streams and devices are not ordered after it)
   }
   ~DeviceBuffer() {
     if (ptr) {

@@ -1,0 +1,59 @@
+#pragma once
+// The algorithms of a call across hosts (docs/multi-node.md, "Algorithms across hosts"). A call of a
+// Comm across hosts runs as phases on this host's Comm and exchanges among the partners
+// (comm_across_hosts.cpp); these are the ways of composing them, chosen as a host's algorithms are:
+// by the tuning table, from its rows that name hosts (TuningRow::hosts, keyed by hosts x ranks per
+// host), the first that matches the call and whose algorithm can run it; where none does, phases.
+//   across_hosts            every collective, any layout: the whole buffer on the host, a column's
+//                           part across the partners, then the host again (comm_across_hosts.cpp
+//                           says how for each collective).
+//   across_hosts_pipelined  allReduce, where hosts have one size and 2 or more ranks each, whose ranks
+//                           are consecutive, and the count splits into parts of whole 16 bytes, one
+//                           a rank of a host: in pieces (FERRY_ACROSS_HOSTS_PIECE), a reduceScatter of
+//                           the piece on the host, an allReduce of this rank's part of it across the
+//                           partners, an allGather of the parts on the host. The exchange of piece k
+//                           runs on a stream of its own while the host reduces piece k + 1 and
+//                           gathers piece k - 1, so the network and NVLink work at once; each part
+//                           crosses the network once, and a host moves a piece twice, not three times.
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "comm/host_layout.hpp"
+#include "comm/selector.hpp"
+#include "kernels/collective_call.hpp"
+
+namespace ferry {
+
+enum class AcrossHostsAlgorithm : std::uint8_t { Phases, Pipelined };
+
+const char* toString(AcrossHostsAlgorithm a);
+// The algorithm of that name that runs collective c; nullopt where none does.
+std::optional<AcrossHostsAlgorithm> parseAcrossHostsAlgorithm(std::string_view name, Collective c);
+// The names of collective c's algorithms across hosts, separated by ", " (for errors).
+std::string acrossHostsAlgorithmNames(Collective c);
+
+// Where the pipelined allReduce's pieces and parts lie: `pieces` pieces of `pieceCount` elements
+// (the last one shorter), each cut into one part a rank of a host.
+struct AcrossHostsPieces {
+  std::uint64_t pieces = 0, pieceCount = 0;
+};
+// The pieces of `count` elements of `elementBytes` bytes on hosts of `perHost` ranks, each piece
+// about `pieceBytes` (at most kMaxAcrossHostsPieces of them) and a whole number of parts.
+// @pre count is a whole number of units (acrossHostsUnit)
+inline constexpr std::uint64_t kMaxAcrossHostsPieces = 64;
+std::uint64_t acrossHostsUnit(std::uint64_t elementBytes, int perHost);
+AcrossHostsPieces acrossHostsPieces(std::uint64_t count, std::uint64_t elementBytes, int perHost,
+                                    std::uint64_t pieceBytes);
+
+// "" where `a` can run `call` (the world's call: count, type, world ranks) on `layout`; else why not.
+std::string whyNotAcrossHosts(AcrossHostsAlgorithm a, const CollectiveCall& call, const HostLayout& layout);
+
+// The first of `rows` that names hosts, matches the call on `layout` and names an algorithm that can
+// run it; Phases where none does.
+AcrossHostsAlgorithm selectAcrossHosts(const std::vector<TuningRow>& rows, const CollectiveCall& call,
+                                       const HostLayout& layout);
+
+}  // namespace ferry

@@ -1,0 +1,44 @@
+// A stream beside the caller's, with its fork and join events (side_stream.hpp).
+#include "comm/side_stream.hpp"
+
+#include <string>
+
+#include "ferry/errors.hpp"
+#include "platform/cuda_check.hpp"
+
+namespace ferry {
+
+SideStream::SideStream(int events) {
+  FERRY_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
+  events_.reserve(static_cast<std::size_t>(events));
+  try {
+    for (int i = 0; i < events; ++i) {
+      cudaEvent_t e = nullptr;
+      FERRY_CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
+      events_.push_back(e);
+    }
+  } catch (...) {
+    for (cudaEvent_t e : events_) (void)cudaEventDestroy(e);
+    (void)cudaStreamDestroy(stream_);
+    throw;
+  }
+}
+
+SideStream::~SideStream() {
+  for (cudaEvent_t e : events_) (void)cudaEventDestroy(e);
+  (void)cudaStreamDestroy(stream_);
+}
+
+void SideStream::record(int i, cudaStream_t on) {
+  if (i < 0 || i >= events())
+    throw Error(ErrorCode::InternalError, "SideStream: event " + std::to_string(i) + " of " + std::to_string(events()));
+  FERRY_CUDA_CHECK(cudaEventRecord(events_[static_cast<std::size_t>(i)], on));
+}
+
+void SideStream::wait(cudaStream_t waiter, int i) {
+  if (i < 0 || i >= events())
+    throw Error(ErrorCode::InternalError, "SideStream: event " + std::to_string(i) + " of " + std::to_string(events()));
+  FERRY_CUDA_CHECK(cudaStreamWaitEvent(waiter, events_[static_cast<std::size_t>(i)], 0));
+}
+
+}  // namespace ferry
