@@ -4,6 +4,7 @@
 #include <algorithm>
 
 #include "ferry/datatype.hpp"
+#include "ferry/errors.hpp"
 
 namespace ferry {
 
@@ -54,8 +55,19 @@ std::string whyNotAcrossHosts(AcrossHostsAlgorithm a, const CollectiveCall& call
   return {};
 }
 
-AcrossHostsAlgorithm selectAcrossHosts(const std::vector<TuningRow>& rows, const CollectiveCall& call,
-                                       const HostLayout& layout) {
+AcrossHostsAlgorithm selectAcrossHosts(const std::vector<TuningRow>& rows, const std::string& forced,
+                                       const CollectiveCall& call, const HostLayout& layout, const std::string& who) {
+  if (!forced.empty()) {
+    const auto a = parseAcrossHostsAlgorithm(forced, call.collective);
+    const std::string why = a ? whyNotAcrossHosts(*a, call, layout) : "it is not one of " + acrossHostsAlgorithmNames(call.collective);
+    if (!why.empty())
+      throw Error(ErrorCode::InvalidUsage, who + std::string(toString(call.collective)) + " of " +
+                                               std::to_string(call.count) + " " + std::string(toString(call.type)) +
+                                               ": the forced algorithm across hosts " + forced +
+                                               " cannot run this call: " + why +
+                                               " (force another one, or none, with setAlgorithm / FERRY_ALGO)");
+    return *a;
+  }
   const std::uint64_t bytes = call.bytes();
   for (const TuningRow& row : rows) {
     if (!row.matchesAcrossHosts(call, layout.hosts, layout.columns) || bytes > row.maxBytes) continue;

@@ -51,9 +51,12 @@ AcrossHostsPieces acrossHostsPieces(std::uint64_t count, std::uint64_t elementBy
 // "" where `a` can run `call` (the world's call: count, type, world ranks) on `layout`; else why not.
 std::string whyNotAcrossHosts(AcrossHostsAlgorithm a, const CollectiveCall& call, const HostLayout& layout);
 
-// The first of `rows` that names hosts, matches the call on `layout` and names an algorithm that can
-// run it; Phases where none does.
-AcrossHostsAlgorithm selectAcrossHosts(const std::vector<TuningRow>& rows, const CollectiveCall& call,
-                                       const HostLayout& layout);
+// The algorithm forced for the call's collective (`forced`: setAlgorithm or FERRY_ALGO; a forced one
+// that cannot run the call is Error(InvalidUsage) saying why, naming `who`); else the first of `rows`
+// that names hosts, matches the call on `layout` and names an algorithm that can run it; Phases
+// where none does.
+AcrossHostsAlgorithm selectAcrossHosts(const std::vector<TuningRow>& rows, const std::string& forced,
+                                       const CollectiveCall& call, const HostLayout& layout,
+                                       const std::string& who = "");
 
 }  // namespace ferry

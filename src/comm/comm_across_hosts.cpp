@@ -603,7 +603,9 @@ void runAcrossHosts(Comm::Impl& impl, CollectiveCall call) {
   validateCall(world, impl.device);
   if (call.count == 0) return;
   const AcrossHostsPhase phase(impl);
-  AcrossHosts run(impl, world, selectAcrossHosts(impl.selector.rows(), world, impl.hostLayout));
+  AcrossHosts run(impl, world,
+                  selectAcrossHosts(impl.selector.rows(), impl.selector.forcedAcrossHosts(call.collective), world,
+                                    impl.hostLayout, "rank " + std::to_string(world.rank) + ": "));
   switch (call.collective) {
     case Collective::AllReduce: return run.allReduce();
     case Collective::AllGather: return run.allGather();

@@ -9,7 +9,14 @@
 
 namespace ferry {
 
-void Comm::setAlgorithm(Collective c, std::string_view name) { impl_->selector.force(c, name); }
+void Comm::setAlgorithm(Collective c, std::string_view name) {
+  // An algorithm across hosts names a way of composing the phases of a Comm across hosts; on one
+  // host there is none to force.
+  if (!impl_->partners && parseAcrossHostsAlgorithm(name, c))
+    throw Error(ErrorCode::InvalidUsage, impl_->who("setAlgorithm") + ": '" + std::string(name) +
+                                             "' is an algorithm of a Comm across hosts; this one's ranks share a host");
+  impl_->selector.force(c, name);
+}
 
 std::vector<AlgorithmInfo> Comm::algorithms() const {
   CommLimits limits;
@@ -99,7 +106,8 @@ std::string Comm::algorithmFor(Collective c, std::size_t bytes, DataType type, b
   // Across hosts, one of the algorithms of across_hosts_algorithms.hpp, named with what carries the
   // cross-host phase where that is NCCL's network.
   if (impl_->partners) {
-    const std::string name = toString(selectAcrossHosts(impl_->selector.rows(), call, impl_->hostLayout));
+    const std::string name = toString(selectAcrossHosts(impl_->selector.rows(), impl_->selector.forcedAcrossHosts(c),
+                                                        call, impl_->hostLayout, impl_->who("algorithmFor") + ": "));
     return std::string(impl_->partners->network()) == "nccl" ? name + "_nccl" : name;
   }
   // Distinct addresses, so that the call is not taken for an in-place one.

@@ -1,5 +1,7 @@
 #include "comm/selector.hpp"
 
+#include "comm/across_hosts_algorithms.hpp"
+
 #include <algorithm>
 
 #include "ferry/env.hpp"
@@ -43,7 +45,35 @@ const Algorithm& checkedAlgorithm(const AlgorithmRegistry& registry, std::string
 
 }  // namespace
 
-std::array<std::string, kCollectiveCount> parseForcedAlgorithms(std::string_view spec) {
+namespace {
+
+// Item `name` (of collective `coll` where the item names one) of FERRY_ALGO, an algorithm across
+// hosts, into `out`.
+void forceAcrossHosts(const std::string& name, std::optional<Collective> coll,
+                      std::array<std::string, kCollectiveCount>& out) {
+  Collective c = Collective::AllReduce;
+  if (coll) {
+    if (!parseAcrossHostsAlgorithm(name, *coll))
+      throw Error(ErrorCode::InvalidUsage, "FERRY_ALGO: '" + name + "' is no algorithm across hosts of " +
+                                               std::string(toString(*coll)) + " (its: " +
+                                               acrossHostsAlgorithmNames(*coll) + ")");
+    c = *coll;
+  } else if (name != toString(AcrossHostsAlgorithm::Pipelined)) {
+    throw Error(ErrorCode::InvalidUsage, "FERRY_ALGO: '" + name +
+                                             "' runs every collective across hosts: name the collective "
+                                             "(e.g. allreduce=" + name + ")");
+  }
+  std::string& slot = out[static_cast<int>(c)];
+  if (!slot.empty() && slot != name)
+    throw Error(ErrorCode::InvalidUsage, "FERRY_ALGO names two algorithms across hosts of " +
+                                             std::string(toString(c)) + ": " + slot + " and " + name + "; keep one");
+  slot = name;
+}
+
+}  // namespace
+
+std::array<std::string, kCollectiveCount> parseForcedAlgorithms(std::string_view spec,
+                                                                std::array<std::string, kCollectiveCount>* acrossHosts) {
   std::array<std::string, kCollectiveCount> out;
   while (!spec.empty()) {
     const auto comma = spec.find(',');
@@ -51,6 +81,18 @@ std::array<std::string, kCollectiveCount> parseForcedAlgorithms(std::string_view
     spec = comma == std::string_view::npos ? std::string_view{} : spec.substr(comma + 1);
     if (item.empty()) continue;
     const auto eq = item.find('=');
+    if (acrossHosts) {
+      const std::string name = eq == std::string::npos ? item : trim(std::string_view(item).substr(eq + 1));
+      if (parseAcrossHostsAlgorithm(name, Collective::AllReduce)) {  // (allReduce has every one of them)
+        std::optional<Collective> coll;
+        if (eq != std::string::npos) coll = parseCollective(trim(std::string_view(item).substr(0, eq)));
+        if (eq != std::string::npos && !coll)
+          throw Error(ErrorCode::InvalidUsage, "FERRY_ALGO: unknown collective '" +
+                                                   trim(std::string_view(item).substr(0, eq)) + "'");
+        forceAcrossHosts(name, coll, *acrossHosts);
+        continue;
+      }
+    }
     const Algorithm* a = nullptr;
     if (eq == std::string::npos) {
       a = &checkedAlgorithm(item, std::nullopt, "FERRY_ALGO");
@@ -90,9 +132,12 @@ Selector Selector::fromEnvironment() {
   if (!env().tuningFile.empty()) rows = loadTuningFile(env().tuningFile);
   for (auto& r : defaultTuning()) rows.push_back(std::move(r));
   Selector s(std::move(rows));
-  const auto names = parseForcedAlgorithms(env().algo);
-  for (int c = 0; c < kCollectiveCount; ++c)
+  std::array<std::string, kCollectiveCount> acrossHosts;
+  const auto names = parseForcedAlgorithms(env().algo, &acrossHosts);
+  for (int c = 0; c < kCollectiveCount; ++c) {
     if (!names[c].empty()) s.force(static_cast<Collective>(c), names[c]);
+    if (!acrossHosts[c].empty()) s.force(static_cast<Collective>(c), acrossHosts[c]);
+  }
   return s;
 }
 
@@ -131,6 +176,9 @@ void Selector::force(Collective c, std::string_view name) {
   if (name.empty()) {
     forced_[i] = nullptr;
     forcedNames_[i].clear();
+    forcedAcrossHosts_[i].clear();
+  } else if (parseAcrossHostsAlgorithm(name, c)) {
+    forcedAcrossHosts_[i] = name;
   } else {
     const Algorithm& a = checkedAlgorithm(registry_, name, c, "setAlgorithm");
     forced_[i] = &a;

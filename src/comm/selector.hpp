@@ -68,8 +68,11 @@ std::vector<TuningRow> loadTuningFile(const std::string& path);
 std::string tuningToJson(const std::vector<TuningRow>& rows);
 
 // FERRY_ALGO: "name[,name...]" (the collective follows from each name) or "collective=name,...".
-// Error(InvalidUsage) for an unknown name or collective.
-std::array<std::string, kCollectiveCount> parseForcedAlgorithms(std::string_view spec);
+// Error(InvalidUsage) for an unknown name or collective. Names of algorithms across hosts
+// (across_hosts_algorithms.hpp; "allreduce=across_hosts", "across_hosts_pipelined") go to
+// *acrossHosts where it is given, and are unknown names where it is not.
+std::array<std::string, kCollectiveCount> parseForcedAlgorithms(
+    std::string_view spec, std::array<std::string, kCollectiveCount>* acrossHosts = nullptr);
 
 class Selector {
  public:
@@ -88,9 +91,11 @@ class Selector {
   AlgorithmRegistry::Entry remove(std::string_view name);
 
   // Empty name: back to the table. Error(InvalidUsage) for a name this registry does not hold or a
-  // name of another collective.
+  // name of another collective. The name of an algorithm across hosts of c forces that one for
+  // calls across hosts (forcedAcrossHosts; the host's phases keep theirs); empty clears both.
   void force(Collective c, std::string_view name);
   const std::string& forced(Collective c) const { return forcedNames_[static_cast<int>(c)]; }
+  const std::string& forcedAcrossHosts(Collective c) const { return forcedAcrossHosts_[static_cast<int>(c)]; }
 
   const Algorithm& select(const CollectiveCall& call, const CommLimits& limits) const;
   // Changes whenever select() may answer differently for the same call (an add, a remove, a force).
@@ -105,6 +110,7 @@ class Selector {
   std::vector<const Algorithm*> preferred_;      // plans and native algorithms, ahead of the rows
   std::array<const Algorithm*, kCollectiveCount> forced_{};
   std::array<std::string, kCollectiveCount> forcedNames_;
+  std::array<std::string, kCollectiveCount> forcedAcrossHosts_;
   std::uint64_t version_ = 0;
 };
 

@@ -116,7 +116,7 @@ const Var kVars[] = {
      "PortChannels on Ethernet connections), nccl (NVIDIA's NCCL, FERRY_NCCL_FALLBACK, with its "
      "InfiniBand, RoCE or socket transports) or auto (nccl where every rank sees an InfiniBand or RoCE "
      "device and can open NCCL, ferry elsewhere). Every rank must ask for the same (auto aside)."},
-    {"FERRY_ACROSS_HOSTS_PIECE", &Env::acrossHostsPiece, "4M",
+    {"FERRY_ACROSS_HOSTS_PIECE", &Env::acrossHostsPiece, "16M",
      "The size of a piece of the pipelined allReduce across hosts (docs/multi-node.md): the host's "
      "reduceScatter and allGather of one piece run while the partners exchange the piece before it "
      "(at most 64 pieces a call; the largest value of any rank applies)."},

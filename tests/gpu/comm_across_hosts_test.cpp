@@ -170,6 +170,24 @@ TEST_P(CommAcrossHosts, PipelinedAllReduceEveryTypeOpPlacementInManyPieces) {
               if (!checkCall(comm, *boot, stream, s, inPlace)) return;
             }
       if (rank == 0) std::printf("%zu calls checked\n", calls);
+      // Forced as a host's algorithms are: phases, then the pipelined one on a call it cannot run.
+      comm.setAlgorithm(Collective::AllReduce, "across_hosts");
+      ASSERT_EQ(comm.algorithmFor(Collective::AllReduce, 1 << 20, DataType::Float32), "across_hosts");
+      if (!checkCall(comm, *boot, stream,
+                     {Collective::AllReduce, DataType::Float32, ReduceOp::Sum, 32 * 6151, rank, n, 0, ++seed}, false))
+        return;
+      comm.setAlgorithm(Collective::AllReduce, "across_hosts_pipelined");
+      CallBuffers b(rankDevice(rank), {Collective::AllReduce, DataType::Float32, ReduceOp::Sum, 1001, rank, n, 0, 1},
+                    false);
+      try {
+        comm.allReduce(b.send, b.recv, 1001, DataType::Float32, ReduceOp::Sum, stream);
+        ADD_FAILURE() << "rank " << rank << ": a forced algorithm that cannot run the call ran it";
+      } catch (const Error& e) {
+        EXPECT_EQ(e.code(), ErrorCode::InvalidUsage);
+        EXPECT_NE(std::string(e.what()).find("cannot run this call"), std::string::npos) << e.what();
+      }
+      comm.setAlgorithm(Collective::AllReduce, "");
+      ASSERT_EQ(comm.algorithmFor(Collective::AllReduce, 1 << 20, DataType::Float32), "across_hosts_pipelined");
     });
   });
 }

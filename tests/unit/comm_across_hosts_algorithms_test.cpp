@@ -5,6 +5,7 @@
 
 #include <gtest/gtest.h>
 
+#include <array>
 #include <string>
 #include <vector>
 
@@ -121,27 +122,79 @@ TEST(AcrossHostsSelection, RowsKeyedByHostsAndRanksPerHost) {
   };
   const CollectiveCall big = allReduceOf(1 << 20, DataType::Float32, 4);  // 4 MiB
   const CollectiveCall small = allReduceOf(1 << 10, DataType::Float32, 4);
-  EXPECT_EQ(selectAcrossHosts(rows, big, evenLayout(2, 2)), AcrossHostsAlgorithm::Pipelined);
-  EXPECT_EQ(selectAcrossHosts(rows, small, evenLayout(2, 2)), AcrossHostsAlgorithm::Phases);
+  EXPECT_EQ(selectAcrossHosts(rows, "", big, evenLayout(2, 2)), AcrossHostsAlgorithm::Pipelined);
+  EXPECT_EQ(selectAcrossHosts(rows, "", small, evenLayout(2, 2)), AcrossHostsAlgorithm::Phases);
   CollectiveCall big8 = big;
   big8.worldSize = 8;
-  EXPECT_EQ(selectAcrossHosts(rows, big8, evenLayout(2, 4)), AcrossHostsAlgorithm::Phases);
-  EXPECT_EQ(selectAcrossHosts(rows, big8, evenLayout(4, 2)), AcrossHostsAlgorithm::Pipelined);
+  EXPECT_EQ(selectAcrossHosts(rows, "", big8, evenLayout(2, 4)), AcrossHostsAlgorithm::Phases);
+  EXPECT_EQ(selectAcrossHosts(rows, "", big8, evenLayout(4, 2)), AcrossHostsAlgorithm::Pipelined);
   // A row whose algorithm cannot run the call is passed over: an odd count runs as phases.
-  EXPECT_EQ(selectAcrossHosts(rows, allReduceOf((1 << 20) + 1, DataType::Float32, 4), evenLayout(2, 2)),
+  EXPECT_EQ(selectAcrossHosts(rows, "", allReduceOf((1 << 20) + 1, DataType::Float32, 4), evenLayout(2, 2)),
             AcrossHostsAlgorithm::Phases);
   // Rows of one host do not apply across hosts, nor rows across hosts on one host.
   const std::vector<TuningRow> oneHost = {{Collective::AllReduce, 0, ~0ull, "allreduce_ll"}};
-  EXPECT_EQ(selectAcrossHosts(oneHost, big, evenLayout(2, 2)), AcrossHostsAlgorithm::Phases);
+  EXPECT_EQ(selectAcrossHosts(oneHost, "", big, evenLayout(2, 2)), AcrossHostsAlgorithm::Phases);
   EXPECT_FALSE(rows[2].matches(big, Fabric::NvSwitch));
 }
 
 TEST(AcrossHostsSelection, TheDefaultTablePipelinesWhereItRuns) {
   const std::vector<TuningRow> rows = defaultTuning();
-  EXPECT_EQ(selectAcrossHosts(rows, allReduceOf(1 << 20, DataType::BFloat16, 4), evenLayout(2, 2)),
+  EXPECT_EQ(selectAcrossHosts(rows, "", allReduceOf(1 << 20, DataType::BFloat16, 4), evenLayout(2, 2)),
             AcrossHostsAlgorithm::Pipelined);
-  EXPECT_EQ(selectAcrossHosts(rows, allReduceOf(1 << 20, DataType::BFloat16, 2), evenLayout(2, 1)),
+  EXPECT_EQ(selectAcrossHosts(rows, "", allReduceOf(1 << 20, DataType::BFloat16, 2), evenLayout(2, 1)),
             AcrossHostsAlgorithm::Phases);
+}
+
+TEST(AcrossHostsSelection, AForcedAlgorithmWinsOrSaysWhyItCannotRun) {
+  const std::vector<TuningRow> rows = defaultTuning();
+  const CollectiveCall call = allReduceOf(1 << 20, DataType::BFloat16, 4);
+  EXPECT_EQ(selectAcrossHosts(rows, "across_hosts", call, evenLayout(2, 2)), AcrossHostsAlgorithm::Phases);
+  EXPECT_EQ(selectAcrossHosts(rows, "across_hosts_pipelined", call, evenLayout(2, 2)),
+            AcrossHostsAlgorithm::Pipelined);
+  const std::string msg = invalidUsageOf([&] {
+    selectAcrossHosts(rows, "across_hosts_pipelined", allReduceOf(1001, DataType::BFloat16, 4), evenLayout(2, 2),
+                      "rank 3: ");
+  });
+  EXPECT_CONTAINS(msg, "rank 3: allreduce of 1001");
+  EXPECT_CONTAINS(msg, "forced algorithm across hosts across_hosts_pipelined cannot run this call");
+  EXPECT_CONTAINS(msg, "not a positive multiple of 16");
+  EXPECT_CONTAINS(msg, "setAlgorithm / FERRY_ALGO");
+}
+
+TEST(AcrossHostsForcing, FerryAlgoNamesThemBesideTheHostsAlgorithms) {
+  std::array<std::string, kCollectiveCount> across;
+  const auto onHost = parseForcedAlgorithms("allreduce=across_hosts, allgather_ll, broadcast=across_hosts", &across);
+  EXPECT_EQ(onHost[static_cast<int>(Collective::AllGather)], "allgather_ll");
+  EXPECT_EQ(onHost[static_cast<int>(Collective::AllReduce)], "");
+  EXPECT_EQ(across[static_cast<int>(Collective::AllReduce)], "across_hosts");
+  EXPECT_EQ(across[static_cast<int>(Collective::Broadcast)], "across_hosts");
+  across = {};
+  parseForcedAlgorithms("across_hosts_pipelined,allreduce_ll", &across);  // the host's phases keep theirs
+  EXPECT_EQ(across[static_cast<int>(Collective::AllReduce)], "across_hosts_pipelined");
+  EXPECT_CONTAINS(invalidUsageOf([&] { parseForcedAlgorithms("across_hosts", &across); }), "name the collective");
+  EXPECT_CONTAINS(invalidUsageOf([&] { parseForcedAlgorithms("allgather=across_hosts_pipelined", &across); }),
+                  "no algorithm across hosts of allgather");
+  EXPECT_CONTAINS(invalidUsageOf([&] { parseForcedAlgorithms("allsum=across_hosts", &across); }),
+                  "unknown collective 'allsum'");
+  EXPECT_CONTAINS(invalidUsageOf([&] {
+                    parseForcedAlgorithms("allreduce=across_hosts,allreduce=across_hosts_pipelined", &across);
+                  }),
+                  "two algorithms across hosts of allreduce");
+  // Where the caller takes none (one host's names only), they are unknown names.
+  EXPECT_CONTAINS(invalidUsageOf([] { parseForcedAlgorithms("across_hosts_pipelined"); }),
+                  "no algorithm is named 'across_hosts_pipelined'");
+}
+
+TEST(AcrossHostsForcing, TheSelectorKeepsThemApartFromTheHostsForcedAlgorithm) {
+  Selector s(defaultTuning());
+  s.force(Collective::AllReduce, "allreduce_ll");
+  s.force(Collective::AllReduce, "across_hosts_pipelined");
+  EXPECT_EQ(s.forced(Collective::AllReduce), "allreduce_ll");
+  EXPECT_EQ(s.forcedAcrossHosts(Collective::AllReduce), "across_hosts_pipelined");
+  EXPECT_EQ(s.forcedAcrossHosts(Collective::AllGather), "");
+  s.force(Collective::AllReduce, "");
+  EXPECT_EQ(s.forced(Collective::AllReduce), "");
+  EXPECT_EQ(s.forcedAcrossHosts(Collective::AllReduce), "");
 }
 
 std::string table(const std::string& rows) { return "{\"version\": 1, \"rows\": [" + rows + "]}"; }
