@@ -43,6 +43,15 @@ __global__ void __launch_bounds__(kThreads) partnerExchange(const PartnerChannel
   const int me = channels->host, hosts = channels->hosts;
   const std::uint64_t slotBytes = channels->slotBytes;
   const std::uint64_t slotElements = slotBytes / sizeof(T);
+  // The digests' cells after the slots: a host's cell holds the digest it put with its first part
+  // (bytes 0-7) and the one it put with its first acknowledgement (8-15); this rank keeps its own in
+  // its own cell's first half, whence the proxy reads what it puts.
+  char* const cells = channels->scratch + static_cast<std::uint64_t>(hosts) * slotBytes;
+  const std::uint64_t myCell = static_cast<std::uint64_t>(me) * kDigestBytes;
+  const auto cellOf = [&](int p, std::uint64_t half) {
+    return *reinterpret_cast<volatile const std::uint64_t*>(cells + static_cast<std::uint64_t>(p) * kDigestBytes + half);
+  };
+  std::uint32_t mismatch = 0;  // (thread 0's) 1 + the first partner whose digest differed
   for (std::uint64_t first = 0; first < x.count; first += slotElements) {
     const std::uint64_t n = x.count - first < slotElements ? x.count - first : slotElements;
     const std::uint64_t at = first * sizeof(T), bytes = n * sizeof(T);
@@ -57,10 +66,8 @@ __global__ void __launch_bounds__(kThreads) partnerExchange(const PartnerChannel
       // trip to the partner as a flush takes) is enough; the FIFO is the partners' one, in order.
       std::uint64_t last = 0;
       int via = -1;
-      // The digest first, from this rank's own cell (read by the proxy before the sync below).
-      char* cells = channels->scratch + static_cast<std::uint64_t>(hosts) * slotBytes;
-      const std::uint64_t myCell = static_cast<std::uint64_t>(me) * kDigestBytes;
-      if (first == 0 && x.sendTo != 0) {
+      // The digest first, from this rank's own cell (read by the proxy before the syncs below).
+      if (first == 0) {
         *reinterpret_cast<volatile std::uint64_t*>(cells + myCell) = x.digest;
         __threadfence_system();
       }
@@ -78,12 +85,7 @@ __global__ void __launch_bounds__(kThreads) partnerExchange(const PartnerChannel
         if (p != me && has(x.recvFrom, p)) {
           waitingOn(channels, 1u << p);
           data[p].wait();  // partner p's part is in slot p of this scratch (its digest before it)
-          const std::uint64_t theirs =
-              *reinterpret_cast<volatile const std::uint64_t*>(cells + static_cast<std::uint64_t>(p) * kDigestBytes);
-          if (first == 0 && theirs != x.digest && channels->mismatch != nullptr) {
-            *static_cast<volatile std::uint32_t*>(channels->mismatch) = static_cast<std::uint32_t>(p) + 1;
-            __threadfence_system();
-          }
+          if (first == 0 && mismatch == 0 && cellOf(p, 0) != x.digest) mismatch = static_cast<std::uint32_t>(p) + 1;
         }
       waitingOn(channels, 0);
     }
@@ -117,18 +119,32 @@ __global__ void __launch_bounds__(kThreads) partnerExchange(const PartnerChannel
       for (int p = 0; p < hosts; ++p) ack[p] = channels->ack[p];
       std::uint64_t last = 0;
       int via = -1;
+      // The first acknowledgement carries this rank's digest back, so that a partner that only
+      // sends to it compares too (broadcast's root host, reduce's other hosts).
       for (int p = 0; p < hosts; ++p)
         if (p != me && has(x.recvFrom, p)) {
-          last = signalOnly(ack[p]);
+          last = first == 0 ? putPart(ack[p], channels->scratchOf[p],
+                                      static_cast<std::uint64_t>(hosts) * slotBytes + myCell + kDigestBytes / 2,
+                                      cells + myCell, sizeof(std::uint64_t))
+                            : signalOnly(ack[p]);
           via = p;
         }
       for (int p = 0; p < hosts; ++p)
         if (p != me && has(x.sendTo, p)) {
           waitingOn(channels, 1u << p);
           ack[p].wait();
+          if (first == 0 && mismatch == 0 && cellOf(p, kDigestBytes / 2) != x.digest)
+            mismatch = static_cast<std::uint32_t>(p) + 1;
         }
       waitingOn(channels, 0);
       if (via >= 0) ack[via].fifo.sync(last);
+      // Raised only now that this round's acknowledgements have left: the proxy fails on it, and an
+      // acknowledgement it had not yet sent would leave a partner waiting instead of comparing.
+      // (The call's output is garbage; the next call throws.)
+      if (mismatch != 0 && channels->mismatch != nullptr) {
+        *static_cast<volatile std::uint32_t*>(channels->mismatch) = mismatch;
+        __threadfence_system();
+      }
     }
     __syncthreads();
   }

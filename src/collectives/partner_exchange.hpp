@@ -20,10 +20,12 @@
 // consumed, so calls follow each other on any stream.
 //
 // Partners check that they make the same exchange: before its first part, a sender puts the
-// exchange's digest (PartnerExchange::digest) into its cell of each receiver's scratch; a receiver
-// compares each sender's with its own once that part has arrived, and on a difference names the
-// sender in PartnerChannels::mismatch (the host code then fails the partners, naming it), so that
-// partners whose calls differ get an error, not a wrong result.
+// exchange's digest (PartnerExchange::digest) into its cell of each receiver's scratch, and a
+// receiver puts its own into its cell of each sender's with its first acknowledgement; each compares
+// the partners' with its own once the part or acknowledgement has arrived, and on a difference,
+// after that round's acknowledgements have left, names the partner in PartnerChannels::mismatch
+// (the host code then fails the partners, naming it). So partners whose calls differ, on either
+// side of an exchange, get an error at their next call; the call that differed ends with garbage.
 #include <cuda_runtime_api.h>
 
 #include <cstddef>
@@ -41,8 +43,9 @@ struct PartnerChannels {
   PortChannelDeviceHandle data[kMaxHosts];  // puts into the partner's scratch, each with a signal
   PortChannelDeviceHandle ack[kMaxHosts];   // signals only: "your slot in my scratch is read"
   MemoryId scratchOf[kMaxHosts] = {};       // each partner's scratch, as this rank's proxy names it
-  // This rank's: `hosts` slots of slotBytes, by sender, then `hosts` cells of kDigestBytes (the
-  // senders' digests; this rank's own cell holds what it sends).
+  // This rank's: `hosts` slots of slotBytes, by sender, then `hosts` cells of kDigestBytes (each
+  // partner's digest as it came with a part, then as it came with an acknowledgement; this rank's
+  // own cell holds what it puts).
   char* scratch = nullptr;
   std::uint64_t slotBytes = 0;              // a multiple of 16
   int host = 0;

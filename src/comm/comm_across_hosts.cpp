@@ -259,15 +259,15 @@ struct AcrossHosts {
     DeviceGuard scope(impl.device);
     const auto reduced = [](std::uint64_t k) { return static_cast<int>(2 * k); };
     const auto exchanged = [](std::uint64_t k) { return static_cast<int>(2 * k + 1); };
-    std::uint64_t queued = 0;  // exchanges on the side stream
+    bool forked = false;
     try {
       for (std::uint64_t k = 0; k < cut.pieces; ++k) {
         reduceScatter(k);
         side.record(reduced(k), call.stream);
         side.wait(side.stream(), reduced(k));
+        forked = true;
         exchange(k, side.stream());
         side.record(exchanged(k), side.stream());
-        queued = k + 1;
         if (k > 0) {
           side.wait(call.stream, exchanged(k - 1));
           allGather(k - 1);
@@ -276,9 +276,7 @@ struct AcrossHosts {
       side.wait(call.stream, exchanged(cut.pieces - 1));
       allGather(cut.pieces - 1);
     } catch (...) {
-      // The caller's stream still waits for what the side stream was given (a capture must join
-      // it; a later call must not overtake it).
-      if (queued > 0) side.wait(call.stream, exchanged(queued - 1));
+      if (forked) side.join(call.stream);
       throw;
     }
   }
@@ -322,6 +320,7 @@ struct AcrossHosts {
   }
 
   void allGather() {
+    if (direct() && impl.acrossHostsSide) return allGatherOverlapped();
     // A stand-in for a rank past a host's last, then a round's chunks (unless direct()).
     char* tmp = direct() ? nullptr : chunks(1);
     char* standIn = tmp;
@@ -353,6 +352,41 @@ struct AcrossHosts {
         gatherOnHost(ranks, mine >= 0 ? recv() + at(mine) : standIn, round);
       }
     }
+  }
+
+  // allGather where hosts have one size of 2 ranks or more and their ranks are consecutive: this
+  // rank's own chunk goes to its partners (from the caller's send buffer, which the gather on the
+  // host only reads) on the side stream while the host gathers its ranks' chunks, so the network
+  // and NVLink work at once; then the host gathers each other host's chunks from the ranks that
+  // received them. The same exchange as phases, at another time.
+  void allGatherOverlapped() {
+    SideStream& side = *impl.acrossHostsSide;
+    DeviceGuard scope(impl.device);
+    impl.work->orderAfterLast(call.stream);  // (the side stream follows the Comm's previous call too)
+    constexpr int kForked = 0, kExchanged = 1;
+    PartnerExchange x;
+    x.src = send();
+    x.dst = recv();
+    x.count = call.count;
+    x.sendTo = othersThan(host, hosts);
+    for (int h = 0; h < hosts; ++h) {
+      if (h == host) continue;
+      x.recvFrom |= 1u << h;
+      x.dstOffset[h] = at(layout.worldRank(h, local));
+    }
+    side.record(kForked, call.stream);
+    side.wait(side.stream(), kForked);
+    try {
+      acrossPartners(x, ReduceOp::Sum, local, 0, side.stream());
+      side.record(kExchanged, side.stream());
+      gatherOnHost(layout.round(host, 0, perHost), send(), nullptr);
+    } catch (...) {
+      side.join(call.stream);
+      throw;
+    }
+    side.wait(call.stream, kExchanged);
+    for (int h = 0; h < hosts; ++h)
+      if (h != host) gatherOnHost(layout.round(h, 0, perHost), recv() + at(layout.worldRank(h, local)), nullptr);
   }
 
   // Round j of host h (column j * perHost + local of it, the one this rank carries) among all

@@ -122,7 +122,7 @@ bool TuningRow::matches(const CollectiveCall& call, Fabric commFabric) const {
 bool TuningRow::matchesAcrossHosts(const CollectiveCall& call, int hostCount, int perHost) const {
   return hosts && (*hosts == 0 || *hosts == hostCount) && (ranksPerHost == 0 || ranksPerHost == perHost) &&
          collective == call.collective && (worldSize == 0 || worldSize == call.worldSize) &&
-         (!type || *type == call.type) && (!registered || *registered == call.registered());
+         (!type || *type == call.type);  // (registration is the host phases' to match: tuning.cpp refuses it here)
 }
 
 Selector::Selector(std::vector<TuningRow> rows) : rows_(std::move(rows)) { refresh(); }

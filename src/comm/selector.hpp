@@ -44,8 +44,8 @@ struct TuningRow {
   std::optional<bool> registered;   // unset: either
   std::optional<Fabric> fabric;     // unset: any
   // Set: a row of calls across hosts (across_hosts_algorithms.hpp), of that many hosts (0: any)
-  // with ranksPerHost ranks each (0: any); unset: a row of a Comm of one host (a host's phases of
-  // a call across hosts included).
+  // with ranksPerHost ranks each (0: any), without fabric or registration (the host phases' to
+  // match); unset: a row of a Comm of one host (a host's phases of a call across hosts included).
   std::optional<int> hosts;
   int ranksPerHost = 0;
   bool operator==(const TuningRow&) const = default;

@@ -12,6 +12,7 @@ SideStream::SideStream(int events) {
   FERRY_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
   events_.reserve(static_cast<std::size_t>(events));
   try {
+    FERRY_CUDA_CHECK(cudaEventCreateWithFlags(&joined_, cudaEventDisableTiming));
     for (int i = 0; i < events; ++i) {
       cudaEvent_t e = nullptr;
       FERRY_CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
@@ -19,6 +20,7 @@ SideStream::SideStream(int events) {
     }
   } catch (...) {
     for (cudaEvent_t e : events_) (void)cudaEventDestroy(e);
+    if (joined_ != nullptr) (void)cudaEventDestroy(joined_);
     (void)cudaStreamDestroy(stream_);
     throw;
   }
@@ -26,6 +28,7 @@ SideStream::SideStream(int events) {
 
 SideStream::~SideStream() {
   for (cudaEvent_t e : events_) (void)cudaEventDestroy(e);
+  (void)cudaEventDestroy(joined_);
   (void)cudaStreamDestroy(stream_);
 }
 
@@ -39,6 +42,11 @@ void SideStream::wait(cudaStream_t waiter, int i) {
   if (i < 0 || i >= events())
     throw Error(ErrorCode::InternalError, "SideStream: event " + std::to_string(i) + " of " + std::to_string(events()));
   FERRY_CUDA_CHECK(cudaStreamWaitEvent(waiter, events_[static_cast<std::size_t>(i)], 0));
+}
+
+void SideStream::join(cudaStream_t waiter) noexcept {
+  if (cudaEventRecord(joined_, stream_) == cudaSuccess) (void)cudaStreamWaitEvent(waiter, joined_, 0);
+  (void)cudaGetLastError();
 }
 
 }  // namespace ferry

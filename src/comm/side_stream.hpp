@@ -25,10 +25,16 @@ class SideStream {
   // its latest record, so each mark of one call takes an index of its own).
   void record(int i, cudaStream_t on);
   void wait(cudaStream_t waiter, int i);
+  // After an error in a call that forked the side stream: `waiter` waits for all the side stream
+  // was given (a capture must join every stream it forked; a later call must not overtake the
+  // work). Through an event of its own; errors are swallowed, the call's own error is the one to
+  // report.
+  void join(cudaStream_t waiter) noexcept;
 
  private:
   cudaStream_t stream_ = nullptr;
   std::vector<cudaEvent_t> events_;
+  cudaEvent_t joined_ = nullptr;
 };
 
 }  // namespace ferry

@@ -184,6 +184,7 @@ std::vector<TuningRow> parseTuning(std::string_view text, std::string_view sourc
       row.ranksPerHost = r["ranks_per_host"].get<int>();
     }
     if (row.hosts && row.fabric) throw fail(where + ".topology", "applies to rows of one host only");
+    if (row.hosts && row.registered) throw fail(where + ".registered", "applies to rows of one host only");
     if (!r.contains("max_bytes") || !r["max_bytes"].is_number_unsigned())
       throw fail(where + ".max_bytes", "missing or not a non-negative integer");
     row.maxBytes = r["max_bytes"].get<std::uint64_t>();

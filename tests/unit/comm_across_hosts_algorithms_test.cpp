@@ -235,6 +235,9 @@ TEST(AcrossHostsTuningFile, MalformedRowsAreInvalidUsageNamingTheField) {
   EXPECT_CONTAINS(error("{\"collective\": \"allreduce\", \"hosts\": 2, \"topology\": \"pcie\", \"max_bytes\": 1, "
                         "\"algorithm\": \"across_hosts\"}"),
                   "rows[0].topology");
+  EXPECT_CONTAINS(error("{\"collective\": \"allreduce\", \"hosts\": 2, \"registered\": true, \"max_bytes\": 1, "
+                        "\"algorithm\": \"across_hosts\"}"),
+                  "rows[0].registered");
   // A row of one host cannot name an algorithm across hosts.
   EXPECT_CONTAINS(error("{\"collective\": \"allreduce\", \"max_bytes\": 1, \"algorithm\": \"across_hosts\"}"),
                   "rows[0].algorithm");
