@@ -15,6 +15,9 @@
 //                           runs on a stream of its own while the host reduces piece k + 1 and
 //                           gathers piece k - 1, so the network and NVLink work at once; each part
 //                           crosses the network once, and a host moves a piece twice, not three times.
+//                           allGather on such hosts (any count): the exchange of this rank's own
+//                           chunk on that stream while the host gathers its ranks' chunks, then the
+//                           host gathers the other hosts' (the exchange needs nothing of the first).
 #include <cstdint>
 #include <optional>
 #include <string>

@@ -320,7 +320,7 @@ struct AcrossHosts {
   }
 
   void allGather() {
-    if (direct() && impl.acrossHostsSide) return allGatherOverlapped();
+    if (algorithm == AcrossHostsAlgorithm::Pipelined) return allGatherOverlapped();
     // A stand-in for a rank past a host's last, then a round's chunks (unless direct()).
     char* tmp = direct() ? nullptr : chunks(1);
     char* standIn = tmp;
@@ -354,11 +354,11 @@ struct AcrossHosts {
     }
   }
 
-  // allGather where hosts have one size of 2 ranks or more and their ranks are consecutive: this
+  // allGather as across_hosts_pipelined (hosts of one size of 2 ranks or more, consecutive): this
   // rank's own chunk goes to its partners (from the caller's send buffer, which the gather on the
   // host only reads) on the side stream while the host gathers its ranks' chunks, so the network
   // and NVLink work at once; then the host gathers each other host's chunks from the ranks that
-  // received them. The same exchange as phases, at another time.
+  // received them. The same exchange as phases', at another time.
   void allGatherOverlapped() {
     SideStream& side = *impl.acrossHostsSide;
     DeviceGuard scope(impl.device);

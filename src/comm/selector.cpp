@@ -58,9 +58,9 @@ void forceAcrossHosts(const std::string& name, std::optional<Collective> coll,
                                                std::string(toString(*coll)) + " (its: " +
                                                acrossHostsAlgorithmNames(*coll) + ")");
     c = *coll;
-  } else if (name != toString(AcrossHostsAlgorithm::Pipelined)) {
+  } else {
     throw Error(ErrorCode::InvalidUsage, "FERRY_ALGO: '" + name +
-                                             "' runs every collective across hosts: name the collective "
+                                             "' runs several collectives across hosts: name the collective "
                                              "(e.g. allreduce=" + name + ")");
   }
   std::string& slot = out[static_cast<int>(c)];

@@ -69,7 +69,7 @@ std::string tuningToJson(const std::vector<TuningRow>& rows);
 
 // FERRY_ALGO: "name[,name...]" (the collective follows from each name) or "collective=name,...".
 // Error(InvalidUsage) for an unknown name or collective. Names of algorithms across hosts
-// (across_hosts_algorithms.hpp; "allreduce=across_hosts", "across_hosts_pipelined") go to
+// (across_hosts_algorithms.hpp; "allreduce=across_hosts_pipelined", always with the collective) go to
 // *acrossHosts where it is given, and are unknown names where it is not.
 std::array<std::string, kCollectiveCount> parseForcedAlgorithms(
     std::string_view spec, std::array<std::string, kCollectiveCount>* acrossHosts = nullptr);

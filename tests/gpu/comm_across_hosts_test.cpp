@@ -147,10 +147,11 @@ class RanksEnv {
   const char* name_;
 };
 
-// The pipelined allReduce (across_hosts_pipelined) in pieces of 64 KiB: counts of whole parts, of one
-// piece, of dozens with a short last one, and of more than the 64 a call is cut into at most; every
-// data type x reduce op x placement, element by element. (Hosts of one rank run phases: no test.)
-TEST_P(CommAcrossHosts, PipelinedAllReduceEveryTypeOpPlacementInManyPieces) {
+// across_hosts_pipelined: allReduce in pieces of 64 KiB (counts of whole parts, of one piece, of
+// dozens with a short last one, and of more than the 64 a call is cut into at most) and, forced,
+// allGather (its exchange beside the host's first gather); every data type x reduce op x placement,
+// element by element. (Hosts of one rank run phases: no test.)
+TEST_P(CommAcrossHosts, PipelinedAllReduceAndAllGatherEveryTypeOpPlacementAndSize) {
   const auto [n, hosts] = GetParam();
   if (n == hosts) GTEST_SKIP() << "hosts of one rank each run allReduce as phases (nothing to pipeline)";
   const RanksEnv piece("FERRY_ACROSS_HOSTS_PIECE", "64K");
@@ -188,6 +189,19 @@ TEST_P(CommAcrossHosts, PipelinedAllReduceEveryTypeOpPlacementInManyPieces) {
       }
       comm.setAlgorithm(Collective::AllReduce, "");
       ASSERT_EQ(comm.algorithmFor(Collective::AllReduce, 1 << 20, DataType::Float32), "across_hosts_pipelined");
+      comm.setAlgorithm(Collective::AllGather, "across_hosts_pipelined");
+      ASSERT_EQ(comm.algorithmFor(Collective::AllGather, 1 << 20, DataType::Float32), "across_hosts_pipelined");
+      calls = 0;
+      for (int t = 0; t < kDataTypeCount; ++t)
+        for (std::size_t count : {std::size_t{1}, std::size_t{4099}, std::size_t{300001}})
+          for (bool inPlace : {false, true}) {
+            const CallShape s{Collective::AllGather, static_cast<DataType>(t), ReduceOp::Sum, count, rank, n, 0,
+                              ++seed};
+            ++calls;
+            if (!checkCall(comm, *boot, stream, s, inPlace)) return;
+          }
+      if (rank == 0) std::printf("%zu allGather calls checked\n", calls);
+      comm.setAlgorithm(Collective::AllGather, "");
     });
   });
 }

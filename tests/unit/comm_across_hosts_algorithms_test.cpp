@@ -84,9 +84,14 @@ TEST(AcrossHostsAlgorithms, PipelinedRunsAllReduceOnEvenConsecutiveHostsOfWholeP
   EXPECT_CONTAINS(
       whyNotAcrossHosts(AcrossHostsAlgorithm::Pipelined, allReduceOf(1020, DataType::Float32, 4), twoByTwo),
       "not a positive multiple of 8");
-  CollectiveCall gather = allReduceOf(1024, DataType::Float32, 4);
+  CollectiveCall gather = allReduceOf(1021, DataType::Float32, 4);  // (any count)
   gather.collective = Collective::AllGather;
-  EXPECT_CONTAINS(whyNotAcrossHosts(AcrossHostsAlgorithm::Pipelined, gather, twoByTwo), "allReduce only");
+  EXPECT_EQ(whyNotAcrossHosts(AcrossHostsAlgorithm::Pipelined, gather, twoByTwo), "");
+  EXPECT_CONTAINS(whyNotAcrossHosts(AcrossHostsAlgorithm::Pipelined, gather, evenLayout(2, 1)), "one rank each");
+  CollectiveCall broadcast = gather;
+  broadcast.collective = Collective::Broadcast;
+  EXPECT_CONTAINS(whyNotAcrossHosts(AcrossHostsAlgorithm::Pipelined, broadcast, twoByTwo),
+                  "allReduce and allGather only");
   EXPECT_CONTAINS(whyNotAcrossHosts(AcrossHostsAlgorithm::Pipelined, allReduceOf(1024, DataType::Float32, 2),
                                     evenLayout(2, 1)),
                   "one rank each");
@@ -102,7 +107,9 @@ TEST(AcrossHostsAlgorithms, NamesBelongToTheirCollectives) {
   EXPECT_EQ(parseAcrossHostsAlgorithm("across_hosts", Collective::Broadcast), AcrossHostsAlgorithm::Phases);
   EXPECT_EQ(parseAcrossHostsAlgorithm("across_hosts_pipelined", Collective::AllReduce),
             AcrossHostsAlgorithm::Pipelined);
-  EXPECT_FALSE(parseAcrossHostsAlgorithm("across_hosts_pipelined", Collective::AllGather));
+  EXPECT_EQ(parseAcrossHostsAlgorithm("across_hosts_pipelined", Collective::AllGather),
+            AcrossHostsAlgorithm::Pipelined);
+  EXPECT_FALSE(parseAcrossHostsAlgorithm("across_hosts_pipelined", Collective::ReduceScatter));
   EXPECT_FALSE(parseAcrossHostsAlgorithm("allreduce_ll", Collective::AllReduce));
   EXPECT_EQ(acrossHostsAlgorithmNames(Collective::AllReduce), "across_hosts, across_hosts_pipelined");
 }
@@ -169,11 +176,14 @@ TEST(AcrossHostsForcing, FerryAlgoNamesThemBesideTheHostsAlgorithms) {
   EXPECT_EQ(across[static_cast<int>(Collective::AllReduce)], "across_hosts");
   EXPECT_EQ(across[static_cast<int>(Collective::Broadcast)], "across_hosts");
   across = {};
-  parseForcedAlgorithms("across_hosts_pipelined,allreduce_ll", &across);  // the host's phases keep theirs
+  const auto host = parseForcedAlgorithms("allreduce=across_hosts_pipelined,allreduce_ll", &across);
   EXPECT_EQ(across[static_cast<int>(Collective::AllReduce)], "across_hosts_pipelined");
+  EXPECT_EQ(host[static_cast<int>(Collective::AllReduce)], "allreduce_ll");  // the host's phases keep theirs
   EXPECT_CONTAINS(invalidUsageOf([&] { parseForcedAlgorithms("across_hosts", &across); }), "name the collective");
-  EXPECT_CONTAINS(invalidUsageOf([&] { parseForcedAlgorithms("allgather=across_hosts_pipelined", &across); }),
-                  "no algorithm across hosts of allgather");
+  EXPECT_CONTAINS(invalidUsageOf([&] { parseForcedAlgorithms("across_hosts_pipelined", &across); }),
+                  "name the collective");
+  EXPECT_CONTAINS(invalidUsageOf([&] { parseForcedAlgorithms("broadcast=across_hosts_pipelined", &across); }),
+                  "no algorithm across hosts of broadcast");
   EXPECT_CONTAINS(invalidUsageOf([&] { parseForcedAlgorithms("allsum=across_hosts", &across); }),
                   "unknown collective 'allsum'");
   EXPECT_CONTAINS(invalidUsageOf([&] {
@@ -229,7 +239,7 @@ TEST(AcrossHostsTuningFile, MalformedRowsAreInvalidUsageNamingTheField) {
   EXPECT_CONTAINS(error("{\"collective\": \"allreduce\", \"hosts\": 2, \"max_bytes\": 1, \"algorithm\": "
                         "\"allreduce_ll\"}"),
                   "is no algorithm across hosts of allreduce");
-  EXPECT_CONTAINS(error("{\"collective\": \"allgather\", \"hosts\": 2, \"max_bytes\": 1, \"algorithm\": "
+  EXPECT_CONTAINS(error("{\"collective\": \"broadcast\", \"hosts\": 2, \"max_bytes\": 1, \"algorithm\": "
                         "\"across_hosts_pipelined\"}"),
                   "across_hosts)");
   EXPECT_CONTAINS(error("{\"collective\": \"allreduce\", \"hosts\": 2, \"topology\": \"pcie\", \"max_bytes\": 1, "
