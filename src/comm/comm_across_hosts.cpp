@@ -2,7 +2,10 @@
 // hosts"). It is a Comm of this host's ranks (every NVLink algorithm, unchanged) and this rank's
 // partners on the other hosts (HostPartners: Ethernet PortChannels, nothing mapped). A call runs in
 // phases on the caller's stream, each a call of this host's Comm or partner exchanges
-// (collectives/partner_exchange.hpp); with H hosts of L ranks, rank (h, l) does:
+// (collectives/partner_exchange.hpp). These are the phases of the algorithm across_hosts; where the
+// tuning table or a forced choice says so, allReduce and allGather run as across_hosts_pipelined
+// instead (across_hosts_algorithms.hpp; allReducePipelined and allGatherOverlapped below). With H
+// hosts of L ranks, rank (h, l) does:
 //   allReduce      on the host, the whole buffer (op, or sum for an average); across the partners,
 //                  part l of it, in host order (the average divides there, by the world's ranks);
 //                  on the host, each part broadcast from the rank that holds it.
@@ -26,18 +29,13 @@
 // rank l taking the l-th of a round; where a round's chunks are not one block of the caller's
 // buffer, it runs in a temporary and copies them (more copies and calls than the even layout,
 // whose rounds are whole hosts in place). PreMulSum and send/recv are refused alike on every rank.
+// How such a Comm is made (the splits, the partners, the layout): across_hosts_setup.cpp.
 
 #include <algorithm>
-#include <map>
 
 #include "comm/across_hosts_algorithms.hpp"
 #include "comm/comm_impl.hpp"
-#include "comm/host_partners.hpp"
-#include "comm/nccl_partners.hpp"
-#include "comm/partner_net.hpp"
 #include "kernels/ranges.hpp"
-#include "platform/ibverbs_api.hpp"
-#include "platform/nccl_net.hpp"
 
 namespace ferry {
 namespace {
@@ -53,42 +51,6 @@ class AcrossHostsPhase {
  private:
   Comm::Impl& impl_;
 };
-
-HostLayout gatherLayout(Bootstrap& world) {
-  struct Place {
-    int host, local;
-  };
-  std::vector<Place> places(static_cast<std::size_t>(world.size()));
-  places[static_cast<std::size_t>(world.rank())] = {world.node(), world.localRank()};
-  world.allGather(places.data(), sizeof(Place));
-  std::vector<int> host, rank;
-  for (const Place& p : places) {
-    host.push_back(p.host);
-    rank.push_back(p.local);
-  }
-  return HostLayout(std::move(host), std::move(rank), world.numNodes());
-}
-
-// What carries the cross-host phase: every rank's wish gathered, then decided alike (partner_net.hpp).
-bool onNcclNetwork(Bootstrap& world) {
-  std::vector<PartnerNetWish> wishes(static_cast<std::size_t>(world.size()));
-  PartnerNetWish& mine = wishes[static_cast<std::size_t>(world.rank())];
-  mine.setting = env().partnerNet[0];
-  std::string why = "no InfiniBand or RoCE device";
-  if (mine.setting == 'n' || (mine.setting == 'a' && !ibverbs::listDevices().names.empty()))
-    mine.canNccl = nccl_net::library(why) ? 1 : 0;
-  world.allGather(wishes.data(), sizeof(PartnerNetWish));
-  if (everyRankNeedsNccl(wishes)) {  // (every rank sees the same table, so every rank makes this round)
-    if (mine.setting == 'a' && mine.canNccl == 0) mine.canNccl = nccl_net::library(why) ? 1 : 0;
-    world.allGather(wishes.data(), sizeof(PartnerNetWish));
-  }
-  const bool nccl = onNcclNetwork(wishes, world.rank(), why);
-  if (!nccl && mine.setting == 'a' && world.rank() == 0)
-    FERRY_LOG(Info, Collectives) << "Comm across hosts: the cross-host phase on ferry's Ethernet connections "
-                                 << "(FERRY_PARTNER_NET=auto: NCCL's network needs InfiniBand or RoCE and NCCL on "
-                                 << "every rank; rank 0: " << (mine.canNccl ? "has both" : why) << ")";
-  return nccl;
-}
 
 // The mask of every host but `me`.
 std::uint32_t othersThan(int me, int hosts) { return ((1u << hosts) - 1u) & ~(1u << me); }
@@ -538,91 +500,6 @@ struct AcrossHosts {
 };
 
 }  // namespace
-
-std::unique_ptr<Comm::Impl> makeCommImpl(std::shared_ptr<Bootstrap> b, const CommOptions& options) {
-  if (!b || b->numNodes() <= 1) return std::make_unique<Comm::Impl>(std::move(b), options);
-  b = checkedBootstrap(std::move(b));  // FERRY_MULTI_HOST, a TcpBootstrap, the limits (Comm::whyNot)
-  auto tcp = std::dynamic_pointer_cast<TcpBootstrap>(b);
-  // Every rank decides alike from the same table.
-  HostLayout layout = gatherLayout(*b);
-  // (Here, not in Comm::whyNot, which must answer alike on every rank from what the rank sees.)
-  for (int h = 0; h < layout.hosts; ++h)
-    if (layout.sizeOf[h] > kMaxRanks)
-      throw Error(ErrorCode::NotSupported, "rank " + std::to_string(b->rank()) +
-                                               ": Comm across hosts: host " + std::to_string(h) + " has " +
-                                               std::to_string(layout.sizeOf[h]) + " ranks; at most " +
-                                               std::to_string(kMaxRanks) + " a host are supported");
-  // Every split on every rank, in the same order (TcpBootstrap::split is collective): this host's
-  // ranks, then the partners of each column (hosts of one size: one split, column = local rank).
-  const int me = b->localRank(), node = b->node();
-  std::shared_ptr<TcpBootstrap> local = tcp->split(node, b->rank());
-  if (local->rank() != me)
-    throw Error(ErrorCode::InternalError, "rank " + std::to_string(b->rank()) +
-                                              ": Comm across hosts: local rank " + std::to_string(me) +
-                                              " became rank " + std::to_string(local->rank()) +
-                                              " of its host's bootstrap");
-  std::map<int, std::shared_ptr<TcpBootstrap>> columns;
-  if (layout.even) {
-    columns[me] = tcp->split(me, node);
-  } else {
-    for (int c = 0; c < layout.columns; ++c)
-      if (auto group = tcp->split(layout.holder(node, c) == me ? c : -1, node)) columns[c] = std::move(group);
-  }
-  auto impl = std::make_unique<Comm::Impl>(local, options);
-  impl->world = b;
-  impl->work->setRank(b->rank());
-  impl->hostLayout = layout;
-  // The pipelined allReduce's pieces, cut alike on every rank: the largest any rank asked for.
-  std::vector<std::uint64_t> pieces(static_cast<std::size_t>(b->size()));
-  pieces[static_cast<std::size_t>(b->rank())] = env().acrossHostsPiece;
-  b->allGather(pieces.data(), sizeof(std::uint64_t));
-  impl->acrossHostsPiece = *std::max_element(pieces.begin(), pieces.end());
-  if (layout.even && layout.contiguous && layout.columns > 1) {
-    DeviceGuard scope(impl->device);
-    impl->acrossHostsSide = std::make_unique<SideStream>(static_cast<int>(2 * kMaxAcrossHostsPieces));
-  }
-  // A partner gone mid-call ends this host's calls too: its other ranks may be waiting for this one
-  // in a phase on the host (Comm::abort's way, from the partners' proxy or watchdog thread; destroyed
-  // before resources).
-  auto onFailure = [raw = impl.get()] {
-    if (!raw->resources) return;
-    try {
-      DeviceGuard scope(raw->device);
-      RelaxedCapture relaxed;  // (another thread may be capturing a graph, as for Comm::abort)
-      raiseAbort(raw->resources->context(), raw->control);
-    } catch (const std::exception& e) {
-      FERRY_LOG(Error, Collectives) << "Comm across hosts: ending this host's calls after a partner failed: "
-                                    << e.what();
-    }
-  };
-  const bool nccl = onNcclNetwork(*b);
-  // Partners must agree on their slots (a put lands at its sender's slot): every rank sizes them for
-  // the most columns any rank carries, which every rank computes alike.
-  for (auto& [c, group] : columns) {
-    PartnersOptions po;
-    po.worldRank = b->rank();
-    for (int h = 0; h < layout.hosts; ++h) po.worldRanks.push_back(layout.worldRank(h, layout.holder(h, c)));
-    po.onFailure = onFailure;
-    // The partners' slots take half as much device memory as the Comm's own scratch, over the
-    // columns a rank carries at most.
-    const std::uint64_t scratch = env().scratchBytes / 2 / static_cast<std::uint64_t>(layout.mostCarried);
-    std::unique_ptr<Partners> partners;
-    if (nccl)
-      partners = std::make_unique<NcclPartners>(group, scratch, std::move(po));
-    else
-      partners = std::make_unique<HostPartners>(group, scratch, std::move(po));
-    if (c == me)
-      impl->partners = std::move(partners);
-    else
-      impl->morePartners[c] = std::move(partners);
-  }
-  FERRY_LOG(Info, Collectives) << "Comm across hosts: rank " << b->rank() << " is rank " << me << " of "
-                                << local->size() << " on host " << node << " of " << b->numNodes() << ", carrying "
-                                << columns.size() << " of " << layout.columns << " columns"
-                                << (layout.contiguous ? "" : " (hosts' ranks not consecutive)") << ", on "
-                                << (nccl ? "NCCL's network" : "ferry's Ethernet connections");
-  return impl;
-}
 
 void runAcrossHosts(Comm::Impl& impl, CollectiveCall call) {
   impl.checkNotAborted("collective call");
