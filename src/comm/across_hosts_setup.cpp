@@ -99,7 +99,7 @@ std::unique_ptr<Comm::Impl> makeCommImpl(std::shared_ptr<Bootstrap> b, const Com
   // A partner gone mid-call ends this host's calls too: its other ranks may be waiting for this one
   // in a phase on the host (Comm::abort's way, from the partners' proxy or watchdog thread; destroyed
   // before resources).
-  auto onFailure = [raw = impl.get()] {
+  impl->partnerFailed = [raw = impl.get()] {
     if (!raw->resources) return;
     try {
       DeviceGuard scope(raw->device);
@@ -110,6 +110,7 @@ std::unique_ptr<Comm::Impl> makeCommImpl(std::shared_ptr<Bootstrap> b, const Com
                                     << e.what();
     }
   };
+  const std::function<void()>& onFailure = impl->partnerFailed;
   const bool nccl = onNcclNetwork(*b);
   // Partners must agree on their slots (a put lands at its sender's slot): every rank sizes them for
   // the most columns any rank carries, which every rank computes alike.

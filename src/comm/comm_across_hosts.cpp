@@ -28,7 +28,8 @@
 // a circle). A phase on the host takes another host's ranks in rounds of this host's size, local
 // rank l taking the l-th of a round; where a round's chunks are not one block of the caller's
 // buffer, it runs in a temporary and copies them (more copies and calls than the even layout,
-// whose rounds are whole hosts in place). PreMulSum and send/recv are refused alike on every rank.
+// whose rounds are whole hosts in place). PreMulSum ops are refused alike on every rank; send and
+// recv run in p2p_across_hosts.cpp.
 // How such a Comm is made (the splits, the partners, the layout): across_hosts_setup.cpp.
 
 #include <algorithm>
@@ -39,18 +40,6 @@
 
 namespace ferry {
 namespace {
-
-// Lets the phases of a call across hosts through Comm::Impl::prepare, whatever ends the call.
-class AcrossHostsPhase {
- public:
-  explicit AcrossHostsPhase(Comm::Impl& impl) : impl_(impl) { impl_.acrossHostsPhase = true; }
-  ~AcrossHostsPhase() { impl_.acrossHostsPhase = false; }
-  AcrossHostsPhase(const AcrossHostsPhase&) = delete;
-  AcrossHostsPhase& operator=(const AcrossHostsPhase&) = delete;
-
- private:
-  Comm::Impl& impl_;
-};
 
 // The mask of every host but `me`.
 std::uint32_t othersThan(int me, int hosts) { return ((1u << hosts) - 1u) & ~(1u << me); }

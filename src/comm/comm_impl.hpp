@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <functional>
 #include <map>
 
 #include "comm/buffer_registry.hpp"
@@ -60,6 +61,9 @@ std::unique_ptr<Comm::Impl> makeCommImpl(std::shared_ptr<Bootstrap> b, const Com
 // A collective of a Comm across hosts: phases on this host's Comm and across the partners
 // (comm_across_hosts.cpp says which). `call` names world ranks.
 void runAcrossHosts(Comm::Impl& impl, CollectiveCall call);
+// A group of sends and recvs of a Comm across hosts (p2p_across_hosts.cpp); peers are world ranks,
+// the calls checked already.
+void runGroupAcrossHosts(Comm::Impl& impl, std::vector<PeerCall> calls);
 
 struct Comm::Impl {
   std::shared_ptr<Bootstrap> bootstrap;
@@ -97,6 +101,11 @@ struct Comm::Impl {
   std::unique_ptr<Partners> partners;  // those of this rank's own column (its local rank)
   // On a host smaller than the largest, those of the further columns this rank carries (HostLayout).
   std::map<int, std::unique_ptr<Partners>> morePartners;
+  // send/recv with ranks of other hosts: a link (HostPartners of two) per such peer, by its world
+  // rank, made at the pair's first matched call (p2p_across_hosts.cpp).
+  std::map<int, std::unique_ptr<Partners>> peerLinks;
+  // What a partner's or link's failure does: ends this host's calls (across_hosts_setup.cpp).
+  std::function<void()> partnerFailed;
   HostLayout hostLayout;
   bool acrossHostsPhase = false;  // a call across hosts is running its phases on this host's Comm
   // Device memory of the phases across hosts (parts of a reduceScatter or allToAll, a reduce's
@@ -112,6 +121,7 @@ struct Comm::Impl {
   void forEachPartners(F&& f) const {
     if (partners) f(*partners);
     for (const auto& [column, p] : morePartners) f(*p);
+    for (const auto& [peer, p] : peerLinks) f(*p);
   }
 
   void checkNotAborted(const char* what) const {
@@ -313,17 +323,17 @@ struct Comm::Impl {
   void refuseAcrossHosts(std::string_view what) const {
     throw Error(ErrorCode::NotSupported,
                 "rank " + std::to_string(world->rank()) + ": " + std::string(what) +
-                    ": a Comm across hosts runs allReduce, allGather, reduceScatter, allToAll, broadcast and "
-                    "reduce with the built-in ops so far (FERRY_MULTI_HOST is experimental, docs/multi-node.md); "
+                    ": a Comm across hosts runs allReduce, allGather, reduceScatter, allToAll, broadcast, "
+                    "reduce, send and recv with the built-in ops so far (FERRY_MULTI_HOST is experimental, docs/multi-node.md); "
                     "make this call on a Comm of one host, or leave FERRY_MULTI_HOST unset so that the NCCL "
                     "library and the torch backend hand the communicator to NCCL");
   }
 
   void addPeerCall(PeerCall call) {
-    if (partners) refuseAcrossHosts(call.isSend ? "send" : "recv");
     checkNotAborted(call.isSend ? "send" : "recv");
-    call.rank = bootstrap->rank();
-    call.worldSize = bootstrap->size();
+    // (Across hosts, the call names world ranks: checked as such, run by runGroupAcrossHosts.)
+    call.rank = world ? world->rank() : bootstrap->rank();
+    call.worldSize = world ? world->size() : bootstrap->size();
     validatePeerCall(call, device);
     pending.push_back(call);
     if (groupDepth == 0) runGroup();
@@ -336,6 +346,7 @@ struct Comm::Impl {
     calls.swap(pending);
     std::erase_if(calls, [](const PeerCall& c) { return c.count == 0; });
     if (calls.empty()) return;
+    if (partners && !acrossHostsPhase) return runGroupAcrossHosts(*this, std::move(calls));
     // A Comm of one rank has no send/recv kernel: all it can hold is copies to itself.
     const P2PBatch batch = planP2PGroup(calls, p2p ? p2pLaunch.residentBlocks : 1, p2pLaunch.maxBlocks);
     DeviceGuard scope(device);
@@ -350,6 +361,18 @@ struct Comm::Impl {
     }
     work->note(calls.front().stream);
   }
+};
+
+// Lets the phases of a call across hosts through Comm::Impl::prepare, whatever ends the call.
+class AcrossHostsPhase {
+ public:
+  explicit AcrossHostsPhase(Comm::Impl& impl) : impl_(impl) { impl_.acrossHostsPhase = true; }
+  ~AcrossHostsPhase() { impl_.acrossHostsPhase = false; }
+  AcrossHostsPhase(const AcrossHostsPhase&) = delete;
+  AcrossHostsPhase& operator=(const AcrossHostsPhase&) = delete;
+
+ private:
+  Comm::Impl& impl_;
 };
 
 }  // namespace ferry

@@ -256,8 +256,14 @@ TEST_P(CommAcrossHosts, WhatItDoesNotRunIsRefusedSayingWhy) {
     const float factor = 2;
     refused("allReduce with PreMulSum",
             [&] { comm.allReduce(buf, buf, 16, DataType::Float32, PreMulSum{&factor, false}, nullptr); });
-    refused("send", [&] { comm.send(buf, 16, DataType::Float32, (rank + 1) % n, nullptr); });
     // A bad argument is named in world ranks, before any phase runs.
+    try {
+      comm.send(buf, 16, DataType::Float32, n, nullptr);
+      ADD_FAILURE() << "a send to rank " << n << " of " << n << " ranks ran";
+    } catch (const Error& e) {
+      EXPECT_EQ(e.code(), ErrorCode::InvalidUsage) << e.what();
+      EXPECT_NE(std::string(e.what()).find(std::to_string(n)), std::string::npos) << e.what();
+    }
     try {
       comm.broadcast(buf, buf, 16, DataType::Float32, n, nullptr);
       ADD_FAILURE() << "a broadcast from root " << n << " of " << n << " ranks ran";
@@ -267,6 +273,73 @@ TEST_P(CommAcrossHosts, WhatItDoesNotRunIsRefusedSayingWhy) {
           << e.what();
     }
     cudaFree(buf);
+  });
+}
+
+// send and recv across hosts (p2p_across_hosts.cpp): in one group, every rank sends to and receives
+// from every rank, itself and its host's included, a count of its own each way (a few partner rounds
+// through 1 MiB of scratch); then a ring of odd byte counts, one group a step, on a stream of each
+// rank's own. Buffers poisoned first, every element checked.
+TEST_P(CommAcrossHosts, SendRecvWithEveryPeerOnAndAcrossHosts) {
+  const auto [n, hosts] = GetParam();
+  runAcrossHosts(n, hosts, [&](int rank, const std::shared_ptr<TcpBootstrap>& boot) {
+    withComm(boot, [&](Comm& comm, cudaStream_t stream) {
+      // Elements from `from` to `to`, and their values: exact in float32.
+      const auto countOf = [](int from, int to) { return std::size_t{70001} + 3001 * from + 17 * to; };
+      const auto value = [](int from, int to, std::size_t i) {
+        return static_cast<float>((from * 131 + to * 7 + static_cast<int>(i % 9973)) % 65536);
+      };
+      std::vector<void*> sendBufs(n), recvBufs(n);
+      for (int p = 0; p < n; ++p) {
+        std::vector<float> out(countOf(rank, p));
+        for (std::size_t i = 0; i < out.size(); ++i) out[i] = value(rank, p, i);
+        ASSERT_EQ(cudaMalloc(&sendBufs[p], out.size() * 4), cudaSuccess);
+        ASSERT_EQ(cudaMemcpy(sendBufs[p], out.data(), out.size() * 4, cudaMemcpyHostToDevice), cudaSuccess);
+        ASSERT_EQ(cudaMalloc(&recvBufs[p], countOf(p, rank) * 4), cudaSuccess);
+        ASSERT_EQ(cudaMemset(recvBufs[p], 0xff, countOf(p, rank) * 4), cudaSuccess);  // (NaN)
+      }
+      ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+      comm.groupStart();
+      for (int p = 0; p < n; ++p) {
+        comm.send(sendBufs[p], countOf(rank, p), DataType::Float32, p, stream);
+        comm.recv(recvBufs[p], countOf(p, rank), DataType::Float32, p, stream);
+      }
+      comm.groupEnd();
+      ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
+      for (int p = 0; p < n; ++p) {
+        std::vector<float> got(countOf(p, rank));
+        ASSERT_EQ(cudaMemcpy(got.data(), recvBufs[p], got.size() * 4, cudaMemcpyDeviceToHost), cudaSuccess);
+        std::size_t wrong = 0;
+        for (std::size_t i = 0; i < got.size(); ++i) wrong += got[i] != value(p, rank, i);
+        EXPECT_EQ(wrong, 0u) << "rank " << rank << " from rank " << p << " (" << got.size() << " floats)";
+        cudaFree(sendBufs[p]);
+        cudaFree(recvBufs[p]);
+      }
+      // A ring, one group a step: odd byte counts, across hosts where the next rank is elsewhere.
+      const int next = (rank + 1) % n, prev = (rank + n - 1) % n;
+      for (std::size_t bytes : {std::size_t{1}, std::size_t{4099}, std::size_t{300001}}) {
+        std::vector<unsigned char> out(bytes), got(bytes);
+        for (std::size_t i = 0; i < bytes; ++i) out[i] = static_cast<unsigned char>((rank * 37 + i * 11) & 0xff);
+        void *s = nullptr, *r = nullptr;
+        ASSERT_EQ(cudaMalloc(&s, bytes), cudaSuccess);
+        ASSERT_EQ(cudaMalloc(&r, bytes), cudaSuccess);
+        ASSERT_EQ(cudaMemcpy(s, out.data(), bytes, cudaMemcpyHostToDevice), cudaSuccess);
+        ASSERT_EQ(cudaMemset(r, 0xa5, bytes), cudaSuccess);
+        ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+        comm.groupStart();
+        comm.send(s, bytes, DataType::Uint8, next, stream);
+        comm.recv(r, bytes, DataType::Uint8, prev, stream);
+        comm.groupEnd();
+        ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
+        ASSERT_EQ(cudaMemcpy(got.data(), r, bytes, cudaMemcpyDeviceToHost), cudaSuccess);
+        std::size_t wrong = 0;
+        for (std::size_t i = 0; i < bytes; ++i)
+          wrong += got[i] != static_cast<unsigned char>((prev * 37 + i * 11) & 0xff);
+        EXPECT_EQ(wrong, 0u) << "rank " << rank << ": " << bytes << " bytes from rank " << prev;
+        cudaFree(s);
+        cudaFree(r);
+      }
+    });
   });
 }
 
