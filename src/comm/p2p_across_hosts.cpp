@@ -38,9 +38,10 @@ Partners& linkTo(Comm::Impl& impl, int peer, cudaStream_t stream) {
   options.worldRank = me;
   options.worldRanks = {pair->worldRank(0), pair->worldRank(1)};
   options.onFailure = impl.partnerFailed;
-  // Two slots of a quarter of the Comm's scratch each: a link per remote peer a rank talks to.
+  // Two slots of a sixteenth of the Comm's scratch each (8 MiB by default): a link per remote peer
+  // a rank talks to, and an all-to-all across 2 hosts of 8 ranks makes 8 of them.
   DeviceGuard scope(impl.device);
-  auto link = std::make_unique<HostPartners>(pair, env().scratchBytes / 2, std::move(options));
+  auto link = std::make_unique<HostPartners>(pair, env().scratchBytes / 8, std::move(options));
   return *impl.peerLinks.emplace(peer, std::move(link)).first->second;
 }
 
