@@ -148,11 +148,7 @@ int main(int argc, char** argv) {
     o.benchmarks.clear();
     if (what == "all") {
       for (int b = 0; b < kBenchmarkCount; ++b) o.benchmarks.push_back(static_cast<Benchmark>(b));
-      // A Comm across hosts does not run send/recv yet (docs/multi-node.md): the collectives alone.
-      if (hosts > 1) o.benchmarks.pop_back();
     } else if (auto b = parseBenchmark(what)) {
-      if (hosts > 1 && *b == Benchmark::SendRecv)
-        throw CLI::ValidationError("--hosts", "ferry's Comm across hosts does not run send/recv yet (docs/multi-node.md)");
       o.benchmarks.push_back(*b);
     } else {
       throw CLI::ValidationError("collective", "unknown collective '" + what + "'");
