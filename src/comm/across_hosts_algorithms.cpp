@@ -62,7 +62,8 @@ AcrossHostsAlgorithm selectAcrossHosts(const std::vector<TuningRow>& rows, const
                                        const CollectiveCall& call, const HostLayout& layout, const std::string& who) {
   if (!forced.empty()) {
     const auto a = parseAcrossHostsAlgorithm(forced, call.collective);
-    const std::string why = a ? whyNotAcrossHosts(*a, call, layout) : "it is not one of " + acrossHostsAlgorithmNames(call.collective);
+    const std::string why = a ? whyNotAcrossHosts(*a, call, layout)
+                              : "it is not one of " + acrossHostsAlgorithmNames(call.collective);
     if (!why.empty())
       throw Error(ErrorCode::InvalidUsage, who + std::string(toString(call.collective)) + " of " +
                                                std::to_string(call.count) + " " + std::string(toString(call.type)) +

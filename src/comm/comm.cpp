@@ -50,6 +50,10 @@ Comm::~Comm() {
     }
     // Across hosts: the partners' proxies stop before the control stream goes, which a failing
     // partner's callback (comm_across_hosts.cpp) aborts this host's calls on.
+    {
+      const std::lock_guard lock(impl_->peerLinksMu);
+      impl_->peerLinks.clear();
+    }
     impl_->morePartners.clear();
     impl_->partners.reset();
     if (impl_->control != nullptr) (void)cudaStreamDestroy(impl_->control);
@@ -71,7 +75,7 @@ std::string Comm::whyNot(const Bootstrap& b) {
   if (!env().multiHost)
     return who + "needs every rank on one host: " + std::to_string(here) + " of " + std::to_string(b.size()) +
            " ranks are on this host, and a Comm across hosts is experimental (FERRY_MULTI_HOST=1: the "
-           "collectives, no send/recv yet; docs/multi-node.md)";
+           "collectives, send and recv; docs/multi-node.md)";
   if (dynamic_cast<const TcpBootstrap*>(&b) == nullptr)
     return who + "across hosts needs a TcpBootstrap (it splits it into this host's ranks and the partners)";
   if (b.numNodes() > kMaxHosts)

@@ -181,7 +181,9 @@ struct AcrossHosts {
     };
     const auto partOf = [&](const Range& p) { return p.size() / static_cast<std::uint64_t>(perHost); };
     // This rank's part of piece p in recv (where an in-place reduceScatter of it leaves its sum).
-    const auto mine = [&](const Range& p) { return recv() + (p.begin + static_cast<std::uint64_t>(local) * partOf(p)) * es; };
+    const auto mine = [&](const Range& p) {
+      return recv() + (p.begin + static_cast<std::uint64_t>(local) * partOf(p)) * es;
+    };
     const auto reduceScatter = [&](std::uint64_t k) {
       const Range p = piece(k);
       onHost(Collective::ReduceScatter, send() + p.begin * es, mine(p), partOf(p), onHostOp);

@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <cstring>
 #include <functional>
+#include <mutex>
 #include <map>
 
 #include "comm/buffer_registry.hpp"
@@ -102,7 +103,9 @@ struct Comm::Impl {
   // On a host smaller than the largest, those of the further columns this rank carries (HostLayout).
   std::map<int, std::unique_ptr<Partners>> morePartners;
   // send/recv with ranks of other hosts: a link (HostPartners of two) per such peer, by its world
-  // rank, made at the pair's first matched call (p2p_across_hosts.cpp).
+  // rank, made at the pair's first matched call (p2p_across_hosts.cpp); added on the caller's
+  // thread while Comm::abort and aborted may walk them from another (peerLinksMu).
+  mutable std::mutex peerLinksMu;
   std::map<int, std::unique_ptr<Partners>> peerLinks;
   // What a partner's or link's failure does: ends this host's calls (across_hosts_setup.cpp).
   std::function<void()> partnerFailed;
@@ -121,6 +124,7 @@ struct Comm::Impl {
   void forEachPartners(F&& f) const {
     if (partners) f(*partners);
     for (const auto& [column, p] : morePartners) f(*p);
+    const std::lock_guard lock(peerLinksMu);
     for (const auto& [peer, p] : peerLinks) f(*p);
   }
 
@@ -324,7 +328,8 @@ struct Comm::Impl {
     throw Error(ErrorCode::NotSupported,
                 "rank " + std::to_string(world->rank()) + ": " + std::string(what) +
                     ": a Comm across hosts runs allReduce, allGather, reduceScatter, allToAll, broadcast, "
-                    "reduce, send and recv with the built-in ops so far (FERRY_MULTI_HOST is experimental, docs/multi-node.md); "
+                    "reduce, send and recv with the built-in ops so far (FERRY_MULTI_HOST is experimental, "
+                    "docs/multi-node.md); "
                     "make this call on a Comm of one host, or leave FERRY_MULTI_HOST unset so that the NCCL "
                     "library and the torch backend hand the communicator to NCCL");
   }

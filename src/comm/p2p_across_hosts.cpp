@@ -23,8 +23,11 @@ namespace {
 // The link with world rank `peer`, made now if it is the pair's first call (the peer makes its side
 // in the matching call); refused inside a CUDA graph capture, which cannot allocate or connect.
 Partners& linkTo(Comm::Impl& impl, int peer, cudaStream_t stream) {
-  auto it = impl.peerLinks.find(peer);
-  if (it != impl.peerLinks.end()) return *it->second;
+  {
+    const std::lock_guard lock(impl.peerLinksMu);
+    auto it = impl.peerLinks.find(peer);
+    if (it != impl.peerLinks.end()) return *it->second;
+  }
   const int me = impl.world->rank();
   cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
   FERRY_CUDA_CHECK(cudaStreamIsCapturing(stream, &capture));
@@ -42,6 +45,7 @@ Partners& linkTo(Comm::Impl& impl, int peer, cudaStream_t stream) {
   // a rank talks to, and an all-to-all across 2 hosts of 8 ranks makes 8 of them.
   DeviceGuard scope(impl.device);
   auto link = std::make_unique<HostPartners>(pair, env().scratchBytes / 8, std::move(options));
+  const std::lock_guard lock(impl.peerLinksMu);
   return *impl.peerLinks.emplace(peer, std::move(link)).first->second;
 }
 

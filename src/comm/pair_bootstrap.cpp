@@ -29,15 +29,15 @@ int PairBootstrap::toWorld(int peer, const char* what) const {
 }
 
 void PairBootstrap::send(const void* data, std::size_t bytes, int peer, int tag) {
-  world_->send(data, bytes, toWorld(peer, "send"), kPairTagBase + tag);
+  world_->send(data, bytes, toWorld(peer, "send"), tagOf(tag));
 }
 
 void PairBootstrap::recv(void* data, std::size_t bytes, int peer, int tag) {
-  world_->recv(data, bytes, toWorld(peer, "recv"), kPairTagBase + tag);
+  world_->recv(data, bytes, toWorld(peer, "recv"), tagOf(tag));
 }
 
 std::vector<std::byte> PairBootstrap::recv(int peer, int tag) {
-  return world_->recv(toWorld(peer, "recv"), kPairTagBase + tag);
+  return world_->recv(toWorld(peer, "recv"), tagOf(tag));
 }
 
 void PairBootstrap::allGather(void* allData, std::size_t bytesPerRank) {

@@ -3,8 +3,9 @@
 // ranks of a send/recv pair on different hosts make their link (HostPartners of two "hosts") at
 // their first matched call, when both are in it, without a collective split of the world.
 // Its rank 0 is the lower world rank; each is a host of its own. Messages go through the world
-// bootstrap, with tags moved into a range of their own (kPairTagBase + tag), matched by sender,
-// so any number of pairs share the world's bootstrap.
+// bootstrap, with tags moved by kPairTagBase (modulo 2^31, so that every tag maps to one tag of the
+// world's), matched by sender, so any number of pairs share the world's bootstrap.
+#include <cstdint>
 #include <memory>
 #include <vector>
 
@@ -34,6 +35,9 @@ class PairBootstrap final : public Bootstrap {
 
  private:
   int toWorld(int peer, const char* what) const;
+  static int tagOf(int tag) {
+    return static_cast<int>((static_cast<std::uint32_t>(tag) + static_cast<std::uint32_t>(kPairTagBase)) & 0x7fffffffu);
+  }
 
   std::shared_ptr<Bootstrap> world_;
   int peer_;

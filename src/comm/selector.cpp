@@ -72,8 +72,8 @@ void forceAcrossHosts(const std::string& name, std::optional<Collective> coll,
 
 }  // namespace
 
-std::array<std::string, kCollectiveCount> parseForcedAlgorithms(std::string_view spec,
-                                                                std::array<std::string, kCollectiveCount>* acrossHosts) {
+std::array<std::string, kCollectiveCount> parseForcedAlgorithms(
+    std::string_view spec, std::array<std::string, kCollectiveCount>* acrossHosts) {
   std::array<std::string, kCollectiveCount> out;
   while (!spec.empty()) {
     const auto comma = spec.find(',');

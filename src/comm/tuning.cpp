@@ -193,7 +193,8 @@ std::vector<TuningRow> parseTuning(std::string_view text, std::string_view sourc
     if (row.hosts) {
       if (!parseAcrossHostsAlgorithm(row.algorithm, row.collective))
         throw fail(where + ".algorithm", "'" + row.algorithm + "' is no algorithm across hosts of " +
-                                             std::string(toString(row.collective)) + " (a row with \"hosts\" names one: " +
+                                             std::string(toString(row.collective)) +
+                                             " (a row with \"hosts\" names one: " +
                                              acrossHostsAlgorithmNames(row.collective) + ")");
       rows.push_back(std::move(row));
       continue;
