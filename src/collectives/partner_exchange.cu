@@ -49,7 +49,8 @@ __global__ void __launch_bounds__(kThreads) partnerExchange(const PartnerChannel
   char* const cells = channels->scratch + static_cast<std::uint64_t>(hosts) * slotBytes;
   const std::uint64_t myCell = static_cast<std::uint64_t>(me) * kDigestBytes;
   const auto cellOf = [&](int p, std::uint64_t half) {
-    return *reinterpret_cast<volatile const std::uint64_t*>(cells + static_cast<std::uint64_t>(p) * kDigestBytes + half);
+    const char* cell = cells + static_cast<std::uint64_t>(p) * kDigestBytes + half;
+    return *reinterpret_cast<volatile const std::uint64_t*>(cell);
   };
   std::uint32_t mismatch = 0;  // (thread 0's) 1 + the first partner whose digest differed
   for (std::uint64_t first = 0; first < x.count; first += slotElements) {
