@@ -59,17 +59,21 @@ std::string whyNotAcrossHosts(AcrossHostsAlgorithm a, const CollectiveCall& call
 }
 
 AcrossHostsAlgorithm selectAcrossHosts(const std::vector<TuningRow>& rows, const std::string& forced,
-                                       const CollectiveCall& call, const HostLayout& layout, const std::string& who) {
+                                       const CollectiveCall& call, const HostLayout& layout, int rank,
+                                       const char* operation) {
   if (!forced.empty()) {
     const auto a = parseAcrossHostsAlgorithm(forced, call.collective);
     const std::string why = a ? whyNotAcrossHosts(*a, call, layout)
                               : "it is not one of " + acrossHostsAlgorithmNames(call.collective);
-    if (!why.empty())
+    if (!why.empty()) {
+      const std::string who = (rank >= 0 ? "rank " + std::to_string(rank) + ": " : std::string()) +
+                              (operation != nullptr ? std::string(operation) + ": " : std::string());
       throw Error(ErrorCode::InvalidUsage, who + std::string(toString(call.collective)) + " of " +
                                                std::to_string(call.count) + " " + std::string(toString(call.type)) +
                                                ": the forced algorithm across hosts " + forced +
                                                " cannot run this call: " + why +
                                                " (force another one, or none, with setAlgorithm / FERRY_ALGO)");
+    }
     return *a;
   }
   const std::uint64_t bytes = call.bytes();

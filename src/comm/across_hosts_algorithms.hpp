@@ -55,11 +55,11 @@ AcrossHostsPieces acrossHostsPieces(std::uint64_t count, std::uint64_t elementBy
 std::string whyNotAcrossHosts(AcrossHostsAlgorithm a, const CollectiveCall& call, const HostLayout& layout);
 
 // The algorithm forced for the call's collective (`forced`: setAlgorithm or FERRY_ALGO; a forced one
-// that cannot run the call is Error(InvalidUsage) saying why, naming `who`); else the first of `rows`
-// that names hosts, matches the call on `layout` and names an algorithm that can run it; Phases
-// where none does.
+// that cannot run the call is Error(InvalidUsage) saying why, naming `rank` and `operation` where
+// given: the text is made only then, not on every call); else the first of `rows` that names hosts,
+// matches the call on `layout` and names an algorithm that can run it; Phases where none does.
 AcrossHostsAlgorithm selectAcrossHosts(const std::vector<TuningRow>& rows, const std::string& forced,
-                                       const CollectiveCall& call, const HostLayout& layout,
-                                       const std::string& who = "");
+                                       const CollectiveCall& call, const HostLayout& layout, int rank = -1,
+                                       const char* operation = nullptr);
 
 }  // namespace ferry

@@ -507,7 +507,7 @@ void runAcrossHosts(Comm::Impl& impl, CollectiveCall call) {
   const AcrossHostsPhase phase(impl);
   AcrossHosts run(impl, world,
                   selectAcrossHosts(impl.selector.rows(), impl.selector.forcedAcrossHosts(call.collective), world,
-                                    impl.hostLayout, "rank " + std::to_string(world.rank) + ": "));
+                                    impl.hostLayout, world.rank));
   switch (call.collective) {
     case Collective::AllReduce: return run.allReduce();
     case Collective::AllGather: return run.allGather();

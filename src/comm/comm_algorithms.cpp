@@ -107,7 +107,7 @@ std::string Comm::algorithmFor(Collective c, std::size_t bytes, DataType type, b
   // cross-host phase where that is NCCL's network.
   if (impl_->partners) {
     const std::string name = toString(selectAcrossHosts(impl_->selector.rows(), impl_->selector.forcedAcrossHosts(c),
-                                                        call, impl_->hostLayout, impl_->who("algorithmFor") + ": "));
+                                                        call, impl_->hostLayout, rank(), "algorithmFor"));
     return std::string(impl_->partners->network()) == "nccl" ? name + "_nccl" : name;
   }
   // Distinct addresses, so that the call is not taken for an in-place one.

@@ -159,8 +159,7 @@ TEST(AcrossHostsSelection, AForcedAlgorithmWinsOrSaysWhyItCannotRun) {
   EXPECT_EQ(selectAcrossHosts(rows, "across_hosts_pipelined", call, evenLayout(2, 2)),
             AcrossHostsAlgorithm::Pipelined);
   const std::string msg = invalidUsageOf([&] {
-    selectAcrossHosts(rows, "across_hosts_pipelined", allReduceOf(1001, DataType::BFloat16, 4), evenLayout(2, 2),
-                      "rank 3: ");
+    selectAcrossHosts(rows, "across_hosts_pipelined", allReduceOf(1001, DataType::BFloat16, 4), evenLayout(2, 2), 3);
   });
   EXPECT_CONTAINS(msg, "rank 3: allreduce of 1001");
   EXPECT_CONTAINS(msg, "forced algorithm across hosts across_hosts_pipelined cannot run this call");
