@@ -44,8 +44,9 @@ __global__ void __launch_bounds__(kThreads) partnerExchange(const PartnerChannel
   const std::uint64_t slotBytes = channels->slotBytes;
   const std::uint64_t slotElements = slotBytes / sizeof(T);
   // The digests' cells after the slots: a host's cell holds the digest it put with its first part
-  // (bytes 0-7) and the one it put with its first acknowledgement (8-15); this rank keeps its own in
-  // its own cell's first half, whence the proxy reads what it puts.
+  // (bytes 0-7) and the one it put with its first acknowledgement (8-15); this rank keeps what it
+  // puts in the same halves of its own cell, whence the proxy reads them (apart, because a link of
+  // send/recv across hosts runs a send's kernel and a recv's at once: p2p_across_hosts.cpp).
   char* const cells = channels->scratch + static_cast<std::uint64_t>(hosts) * slotBytes;
   const std::uint64_t myCell = static_cast<std::uint64_t>(me) * kDigestBytes;
   const auto cellOf = [&](int p, std::uint64_t half) {
@@ -69,7 +70,8 @@ __global__ void __launch_bounds__(kThreads) partnerExchange(const PartnerChannel
       int via = -1;
       // The digest first, from this rank's own cell (read by the proxy before the syncs below).
       if (first == 0) {
-        *reinterpret_cast<volatile std::uint64_t*>(cells + myCell) = x.digest;
+        if (x.sendTo != 0) *reinterpret_cast<volatile std::uint64_t*>(cells + myCell) = x.digest;
+        if (x.recvFrom != 0) *reinterpret_cast<volatile std::uint64_t*>(cells + myCell + kDigestBytes / 2) = x.digest;
         __threadfence_system();
       }
       for (int p = 0; p < hosts; ++p)
@@ -126,7 +128,7 @@ __global__ void __launch_bounds__(kThreads) partnerExchange(const PartnerChannel
         if (p != me && has(x.recvFrom, p)) {
           last = first == 0 ? putPart(ack[p], channels->scratchOf[p],
                                       static_cast<std::uint64_t>(hosts) * slotBytes + myCell + kDigestBytes / 2,
-                                      cells + myCell, sizeof(std::uint64_t))
+                                      cells + myCell + kDigestBytes / 2, sizeof(std::uint64_t))
                             : signalOnly(ack[p]);
           via = p;
         }

@@ -104,9 +104,15 @@ struct Comm::Impl {
   std::map<int, std::unique_ptr<Partners>> morePartners;
   // send/recv with ranks of other hosts: a link (HostPartners of two) per such peer, by its world
   // rank, made at the pair's first matched call (p2p_across_hosts.cpp); added on the caller's
-  // thread while Comm::abort and aborted may walk them from another (peerLinksMu).
+  // thread while Comm::abort and aborted may walk them from another (peerLinksMu). Each link's sends
+  // run on a stream of their own, and each direction counts its exchanges (what the ends compare).
   mutable std::mutex peerLinksMu;
   std::map<int, std::unique_ptr<Partners>> peerLinks;
+  struct PeerLinkState {
+    std::unique_ptr<SideStream> sends;
+    std::uint64_t sent = 0, received = 0;
+  };
+  std::map<int, PeerLinkState> peerLinkStates;  // (the caller's thread only)
   // What a partner's or link's failure does: ends this host's calls (across_hosts_setup.cpp).
   std::function<void()> partnerFailed;
   HostLayout hostLayout;

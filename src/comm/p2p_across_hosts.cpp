@@ -4,11 +4,13 @@
 // "hosts": the pair), made at the pair's first matched call, and each send or recv with it is one
 // one-way exchange of bytes through the link's slots (collectives/partner_exchange.hpp).
 //
-// Order, so that no ranks wait for each other in a circle: every rank runs its host's part first
-// (it waits only for ranks of its host, which run theirs first too), then its remote peers in
-// world-rank order, and with each peer the lower rank's sends to the higher first, then the
-// higher's to the lower, each direction in the order of the calls (as NCCL matches them). Pairs
-// taken in that order are a consistent global order of pairs, as in a pairwise exchange.
+// A link's sends run on a stream of its own, forked from the caller's at the group and joined back
+// at its end; its recvs run on the caller's stream. The two directions of a pair are then
+// independent, as NCCL's are: a send waits only for the peer's matching recv, whatever group either
+// side puts it in, and recvs wait only for the peers' sends, which nothing on the caller's stream of
+// this group holds back. Each direction counts its exchanges over the link's life, and the ends
+// compare (sender, bytes, number): a recv of another size is an error on both sides, not a short or
+// torn message.
 #include <cstring>
 #include <map>
 #include <string>
@@ -21,7 +23,7 @@ namespace ferry {
 namespace {
 
 // The link with world rank `peer`, made now if it is the pair's first call (the peer makes its side
-// in the matching call); refused inside a CUDA graph capture, which cannot allocate or connect.
+// in its matching call); refused inside a CUDA graph capture, which cannot allocate or connect.
 Partners& linkTo(Comm::Impl& impl, int peer, cudaStream_t stream) {
   {
     const std::lock_guard lock(impl.peerLinksMu);
@@ -45,16 +47,19 @@ Partners& linkTo(Comm::Impl& impl, int peer, cudaStream_t stream) {
   // a rank talks to, and an all-to-all across 2 hosts of 8 ranks makes 8 of them.
   DeviceGuard scope(impl.device);
   auto link = std::make_unique<HostPartners>(pair, env().scratchBytes / 8, std::move(options));
+  impl.peerLinkStates[peer].sends = std::make_unique<SideStream>(1);
+  Partners& made = *link;
   const std::lock_guard lock(impl.peerLinksMu);
-  return *impl.peerLinks.emplace(peer, std::move(link)).first->second;
+  impl.peerLinks.emplace(peer, std::move(link));
+  return made;
 }
 
-// What the two ends of exchange `index` (in the pair's order of this group) of `bytes` from world
-// rank `from` compare (partner_exchange.hpp): a receiver that expects another size, or a call that
-// is not a send on the other side, is an error on both sides, not a wrong result.
-std::uint64_t digestOf(int from, std::uint64_t bytes, std::uint64_t index) {
+// What the two ends of the n-th exchange from world rank `from` to `to` compare
+// (partner_exchange.hpp).
+std::uint64_t digestOf(int from, int to, std::uint64_t bytes, std::uint64_t n) {
   std::uint64_t h = 0xcbf29ce484222325ull;  // FNV-1a
-  for (const std::uint64_t v : {std::uint64_t{0x5e4d}, static_cast<std::uint64_t>(from), bytes, index}) {
+  for (const std::uint64_t v : {std::uint64_t{0x5e4d}, static_cast<std::uint64_t>(from),
+                                static_cast<std::uint64_t>(to), bytes, n}) {
     h ^= v;
     h *= 0x100000001b3ull;
   }
@@ -70,9 +75,17 @@ struct PeerIo {
 void runGroupAcrossHosts(Comm::Impl& impl, std::vector<PeerCall> calls) {
   const HostLayout& layout = impl.hostLayout;
   const int me = impl.world->rank(), host = layout.hostOf[static_cast<std::size_t>(me)];
-  const cudaStream_t stream = calls.front().stream;  // (as on one host: the group's first call's)
+  impl.checkNotAborted("send/recv");
+  // One stream for the whole group, as on one host (p2p_group.cpp).
+  const cudaStream_t stream = calls.front().stream;
+  for (const PeerCall& c : calls)
+    if (c.stream != stream)
+      throw Error(ErrorCode::InvalidUsage, "rank " + std::to_string(me) + ": a group's " +
+                                               (c.isSend ? "send to" : "recv from") + " rank " +
+                                               std::to_string(c.peer) +
+                                               " is on another stream than its first call; give a group one stream");
   std::vector<PeerCall> local;
-  std::map<int, PeerIo> remote;  // by world rank: the order below
+  std::map<int, PeerIo> remote;  // by world rank
   for (const PeerCall& c : calls) {
     if (layout.hostOf[static_cast<std::size_t>(c.peer)] == host) {
       PeerCall onHost = c;
@@ -88,46 +101,64 @@ void runGroupAcrossHosts(Comm::Impl& impl, std::vector<PeerCall> calls) {
   impl.forEachPartners([](Partners& p) {
     if (p.failed()) p.throwFailure();  // a partner or peer went away in an earlier call
   });
-  if (!local.empty()) {
-    const AcrossHostsPhase phase(impl);
-    impl.pending = std::move(local);
-    impl.runGroup();
-  }
+  // Every link first, in world-rank order (each is made with its peer, which makes them in the same
+  // order), so that an error there leaves nothing of the group queued.
+  std::map<int, Partners*> links;
+  for (const auto& [peer, io] : remote) links[peer] = &linkTo(impl, peer, stream);
+  DeviceGuard scope(impl.device);
+  impl.work->orderAfterLast(stream);
+  // The sends' streams fork from the caller's before anything of this group is on it.
   for (const auto& [peer, io] : remote) {
-    Partners& link = linkTo(impl, peer, stream);
-    const std::uint32_t other = 1u << (1 - link.host());
-    std::uint64_t index = 0;
-    const auto oneWay = [&](const PeerCall& c, bool send) {
-      PartnerExchange x;
-      x.count = c.bytes();
-      if (send) {
-        x.src = static_cast<const char*>(c.buffer);
-        x.sendTo = other;
-      } else {
-        x.dst = static_cast<char*>(const_cast<void*>(c.buffer));
-        x.recvFrom = other;
-      }
-      x.digest = digestOf(send ? me : peer, x.count, index++);
-      DeviceGuard scope(impl.device);
-      impl.work->orderAfterLast(stream);
-      link.exchange(x, DataType::Uint8, ReduceOp::Sum, stream);
-      impl.work->note(stream);
-    };
-    const auto sends = [&] {
-      for (const PeerCall* c : io.sends) oneWay(*c, true);
-    };
-    const auto recvs = [&] {
-      for (const PeerCall* c : io.recvs) oneWay(*c, false);
-    };
-    // The lower rank's sends first: on this side they are sends if this rank is the lower one.
-    if (me < peer) {
-      sends();
-      recvs();
-    } else {
-      recvs();
-      sends();
-    }
+    if (io.sends.empty()) continue;
+    SideStream& sends = *impl.peerLinkStates[peer].sends;
+    sends.record(0, stream);
+    sends.wait(sends.stream(), 0);
   }
+  std::vector<int> forked;
+  try {
+    for (const auto& [peer, io] : remote) {
+      if (io.sends.empty()) continue;
+      Comm::Impl::PeerLinkState& state = impl.peerLinkStates[peer];
+      forked.push_back(peer);
+      Partners& link = *links[peer];
+      for (const PeerCall* c : io.sends) {
+        PartnerExchange x;
+        x.count = c->bytes();
+        x.src = static_cast<const char*>(c->buffer);
+        x.sendTo = 1u << (1 - link.host());
+        x.digest = digestOf(me, peer, x.count, state.sent++);
+        link.exchange(x, DataType::Uint8, ReduceOp::Sum, state.sends->stream());
+      }
+    }
+    if (!local.empty()) {
+      const AcrossHostsPhase phase(impl);
+      impl.pending = std::move(local);
+      impl.runGroup();
+    }
+    for (const auto& [peer, io] : remote) {
+      Comm::Impl::PeerLinkState& state = impl.peerLinkStates[peer];
+      Partners& link = *links[peer];
+      for (const PeerCall* c : io.recvs) {
+        PartnerExchange x;
+        x.count = c->bytes();
+        x.dst = static_cast<char*>(const_cast<void*>(c->buffer));
+        x.recvFrom = 1u << (1 - link.host());
+        x.digest = digestOf(peer, me, x.count, state.received++);
+        link.exchange(x, DataType::Uint8, ReduceOp::Sum, stream);
+      }
+    }
+  } catch (...) {
+    for (int peer : forked) impl.peerLinkStates[peer].sends->join(stream);
+    impl.work->note(stream);
+    throw;
+  }
+  // The group ends when its sends have too.
+  for (int peer : forked) {
+    SideStream& sends = *impl.peerLinkStates[peer].sends;
+    sends.record(0, sends.stream());
+    sends.wait(stream, 0);
+  }
+  impl.work->note(stream);
 }
 
 }  // namespace ferry
