@@ -11,6 +11,7 @@
 #include <gtest/gtest.h>
 #include <sys/socket.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdlib>
 #include <string>
@@ -339,6 +340,26 @@ TEST_P(CommAcrossHosts, SendRecvWithEveryPeerOnAndAcrossHosts) {
         cudaFree(s);
         cudaFree(r);
       }
+      // Grouped on one side, two calls on the other (NCCL runs this): the first host's ranks send to
+      // and receive from their partner in one group; the partner sends, then receives.
+      const int perHost = n / hosts, partner = (rank + perHost) % n;
+      const bool first = rank < perHost;
+      std::vector<int> out(4099, rank), got(4099, -1);
+      void *s = nullptr, *r = nullptr;
+      ASSERT_EQ(cudaMalloc(&s, out.size() * 4), cudaSuccess);
+      ASSERT_EQ(cudaMalloc(&r, got.size() * 4), cudaSuccess);
+      ASSERT_EQ(cudaMemcpy(s, out.data(), out.size() * 4, cudaMemcpyHostToDevice), cudaSuccess);
+      ASSERT_EQ(cudaMemset(r, 0xff, got.size() * 4), cudaSuccess);
+      ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+      if (first) comm.groupStart();
+      comm.send(s, out.size(), DataType::Int32, partner, stream);
+      comm.recv(r, got.size(), DataType::Int32, partner, stream);
+      if (first) comm.groupEnd();
+      ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
+      ASSERT_EQ(cudaMemcpy(got.data(), r, got.size() * 4, cudaMemcpyDeviceToHost), cudaSuccess);
+      EXPECT_EQ(std::count(got.begin(), got.end(), partner), static_cast<long>(got.size())) << "rank " << rank;
+      cudaFree(s);
+      cudaFree(r);
     });
   });
 }
