@@ -15,9 +15,11 @@ namespace {
 
 FERRY_DEVICE FERRY_INLINE bool has(std::uint32_t mask, int host) { return (mask >> host & 1u) != 0; }
 
-// Tells the proxy whose partner the kernel waits for (PartnerChannels::waitingOn); 0: nobody.
-FERRY_DEVICE FERRY_INLINE void waitingOn(const PartnerChannels* channels, std::uint32_t hosts) {
-  if (channels->waitingOn != nullptr) *static_cast<volatile std::uint32_t*>(channels->waitingOn) = hosts;
+// Tells the proxy whose partner the kernel waits for (PartnerChannels::waitingOn, or waitingOnAcks
+// for acknowledgement waits where given); 0: nobody.
+FERRY_DEVICE FERRY_INLINE void waitingOn(const PartnerChannels* channels, std::uint32_t hosts, bool forAcks = false) {
+  std::uint32_t* word = forAcks && channels->waitingOnAcks != nullptr ? channels->waitingOnAcks : channels->waitingOn;
+  if (word != nullptr) *static_cast<volatile std::uint32_t*>(word) = hosts;
 }
 
 // A put with signal into partner p's scratch, and a signal alone; each returns its FIFO slot, for
@@ -134,12 +136,12 @@ __global__ void __launch_bounds__(kThreads) partnerExchange(const PartnerChannel
         }
       for (int p = 0; p < hosts; ++p)
         if (p != me && has(x.sendTo, p)) {
-          waitingOn(channels, 1u << p);
+          waitingOn(channels, 1u << p, true);
           ack[p].wait();
           if (first == 0 && mismatch == 0 && cellOf(p, kDigestBytes / 2) != x.digest)
             mismatch = static_cast<std::uint32_t>(p) + 1;
         }
-      waitingOn(channels, 0);
+      waitingOn(channels, 0, true);
       if (via >= 0) ack[via].fifo.sync(last);
       // Raised only now that this round's acknowledgements have left: the proxy fails on it, and an
       // acknowledgement it had not yet sent would leave a partner waiting instead of comparing.

@@ -53,7 +53,11 @@ struct PartnerChannels {
   // Host memory: bit h while the kernel waits for host h's partner, so that the proxy watches that
   // partner's connection then (one that goes away mid-call ends the waits through the channels'
   // abort word); a partner that closes when the kernel needs nothing more of it is not a failure.
+  // The waits for data set this word, those for acknowledgements waitingOnAcks (where given): a link
+  // of send/recv across hosts runs a send's kernel and a recv's at once, and neither may clear what
+  // the other set.
   std::uint32_t* waitingOn = nullptr;
+  std::uint32_t* waitingOnAcks = nullptr;
   // Host memory: 1 + the host whose exchange's digest differed from this rank's (0: none).
   std::uint32_t* mismatch = nullptr;
 };

@@ -105,12 +105,11 @@ struct Comm::Impl {
   // send/recv with ranks of other hosts: a link (HostPartners of two) per such peer, by its world
   // rank, made at the pair's first matched call (p2p_across_hosts.cpp); added on the caller's
   // thread while Comm::abort and aborted may walk them from another (peerLinksMu). Each link's sends
-  // run on a stream of their own, and each direction counts its exchanges (what the ends compare).
+  // and recvs run on streams of their own.
   mutable std::mutex peerLinksMu;
   std::map<int, std::unique_ptr<Partners>> peerLinks;
   struct PeerLinkState {
-    std::unique_ptr<SideStream> sends;
-    std::uint64_t sent = 0, received = 0;
+    std::unique_ptr<SideStream> sends, recvs;
   };
   std::map<int, PeerLinkState> peerLinkStates;  // (the caller's thread only)
   // What a partner's or link's failure does: ends this host's calls (across_hosts_setup.cpp).

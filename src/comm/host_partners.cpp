@@ -86,9 +86,9 @@ HostPartners::HostPartners(std::shared_ptr<Bootstrap> partners, std::uint64_t sc
     data_[p] = std::make_shared<Host2DeviceSemaphore>(comm_, connections_[p], kDataTag);
     acks_[p] = std::make_shared<Host2DeviceSemaphore>(comm_, connections_[p], kAckTag);
   }
-  FERRY_CUDA_CHECK(cudaHostAlloc(reinterpret_cast<void**>(&words_), 3 * sizeof(std::uint32_t),
+  FERRY_CUDA_CHECK(cudaHostAlloc(reinterpret_cast<void**>(&words_), 4 * sizeof(std::uint32_t),
                                  cudaHostAllocMapped | cudaHostAllocPortable));
-  words_[0] = words_[1] = words_[2] = 0;
+  words_[0] = words_[1] = words_[2] = words_[3] = 0;
   FERRY_CUDA_CHECK(cudaHostGetDevicePointer(reinterpret_cast<void**>(&wordsDevice_), words_, 0));
   // The channels' waits name world ranks in their timeout reports, and give up at once on a
   // failure or an abort (words_[1]) instead of at their timeout.
@@ -101,6 +101,7 @@ HostPartners::HostPartners(std::shared_ptr<Bootstrap> partners, std::uint64_t sc
   };
   PartnerChannels channels;
   channels.waitingOn = wordsDevice_;
+  channels.waitingOnAcks = wordsDevice_ + 3;
   channels.mismatch = wordsDevice_ + 2;
   channels.scratch = static_cast<char*>(scratch_.get());
   channels.slotBytes = slotBytes_;
@@ -153,7 +154,8 @@ void HostPartners::watch() {
   // Only the partner a kernel waits for: one that closes its connection when nothing more is needed
   // of it is done (its Comm went first at the end of a job, or at the end of a call it has no more
   // part in), not a failure.
-  const std::uint32_t waited = __atomic_load_n(&words_[0], __ATOMIC_ACQUIRE);
+  const std::uint32_t waited =
+      __atomic_load_n(&words_[0], __ATOMIC_ACQUIRE) | __atomic_load_n(&words_[3], __ATOMIC_ACQUIRE);
   if (waited == 0) return;
   for (int p = 0; p < hosts(); ++p) {
     if (p == host() || (waited >> p & 1u) == 0) continue;

@@ -79,7 +79,8 @@ class HostPartners final : public Partners {
   HostPartnersOptions options_;
   // Host memory the GPU maps: [0] the hosts whose partner a kernel waits for (the kernel writes
   // it: PartnerChannels::waitingOn), [1] raised on a failure or abort (the kernels' waits give up
-  // on it), [2] 1 + the host whose exchange differed from this rank's (PartnerChannels::mismatch).
+  // on it), [2] 1 + the host whose exchange differed from this rank's (PartnerChannels::mismatch),
+  // [3] the hosts whose partner a kernel waits for acknowledgements from (waitingOnAcks).
   std::uint32_t* words_ = nullptr;
   std::uint32_t* wordsDevice_ = nullptr;
   std::chrono::steady_clock::time_point nextWatch_;  // (the proxy thread's)

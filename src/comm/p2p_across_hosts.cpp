@@ -4,17 +4,17 @@
 // "hosts": the pair), made at the pair's first matched call, and each send or recv with it is one
 // one-way exchange of bytes through the link's slots (collectives/partner_exchange.hpp).
 //
-// A link's sends run on a stream of its own, forked from the caller's at the group and joined back
-// at its end; its recvs run on the caller's stream. The two directions of a pair are then
-// independent, as NCCL's are: a send waits only for the peer's matching recv, whatever group either
-// side puts it in, and recvs wait only for the peers' sends, which nothing on the caller's stream of
-// this group holds back. Each direction counts its exchanges over the link's life, and the ends
-// compare (sender, bytes, number): a recv of another size is an error on both sides, not a short or
-// torn message.
+// A link's sends and its recvs run on two streams of its own, forked from the caller's at the
+// group and joined back at its end, while the host's part runs on the caller's: every part of a
+// group goes on at once, as NCCL's do, so a send waits only for the peer's matching recv and a recv
+// for the peer's matching send, whatever groups either side puts them in. The ends compare the
+// sender, the receiver and the bytes (not a running number, which a CUDA graph would freeze): a recv
+// of another size is an error on both sides, not a short or torn message.
 #include <cstring>
 #include <map>
 #include <string>
 
+#include "collectives/p2p_group.hpp"
 #include "comm/comm_impl.hpp"
 #include "comm/host_partners.hpp"
 #include "comm/pair_bootstrap.hpp"
@@ -48,18 +48,19 @@ Partners& linkTo(Comm::Impl& impl, int peer, cudaStream_t stream) {
   DeviceGuard scope(impl.device);
   auto link = std::make_unique<HostPartners>(pair, env().scratchBytes / 8, std::move(options));
   impl.peerLinkStates[peer].sends = std::make_unique<SideStream>(1);
+  impl.peerLinkStates[peer].recvs = std::make_unique<SideStream>(1);
   Partners& made = *link;
   const std::lock_guard lock(impl.peerLinksMu);
   impl.peerLinks.emplace(peer, std::move(link));
   return made;
 }
 
-// What the two ends of the n-th exchange from world rank `from` to `to` compare
+// What the two ends of an exchange of `bytes` from world rank `from` to `to` compare
 // (partner_exchange.hpp).
-std::uint64_t digestOf(int from, int to, std::uint64_t bytes, std::uint64_t n) {
+std::uint64_t digestOf(int from, int to, std::uint64_t bytes) {
   std::uint64_t h = 0xcbf29ce484222325ull;  // FNV-1a
   for (const std::uint64_t v : {std::uint64_t{0x5e4d}, static_cast<std::uint64_t>(from),
-                                static_cast<std::uint64_t>(to), bytes, n}) {
+                                static_cast<std::uint64_t>(to), bytes}) {
     h ^= v;
     h *= 0x100000001b3ull;
   }
@@ -101,33 +102,45 @@ void runGroupAcrossHosts(Comm::Impl& impl, std::vector<PeerCall> calls) {
   impl.forEachPartners([](Partners& p) {
     if (p.failed()) p.throwFailure();  // a partner or peer went away in an earlier call
   });
-  // Every link first, in world-rank order (each is made with its peer, which makes them in the same
-  // order), so that an error there leaves nothing of the group queued.
+  // The host's part is checked before anything is queued (its kernel's plan), and every link is
+  // made, in world-rank order (each with its peer, which makes them in the same order): an error
+  // leaves nothing of the group queued.
+  if (!local.empty())
+    (void)planP2PGroup(local, impl.p2p ? impl.p2pLaunch.residentBlocks : 1, impl.p2pLaunch.maxBlocks);
   std::map<int, Partners*> links;
   for (const auto& [peer, io] : remote) links[peer] = &linkTo(impl, peer, stream);
   DeviceGuard scope(impl.device);
   impl.work->orderAfterLast(stream);
-  // The sends' streams fork from the caller's before anything of this group is on it.
-  for (const auto& [peer, io] : remote) {
-    if (io.sends.empty()) continue;
-    SideStream& sends = *impl.peerLinkStates[peer].sends;
-    sends.record(0, stream);
-    sends.wait(sends.stream(), 0);
-  }
-  std::vector<int> forked;
+  // Each link's sends (side 0) and recvs (side 1) fork from the caller's stream before anything of
+  // this group is on it.
+  std::vector<SideStream*> forked;
   try {
     for (const auto& [peer, io] : remote) {
-      if (io.sends.empty()) continue;
       Comm::Impl::PeerLinkState& state = impl.peerLinkStates[peer];
-      forked.push_back(peer);
+      for (SideStream* side : {state.sends.get(), state.recvs.get()}) {
+        side->record(0, stream);
+        side->wait(side->stream(), 0);
+        forked.push_back(side);
+      }
+    }
+    for (const auto& [peer, io] : remote) {
+      Comm::Impl::PeerLinkState& state = impl.peerLinkStates[peer];
       Partners& link = *links[peer];
       for (const PeerCall* c : io.sends) {
         PartnerExchange x;
         x.count = c->bytes();
         x.src = static_cast<const char*>(c->buffer);
         x.sendTo = 1u << (1 - link.host());
-        x.digest = digestOf(me, peer, x.count, state.sent++);
+        x.digest = digestOf(me, peer, x.count);
         link.exchange(x, DataType::Uint8, ReduceOp::Sum, state.sends->stream());
+      }
+      for (const PeerCall* c : io.recvs) {
+        PartnerExchange x;
+        x.count = c->bytes();
+        x.dst = static_cast<char*>(const_cast<void*>(c->buffer));
+        x.recvFrom = 1u << (1 - link.host());
+        x.digest = digestOf(peer, me, x.count);
+        link.exchange(x, DataType::Uint8, ReduceOp::Sum, state.recvs->stream());
       }
     }
     if (!local.empty()) {
@@ -135,28 +148,15 @@ void runGroupAcrossHosts(Comm::Impl& impl, std::vector<PeerCall> calls) {
       impl.pending = std::move(local);
       impl.runGroup();
     }
-    for (const auto& [peer, io] : remote) {
-      Comm::Impl::PeerLinkState& state = impl.peerLinkStates[peer];
-      Partners& link = *links[peer];
-      for (const PeerCall* c : io.recvs) {
-        PartnerExchange x;
-        x.count = c->bytes();
-        x.dst = static_cast<char*>(const_cast<void*>(c->buffer));
-        x.recvFrom = 1u << (1 - link.host());
-        x.digest = digestOf(peer, me, x.count, state.received++);
-        link.exchange(x, DataType::Uint8, ReduceOp::Sum, stream);
-      }
-    }
   } catch (...) {
-    for (int peer : forked) impl.peerLinkStates[peer].sends->join(stream);
+    for (SideStream* side : forked) side->join(stream);
     impl.work->note(stream);
     throw;
   }
-  // The group ends when its sends have too.
-  for (int peer : forked) {
-    SideStream& sends = *impl.peerLinkStates[peer].sends;
-    sends.record(0, sends.stream());
-    sends.wait(stream, 0);
+  // The group ends when every part of it has.
+  for (SideStream* side : forked) {
+    side->record(0, side->stream());
+    side->wait(stream, 0);
   }
   impl.work->note(stream);
 }
