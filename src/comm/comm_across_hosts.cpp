@@ -3,8 +3,9 @@
 // partners on the other hosts (HostPartners: Ethernet PortChannels, nothing mapped). A call runs in
 // phases on the caller's stream, each a call of this host's Comm or partner exchanges
 // (collectives/partner_exchange.hpp). These are the phases of the algorithm across_hosts; where the
-// tuning table or a forced choice says so, allReduce and allGather run as across_hosts_pipelined
-// instead (across_hosts_algorithms.hpp; allReducePipelined and allGatherOverlapped below). With H
+// tuning table or a forced choice says so, allReduce, allGather and broadcast run as
+// across_hosts_pipelined instead (across_hosts_algorithms.hpp; allReducePipelined,
+// allGatherOverlapped and broadcastPipelined below). With H
 // hosts of L ranks, rank (h, l) does:
 //   allReduce      on the host, the whole buffer (op, or sum for an average); across the partners,
 //                  part l of it, in host order (the average divides there, by the world's ranks);
@@ -491,8 +492,9 @@ struct AcrossHosts {
     };
     const auto onHostPiece = [&](std::uint64_t k) {
       const Range p = piece(k);
-      if (root)
-        onHost(Collective::Broadcast, send() + p.begin * es, recv() + p.begin * es, p.size(), ReduceOp::Sum, rootLocal);
+      if (root)  // (only the root has a send buffer)
+        onHost(Collective::Broadcast, send() != nullptr ? send() + p.begin * es : nullptr, recv() + p.begin * es,
+               p.size(), ReduceOp::Sum, rootLocal);
       else
         onHost(Collective::AllGather, mine(p), recv() + p.begin * es, partOf(p), ReduceOp::Sum);
     };
@@ -528,9 +530,15 @@ struct AcrossHosts {
           onHostPiece(k);
         }
       }
-      if (root) side.wait(call.stream, exchanged(cut.pieces - 1));  // (its sends are the call's too)
+      if (root) {
+        side.wait(call.stream, exchanged(cut.pieces - 1));  // (its sends are the call's too)
+        impl.work->note(call.stream);  // (so that destroying the Comm, or a call on another stream, waits for them)
+      }
     } catch (...) {
-      if (forked) side.join(call.stream);
+      if (forked) {
+        side.join(call.stream);
+        impl.work->note(call.stream);
+      }
       throw;
     }
   }

@@ -206,6 +206,7 @@ TEST_P(CommAcrossHosts, PipelinedAllReduceAndAllGatherEveryTypeOpPlacementAndSiz
       // broadcast, forced, from a rank of each host: the root's host sends the parts of each piece
       // while it broadcasts the next; the others gather each piece's parts as the next arrive.
       comm.setAlgorithm(Collective::Broadcast, "across_hosts_pipelined");
+      ASSERT_EQ(comm.algorithmFor(Collective::Broadcast, 1 << 20, DataType::Float32), "across_hosts_pipelined");
       calls = 0;
       for (int t = 0; t < kDataTypeCount; ++t)
         for (std::size_t count : {std::size_t{32}, std::size_t{32} * 6151, std::size_t{32} * 20011})
