@@ -14,14 +14,15 @@ const char* toString(AcrossHostsAlgorithm a) {
 
 std::optional<AcrossHostsAlgorithm> parseAcrossHostsAlgorithm(std::string_view name, Collective c) {
   if (name == toString(AcrossHostsAlgorithm::Phases)) return AcrossHostsAlgorithm::Phases;
-  if (name == toString(AcrossHostsAlgorithm::Pipelined) && (c == Collective::AllReduce || c == Collective::AllGather))
+  if (name == toString(AcrossHostsAlgorithm::Pipelined) &&
+      (c == Collective::AllReduce || c == Collective::AllGather || c == Collective::Broadcast))
     return AcrossHostsAlgorithm::Pipelined;
   return std::nullopt;
 }
 
 std::string acrossHostsAlgorithmNames(Collective c) {
   std::string names = toString(AcrossHostsAlgorithm::Phases);
-  if (c == Collective::AllReduce || c == Collective::AllGather)
+  if (c == Collective::AllReduce || c == Collective::AllGather || c == Collective::Broadcast)
     names += std::string(", ") + toString(AcrossHostsAlgorithm::Pipelined);
   return names;
 }
@@ -45,8 +46,9 @@ AcrossHostsPieces acrossHostsPieces(std::uint64_t count, std::uint64_t elementBy
 
 std::string whyNotAcrossHosts(AcrossHostsAlgorithm a, const CollectiveCall& call, const HostLayout& layout) {
   if (a == AcrossHostsAlgorithm::Phases) return {};
-  if (call.collective != Collective::AllReduce && call.collective != Collective::AllGather)
-    return "it runs allReduce and allGather only";
+  if (call.collective != Collective::AllReduce && call.collective != Collective::AllGather &&
+      call.collective != Collective::Broadcast)
+    return "it runs allReduce, allGather and broadcast only";
   if (!layout.even) return "its hosts have different numbers of ranks";
   if (!layout.contiguous) return "a host's ranks are not consecutive world ranks";
   if (layout.columns < 2) return "its hosts have one rank each (nothing to reduce or gather on a host)";

@@ -18,6 +18,9 @@
 //                           allGather on such hosts (any count): the exchange of this rank's own
 //                           chunk on that stream while the host gathers its ranks' chunks, then the
 //                           host gathers the other hosts' (the exchange needs nothing of the first).
+//                           broadcast, in the allReduce's pieces and parts: the root's host sends
+//                           piece k's parts while it broadcasts piece k + 1, the other hosts gather
+//                           piece k's parts while piece k + 1's arrive.
 #include <cstdint>
 #include <optional>
 #include <string>

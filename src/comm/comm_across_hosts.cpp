@@ -3,8 +3,9 @@
 // partners on the other hosts (HostPartners: Ethernet PortChannels, nothing mapped). A call runs in
 // phases on the caller's stream, each a call of this host's Comm or partner exchanges
 // (collectives/partner_exchange.hpp). These are the phases of the algorithm across_hosts; where the
-// tuning table or a forced choice says so, allReduce and allGather run as across_hosts_pipelined
-// instead (across_hosts_algorithms.hpp; allReducePipelined and allGatherOverlapped below). With H
+// tuning table or a forced choice says so, allReduce, allGather and broadcast run as
+// across_hosts_pipelined instead (across_hosts_algorithms.hpp; allReducePipelined,
+// allGatherOverlapped and broadcastPipelined below). With H
 // hosts of L ranks, rank (h, l) does:
 //   allReduce      on the host, the whole buffer (op, or sum for an average); across the partners,
 //                  part l of it, in host order (the average divides there, by the world's ranks);
@@ -448,6 +449,7 @@ struct AcrossHosts {
   }
 
   void broadcast() {
+    if (algorithm == AcrossHostsAlgorithm::Pipelined) return broadcastPipelined();
     const int rootHost = layout.hostOf[call.root], rootLocal = layout.localOf[call.root];
     if (host == rootHost) onHost(Collective::Broadcast, call.send, call.recv, call.count, ReduceOp::Sum, rootLocal);
     everyColumn([&](int c) {
@@ -459,6 +461,86 @@ struct AcrossHosts {
       acrossPartners(x, ReduceOp::Sum, c);
     });
     if (host != rootHost) broadcastParts(call.count);
+  }
+
+  // broadcast as across_hosts_pipelined, in the allReduce's pieces and parts: on the root's host, a
+  // broadcast of piece k from the root, then (side stream) part l of it to the partners, while the
+  // host broadcasts piece k + 1; on every other host, part l of piece k from the root's host (side
+  // stream), then an allGather of the parts, while part l of piece k + 1 arrives.
+  void broadcastPipelined() {
+    const int rootHost = layout.hostOf[call.root], rootLocal = layout.localOf[call.root];
+    const bool root = host == rootHost;
+    const AcrossHostsPieces cut = acrossHostsPieces(call.count, es, perHost, impl.acrossHostsPiece);
+    const auto piece = [&](std::uint64_t k) {
+      const std::uint64_t begin = k * cut.pieceCount;
+      return Range{begin, std::min<std::uint64_t>(begin + cut.pieceCount, call.count)};
+    };
+    const auto partOf = [&](const Range& p) { return p.size() / static_cast<std::uint64_t>(perHost); };
+    const auto mine = [&](const Range& p) {
+      return recv() + (p.begin + static_cast<std::uint64_t>(local) * partOf(p)) * es;
+    };
+    const auto exchange = [&](std::uint64_t k, cudaStream_t side) {
+      const Range p = piece(k);
+      PartnerExchange x;
+      x.src = x.dst = mine(p);
+      x.count = partOf(p);
+      if (root)
+        x.sendTo = othersThan(host, hosts);
+      else
+        x.recvFrom = 1u << rootHost;
+      acrossPartners(x, ReduceOp::Sum, local, static_cast<int>(k), side);
+    };
+    const auto onHostPiece = [&](std::uint64_t k) {
+      const Range p = piece(k);
+      if (root)  // (only the root has a send buffer)
+        onHost(Collective::Broadcast, send() != nullptr ? send() + p.begin * es : nullptr, recv() + p.begin * es,
+               p.size(), ReduceOp::Sum, rootLocal);
+      else
+        onHost(Collective::AllGather, mine(p), recv() + p.begin * es, partOf(p), ReduceOp::Sum);
+    };
+    if (cut.pieces == 1) {
+      if (root) onHostPiece(0);
+      exchange(0, nullptr);
+      if (!root) onHostPiece(0);
+      return;
+    }
+    SideStream& side = *impl.acrossHostsSide;
+    DeviceGuard scope(impl.device);
+    impl.work->orderAfterLast(call.stream);  // (the side stream follows the Comm's previous call too)
+    const auto ready = [](std::uint64_t k) { return static_cast<int>(2 * k); };
+    const auto exchanged = [](std::uint64_t k) { return static_cast<int>(2 * k + 1); };
+    bool forked = false;
+    try {
+      if (!root) {  // (the parts arrive whatever this host's stream does meanwhile)
+        side.record(ready(0), call.stream);
+        side.wait(side.stream(), ready(0));
+        forked = true;
+      }
+      for (std::uint64_t k = 0; k < cut.pieces; ++k) {
+        if (root) {
+          onHostPiece(k);
+          side.record(ready(k), call.stream);
+          side.wait(side.stream(), ready(k));
+          forked = true;
+        }
+        exchange(k, side.stream());
+        side.record(exchanged(k), side.stream());
+        if (!root) {
+          side.wait(call.stream, exchanged(k));
+          onHostPiece(k);
+        }
+      }
+      if (root) {
+        side.wait(call.stream, exchanged(cut.pieces - 1));  // (its sends are the call's too)
+        impl.work->note(call.stream);  // (so that destroying the Comm, or a call on another stream, waits for them)
+      }
+    } catch (...) {
+      if (forked) {
+        side.join(call.stream);
+        impl.work->note(call.stream);
+      }
+      throw;
+    }
   }
 
   void reduce() {

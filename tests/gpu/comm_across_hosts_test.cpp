@@ -150,8 +150,9 @@ class RanksEnv {
 
 // across_hosts_pipelined: allReduce in pieces of 64 KiB (counts of whole parts, of one piece, of
 // dozens with a short last one, and of more than the 64 a call is cut into at most) and, forced,
-// allGather (its exchange beside the host's first gather); every data type x reduce op x placement,
-// element by element. (Hosts of one rank run phases: no test.)
+// allGather (its exchange beside the host's first gather) and broadcast (in the same pieces, from
+// either host); every data type x reduce op x placement, element by element. (Hosts of one rank run
+// phases: no test.)
 TEST_P(CommAcrossHosts, PipelinedAllReduceAndAllGatherEveryTypeOpPlacementAndSize) {
   const auto [n, hosts] = GetParam();
   if (n == hosts) GTEST_SKIP() << "hosts of one rank each run allReduce as phases (nothing to pipeline)";
@@ -203,6 +204,22 @@ TEST_P(CommAcrossHosts, PipelinedAllReduceAndAllGatherEveryTypeOpPlacementAndSiz
           }
       if (rank == 0) std::printf("%zu allGather calls checked\n", calls);
       comm.setAlgorithm(Collective::AllGather, "");
+      // broadcast, forced, from a rank of each host: the root's host sends the parts of each piece
+      // while it broadcasts the next; the others gather each piece's parts as the next arrive.
+      comm.setAlgorithm(Collective::Broadcast, "across_hosts_pipelined");
+      ASSERT_EQ(comm.algorithmFor(Collective::Broadcast, 1 << 20, DataType::Float32), "across_hosts_pipelined");
+      calls = 0;
+      for (int t = 0; t < kDataTypeCount; ++t)
+        for (std::size_t count : {std::size_t{32}, std::size_t{32} * 6151, std::size_t{32} * 20011})
+          for (int root : {0, n - 1})
+            for (bool inPlace : {false, true}) {
+              const CallShape s{Collective::Broadcast, static_cast<DataType>(t), ReduceOp::Sum, count, rank, n, root,
+                                ++seed};
+              ++calls;
+              if (!checkCall(comm, *boot, stream, s, inPlace)) return;
+            }
+      if (rank == 0) std::printf("%zu broadcast calls checked\n", calls);
+      comm.setAlgorithm(Collective::Broadcast, "");
     });
   });
 }

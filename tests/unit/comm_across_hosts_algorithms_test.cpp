@@ -88,10 +88,15 @@ TEST(AcrossHostsAlgorithms, PipelinedRunsAllReduceOnEvenConsecutiveHostsOfWholeP
   gather.collective = Collective::AllGather;
   EXPECT_EQ(whyNotAcrossHosts(AcrossHostsAlgorithm::Pipelined, gather, twoByTwo), "");
   EXPECT_CONTAINS(whyNotAcrossHosts(AcrossHostsAlgorithm::Pipelined, gather, evenLayout(2, 1)), "one rank each");
-  CollectiveCall broadcast = gather;
+  CollectiveCall broadcast = allReduceOf(1024, DataType::Float32, 4);
   broadcast.collective = Collective::Broadcast;
-  EXPECT_CONTAINS(whyNotAcrossHosts(AcrossHostsAlgorithm::Pipelined, broadcast, twoByTwo),
-                  "allReduce and allGather only");
+  EXPECT_EQ(whyNotAcrossHosts(AcrossHostsAlgorithm::Pipelined, broadcast, twoByTwo), "");
+  broadcast.count = 1020;  // (parts of whole 16 bytes, as the allReduce's)
+  EXPECT_CONTAINS(whyNotAcrossHosts(AcrossHostsAlgorithm::Pipelined, broadcast, twoByTwo), "multiple of 8");
+  CollectiveCall scatter = broadcast;
+  scatter.collective = Collective::ReduceScatter;
+  EXPECT_CONTAINS(whyNotAcrossHosts(AcrossHostsAlgorithm::Pipelined, scatter, twoByTwo),
+                  "allReduce, allGather and broadcast only");
   EXPECT_CONTAINS(whyNotAcrossHosts(AcrossHostsAlgorithm::Pipelined, allReduceOf(1024, DataType::Float32, 2),
                                     evenLayout(2, 1)),
                   "one rank each");
@@ -181,8 +186,8 @@ TEST(AcrossHostsForcing, FerryAlgoNamesThemBesideTheHostsAlgorithms) {
   EXPECT_CONTAINS(invalidUsageOf([&] { parseForcedAlgorithms("across_hosts", &across); }), "name the collective");
   EXPECT_CONTAINS(invalidUsageOf([&] { parseForcedAlgorithms("across_hosts_pipelined", &across); }),
                   "name the collective");
-  EXPECT_CONTAINS(invalidUsageOf([&] { parseForcedAlgorithms("broadcast=across_hosts_pipelined", &across); }),
-                  "no algorithm across hosts of broadcast");
+  EXPECT_CONTAINS(invalidUsageOf([&] { parseForcedAlgorithms("reducescatter=across_hosts_pipelined", &across); }),
+                  "no algorithm across hosts of reducescatter");
   EXPECT_CONTAINS(invalidUsageOf([&] { parseForcedAlgorithms("allsum=across_hosts", &across); }),
                   "unknown collective 'allsum'");
   EXPECT_CONTAINS(invalidUsageOf([&] {
@@ -238,7 +243,7 @@ TEST(AcrossHostsTuningFile, MalformedRowsAreInvalidUsageNamingTheField) {
   EXPECT_CONTAINS(error("{\"collective\": \"allreduce\", \"hosts\": 2, \"max_bytes\": 1, \"algorithm\": "
                         "\"allreduce_ll\"}"),
                   "is no algorithm across hosts of allreduce");
-  EXPECT_CONTAINS(error("{\"collective\": \"broadcast\", \"hosts\": 2, \"max_bytes\": 1, \"algorithm\": "
+  EXPECT_CONTAINS(error("{\"collective\": \"reducescatter\", \"hosts\": 2, \"max_bytes\": 1, \"algorithm\": "
                         "\"across_hosts_pipelined\"}"),
                   "across_hosts)");
   EXPECT_CONTAINS(error("{\"collective\": \"allreduce\", \"hosts\": 2, \"topology\": \"pcie\", \"max_bytes\": 1, "
