@@ -38,7 +38,7 @@ FERRY_DEVICE FERRY_INLINE SemaphoreDeviceHandle laneSemaphore(const P2PContext& 
 
 // The packet slot of chunk g of (sender, lane) in an inbox (p2p.hpp: packets have slots of their own).
 FERRY_DEVICE FERRY_INLINE std::uint64_t packetSlot(const P2PContext& c, int sender, int lane, std::uint64_t g) {
-  return p2pPacketSlotOffset(c.nranks, sender, lane, g % kP2PSlots);
+  return p2pPacketSlotOffset(c.nranks, sender, lane, g % kP2PPacketSlots);
 }
 
 FERRY_DEVICE FERRY_INLINE bool aborted(const WaitContext& wait) {
@@ -52,7 +52,8 @@ FERRY_DEVICE FERRY_INLINE void sendLane(const P2PContext& c, int peer, const cha
                                         int lane, const Range& part) {
   std::uint64_t* total = c.sent + peer * kP2PLanes + lane;
   const std::uint64_t first = *total;
-  const std::uint64_t chunks = (part.size() + kP2PChunkBytes - 1) / kP2PChunkBytes;
+  const std::uint64_t chunk = p2pChunkBytes(part.size());
+  const std::uint64_t chunks = (part.size() + chunk - 1) / chunk;
   const SemaphoreDeviceHandle data = laneSemaphore(c, c.arrived, c.peerArrived, peer, lane);
   const SemaphoreDeviceHandle freed = laneSemaphore(c, c.acked, c.peerAcked, peer, lane);
   char* inbox = c.peerInbox[peer];
@@ -60,8 +61,8 @@ FERRY_DEVICE FERRY_INLINE void sendLane(const P2PContext& c, int peer, const cha
     // One chunk of packets: word w of the part in packet w + 1, the message's size in packet 0 (for
     // the receiver's check). No `arrived` signal: the packets are it.
     const std::uint64_t g = first;
-    if (threadIdx.x == 0 && g >= kP2PSlots)
-      freed.waitAt(g + 1 - kP2PSlots, "send: waiting for the receiver to free a slot");
+    if (threadIdx.x == 0 && g >= kP2PPacketSlots)
+      freed.waitAt(g + 1 - kP2PPacketSlots, "send: waiting for the receiver to free a slot");
     __syncthreads();
     auto* packets = reinterpret_cast<LL16Packet*>(inbox + packetSlot(c, c.rank, lane, g));
     const auto flag = static_cast<std::uint32_t>(g + 1);
@@ -77,7 +78,7 @@ FERRY_DEVICE FERRY_INLINE void sendLane(const P2PContext& c, int peer, const cha
     if (threadIdx.x == 0 && g >= kP2PSlots)
       freed.waitAt(g + 1 - kP2PSlots, "send: waiting for the receiver to free a slot");
     __syncthreads();
-    const std::uint64_t off = i * kP2PChunkBytes, len = min(kP2PChunkBytes, part.size() - off);
+    const std::uint64_t off = i * chunk, len = min(chunk, part.size() - off);
     copy(inbox + p2pSlotOffset(c.rank, lane, g % kP2PSlots), src + part.begin + off, len, threadIdx.x, blockDim.x);
     __syncthreads();
     if (threadIdx.x == 0) {
@@ -104,7 +105,8 @@ FERRY_DEVICE FERRY_INLINE void recvLane(const P2PContext& c, int peer, char* dst
                                         int lane, const Range& part) {
   std::uint64_t* total = c.received + peer * kP2PLanes + lane;
   const std::uint64_t first = *total;
-  const std::uint64_t chunks = (part.size() + kP2PChunkBytes - 1) / kP2PChunkBytes;
+  const std::uint64_t chunk = p2pChunkBytes(part.size());
+  const std::uint64_t chunks = (part.size() + chunk - 1) / chunk;
   const SemaphoreDeviceHandle data = laneSemaphore(c, c.arrived, c.peerArrived, peer, lane);
   const SemaphoreDeviceHandle freed = laneSemaphore(c, c.acked, c.peerAcked, peer, lane);
   if (p2pPackets(bytes)) {
@@ -164,7 +166,7 @@ FERRY_DEVICE FERRY_INLINE void recvLane(const P2PContext& c, int peer, char* dst
       if ((packets || !aborted(data.wait_)) && theirs != bytes) reportSizeMismatch(c, peer, bytes, theirs);
     }
     __syncthreads();
-    const std::uint64_t off = i * kP2PChunkBytes, len = min(kP2PChunkBytes, part.size() - off);
+    const std::uint64_t off = i * chunk, len = min(chunk, part.size() - off);
     copy(dst + part.begin + off, c.inbox + p2pSlotOffset(peer, lane, g % kP2PSlots), len, threadIdx.x, blockDim.x);
     // Every read of the slot is done before the sender may overwrite it: each thread stored what it
     // read before the barrier, so its loads had returned. The signal orders nothing else, so it is

@@ -3,10 +3,10 @@
 // every peer (one allocation per rank, mapped by every peer, made with the Comm).
 //
 // A message is cut into lanes (the same number on both sides, decided by its size alone: one per
-// kP2PLaneGrain, at most kP2PLanes) and each lane into chunks of kP2PChunkBytes. Lane l from rank s
-// to rank r is a ring of kP2PSlots chunk slots in r's inbox with two counters that only grow:
-// `arrived` (in r's memory, written by s: chunks written so far) and `acked` (in s's memory,
-// written by r: chunks copied out so far). The sender writes chunk g into slot g % kP2PSlots once
+// kP2PLaneGrain, at most kP2PLanes) and each lane into chunks of p2pChunkBytes (at most a slot).
+// Lane l from rank s to rank r is a ring of kP2PSlots chunk slots in r's inbox with two counters
+// that only grow: `arrived` (in r's memory, written by s: chunks written so far) and `acked` (in
+// s's memory, written by r: chunks copied out so far). The sender writes chunk g into slot g % kP2PSlots once
 // acked >= g + 1 - kP2PSlots; the receiver copies it out once arrived >= g + 1. Each side also
 // keeps its own running total per (peer, lane), so consecutive messages continue where the last
 // left off, also across CUDA graph replays. Beside each slot the sender writes the size of the
@@ -39,10 +39,20 @@ namespace ferry {
 // On 2 H200, 16 lanes of one 256-thread block each with 32 KiB chunks moved 137 GB/s: too few bytes
 // in flight, and a fence every 32 KiB. On 2 H100, 32 lanes moved 274 GB/s at 1 GiB, where one
 // 132-block kernel's puts reach 364 GB/s: a block's stores alone do not fill NVLink, so large
-// messages take 64 lanes. An inbox holds kP2PLanes * kP2PSlots * kP2PChunkBytes (16 MiB) per sender.
+// messages take 64 lanes. Each chunk ends with a barrier and a system-scope release (about 1.5 us
+// in which the block stores nothing), so larger chunks waste less: on 2 H200 (sendrecv and
+// alltoall at 16 MiB-1 GiB, 2026-11-27, docs/measurements/h200x2-2026-11-27-p2p-chunks.md) two
+// 256 KiB slots a lane moved 364 GB/s at 1 GiB where four of 64 KiB moved 338 (NCCL 365); 128
+// lanes of 32 or 64 KiB (336-349), three or four slots of 128 KiB (360) and 32 lanes of 256 KiB (353)
+// did less. But a lane of 256 KiB (a 16 MiB message) then goes as one chunk, its copy-out after
+// its stores (59.4 us at 16 MiB where four chunks of 64 KiB took 56.5), so a lane's chunks are a
+// quarter of its part, between 64 and 256 KiB (p2pChunkBytes): both sides compute them from the
+// part's size, and a slot holds any of them. An inbox holds kP2PLanes * kP2PSlots *
+// kP2PChunkBytes (32 MiB) per sender.
 inline constexpr int kP2PLanes = 64;
-inline constexpr int kP2PSlots = 4;
-inline constexpr std::uint64_t kP2PChunkBytes = 64 << 10;
+inline constexpr int kP2PSlots = 2;
+inline constexpr std::uint64_t kP2PChunkBytes = 256 << 10;  // a slot; the largest chunk
+inline constexpr std::uint64_t kP2PMinChunkBytes = 64 << 10;
 inline constexpr std::uint64_t kP2PLaneGrain = 32 << 10;  // message bytes per lane, below kP2PLanes lanes
 inline constexpr int kP2PThreads = 512;
 inline constexpr int kP2PMaxOps = 64;       // messages per group
@@ -55,6 +65,10 @@ inline constexpr int kP2PMaxStreams = 2 * kMaxRanks + 1;  // (peer, direction), 
 // kP2PPacketLaneGrain, whose packets fit a slot.
 // Packets have slots of their own (p2pPacketSlotOffset), never written by the other protocol: a
 // chunk's raw data left in a slot could hold the flag a later packet's receiver polls for.
+// Their ring of slots is deeper than the raw chunks' (back-to-back small calls keep going while
+// the receiver acknowledges): `acked` counts both protocols' chunks of a lane in order, so acked >=
+// g + 1 - S frees the slot g % S of either ring, whichever protocol used it before.
+inline constexpr int kP2PPacketSlots = 4;
 inline constexpr std::uint64_t kP2PPacketBytes = 64 << 10;
 inline constexpr std::uint64_t kP2PPacketLaneGrain = 16 << 10;
 inline constexpr int kP2PPacketLanes = static_cast<int>(kP2PPacketBytes / kP2PPacketLaneGrain);
@@ -69,6 +83,14 @@ FERRY_HOST_DEVICE constexpr int p2pLanes(std::uint64_t bytes) {
   const std::uint64_t grain = p2pPackets(bytes) ? kP2PPacketLaneGrain : kP2PLaneGrain;
   const std::uint64_t n = (bytes + grain - 1) / grain;
   return n < 1 ? 1 : n > kP2PLanes ? kP2PLanes : static_cast<int>(n);
+}
+
+// The chunks of a lane's part of `partBytes`: a quarter of it in whole 16 bytes, within
+// [kP2PMinChunkBytes, kP2PChunkBytes], so a lane of a mid-size message still pipelines its stores
+// and its copy-out, and a large one pays one barrier and fence per 256 KiB.
+FERRY_HOST_DEVICE constexpr std::uint64_t p2pChunkBytes(std::uint64_t partBytes) {
+  const std::uint64_t quarter = (partBytes / 4 + 15) / 16 * 16;
+  return quarter < kP2PMinChunkBytes ? kP2PMinChunkBytes : quarter > kP2PChunkBytes ? kP2PChunkBytes : quarter;
 }
 
 struct P2PContext {
@@ -123,7 +145,7 @@ FERRY_HOST_DEVICE constexpr std::uint64_t p2pSlotOffset(int sender, int lane, st
 FERRY_HOST_DEVICE constexpr std::uint64_t p2pPacketSlotOffset(int senders, int sender, int lane,
                                                               std::uint64_t slot) {
   return p2pSlotOffset(senders, 0, 0) +
-         ((static_cast<std::uint64_t>(sender) * kP2PPacketLanes + lane) * kP2PSlots + slot) *
+         ((static_cast<std::uint64_t>(sender) * kP2PPacketLanes + lane) * kP2PPacketSlots + slot) *
              kP2PPacketSlotBytes;
 }
 

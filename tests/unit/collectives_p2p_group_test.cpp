@@ -46,6 +46,18 @@ TEST(P2PGroup, LanesFollowTheSizeAlone) {
   EXPECT_EQ(p2pLanes(1ull << 30), kP2PLanes);
 }
 
+// A lane's chunks: a quarter of its part in whole 16 bytes, never smaller than kP2PMinChunkBytes nor
+// larger than a slot.
+TEST(P2PGroup, ChunksAreAQuarterOfAPartWithinTheirBounds) {
+  EXPECT_EQ(p2pChunkBytes(1), kP2PMinChunkBytes);
+  EXPECT_EQ(p2pChunkBytes(4 * kP2PMinChunkBytes), kP2PMinChunkBytes);
+  EXPECT_EQ(p2pChunkBytes(4 * kP2PMinChunkBytes + 4 * 16), kP2PMinChunkBytes + 16);
+  EXPECT_EQ(p2pChunkBytes(512 << 10), 128u << 10);
+  EXPECT_EQ(p2pChunkBytes(1ull << 30), kP2PChunkBytes);
+  for (std::uint64_t part : {1ull, 4099ull, 300001ull, 1ull << 20, (16ull << 20) / 64 + 16})
+    EXPECT_EQ(p2pChunkBytes(part) % 16, 0u) << part;
+}
+
 // Every lane of a message sent as packets fits its packet slot (the size packet and one packet per
 // word), and the packet slots of every sender fit behind the raw ones.
 TEST(P2PGroup, PacketLanesFitTheirSlots) {
@@ -59,7 +71,7 @@ TEST(P2PGroup, PacketLanesFitTheirSlots) {
     }
   }
   EXPECT_FALSE(p2pPackets(kP2PPacketBytes + 1));
-  EXPECT_EQ(p2pPacketSlotOffset(2, 1, kP2PPacketLanes - 1, kP2PSlots - 1) + kP2PPacketSlotBytes,
+  EXPECT_EQ(p2pPacketSlotOffset(2, 1, kP2PPacketLanes - 1, kP2PPacketSlots - 1) + kP2PPacketSlotBytes,
             p2pPacketSlotOffset(2, 2, 0, 0));
   EXPECT_EQ(p2pPacketSlotOffset(2, 0, 0, 0), p2pSlotOffset(2, 0, 0));
 }
