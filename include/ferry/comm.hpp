@@ -136,8 +136,9 @@ class FERRY_API Comm {
   // Point-to-point: `count` elements from this rank's `buffer` to rank `peer`'s recv, which must
   // name the same count and type. Sends and recvs between a pair of ranks match in the order they
   // were issued. Outside a group each is its own kernel and returns once it is queued; a send
-  // finishes without its recv only while the peer's inbox (2 MiB) holds it and all unreceived
-  // sends before it, so two ranks that both send first and receive second must group the pair.
+  // finishes without its recv only while the peer's inbox holds it and all unreceived sends
+  // before it (two chunks a lane: one message of up to 8 MiB, docs/collectives.md), so two ranks
+  // that both send first and receive second must group the pair (as NCCL requires).
   // A rank may send to itself only within a group that also holds the matching recv.
   void send(const void* buffer, std::size_t count, DataType type, int peer, cudaStream_t stream);
   void recv(void* buffer, std::size_t count, DataType type, int peer, cudaStream_t stream);

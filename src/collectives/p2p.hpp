@@ -89,7 +89,7 @@ FERRY_HOST_DEVICE constexpr int p2pLanes(std::uint64_t bytes) {
 // [kP2PMinChunkBytes, kP2PChunkBytes], so a lane of a mid-size message still pipelines its stores
 // and its copy-out, and a large one pays one barrier and fence per 256 KiB.
 FERRY_HOST_DEVICE constexpr std::uint64_t p2pChunkBytes(std::uint64_t partBytes) {
-  const std::uint64_t quarter = (partBytes / 4 + 15) / 16 * 16;
+  const std::uint64_t quarter = ((partBytes + 3) / 4 + 15) / 16 * 16;  // (rounded up: at most four chunks)
   return quarter < kP2PMinChunkBytes ? kP2PMinChunkBytes : quarter > kP2PChunkBytes ? kP2PChunkBytes : quarter;
 }
 

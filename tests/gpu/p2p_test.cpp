@@ -2,8 +2,9 @@
 // on 2 and 4 ranks, every byte checked against what the sender wrote, receive buffers poisoned
 // first: a group where every rank sends to and receives from every rank (itself included) with a
 // different size per pair; several messages to one peer in one group; long ungrouped streams
-// between two ranks that overrun the inbox; odd sizes and unaligned buffers; a group captured in a
-// CUDA graph and replayed; a recv whose sender never comes; and a send and recv of different sizes.
+// between two ranks that overrun what the inbox holds (two chunks a lane); odd sizes and unaligned
+// buffers; a group captured in a CUDA graph and replayed; a recv whose sender never comes; and a
+// send and recv of different sizes.
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -64,9 +65,9 @@ class GpuP2P : public ::testing::TestWithParam<int> {
 };
 
 // Every rank sends to every rank and receives from every rank in one group; pair (s, r) carries a
-// size of its own, from 1 byte to beyond the inbox. Then again on a Comm bounded to 3 blocks per
-// group (CommOptions::maxBlocks, on one rank only): its streams' blocks each serve many lanes, while
-// its peers' serve one each.
+// size of its own, from 1 byte to more than the inbox holds at once (two chunks a lane). Then again
+// on a Comm bounded to 3 blocks per group (CommOptions::maxBlocks, on one rank only): its streams'
+// blocks each serve many lanes, while its peers' serve one each.
 TEST_P(GpuP2P, GroupedAllToAllWithADifferentSizePerPair) {
   const int n = GetParam();
   const UniqueId ids[] = {UniqueId::create(), UniqueId::create()};
@@ -154,8 +155,9 @@ TEST_P(GpuP2P, SeveralMessagesToOnePeerInOneGroup) {
   }, {std::chrono::seconds(600)});
 }
 
-// Rank 0 sends a stream of messages to rank 1 without groups, some larger than the inbox (so the
-// sender waits for the receiver), in several types, from unaligned addresses, into unaligned ones.
+// Rank 0 sends a stream of messages to rank 1 without groups, some larger than the inbox holds at
+// once (two chunks a lane: the sender waits for the receiver), in several types, from unaligned
+// addresses, into unaligned ones.
 TEST_P(GpuP2P, UngroupedStreamOfOddSizesAndOffsets) {
   const int n = GetParam();
   UniqueId id = UniqueId::create();
@@ -233,7 +235,7 @@ TEST_P(GpuP2P, GroupCapturedInAGraphAndReplayed) {
   UniqueId id = UniqueId::create();
   runRanksOk(n, [&](int rank) {
     Rank r(id, rank, n);
-    const std::size_t bytes = 24 << 20;  // beyond the inbox: the lanes wait on each other in the graph
+    const std::size_t bytes = 24 << 20;  // 4 chunks a lane in 2 slots: the lanes wait on each other
     DeviceBuffer out(r.device, bytes), in(r.device, bytes);
     const int next = (rank + 1) % n, prev = (rank + n - 1) % n;
     cudaGraph_t graph;

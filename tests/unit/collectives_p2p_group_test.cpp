@@ -54,8 +54,12 @@ TEST(P2PGroup, ChunksAreAQuarterOfAPartWithinTheirBounds) {
   EXPECT_EQ(p2pChunkBytes(4 * kP2PMinChunkBytes + 4 * 16), kP2PMinChunkBytes + 16);
   EXPECT_EQ(p2pChunkBytes(512 << 10), 128u << 10);
   EXPECT_EQ(p2pChunkBytes(1ull << 30), kP2PChunkBytes);
-  for (std::uint64_t part : {1ull, 4099ull, 300001ull, 1ull << 20, (16ull << 20) / 64 + 16})
+  for (std::uint64_t part : {1ull, 4099ull, 300001ull, 1ull << 20, (16ull << 20) / 64 + 16, (1ull << 20) + 3}) {
     EXPECT_EQ(p2pChunkBytes(part) % 16, 0u) << part;
+    if (part >= 4 * kP2PMinChunkBytes && part <= 4 * kP2PChunkBytes) {
+      EXPECT_LE((part + p2pChunkBytes(part) - 1) / p2pChunkBytes(part), 4u) << part;  // no short fifth chunk
+    }
+  }
 }
 
 // Every lane of a message sent as packets fits its packet slot (the size packet and one packet per
