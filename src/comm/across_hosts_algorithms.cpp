@@ -8,22 +8,29 @@
 
 namespace ferry {
 
+namespace {
+
+// The collectives that have an across_hosts_pipelined form.
+bool pipelines(Collective c) {
+  return c == Collective::AllReduce || c == Collective::AllGather || c == Collective::ReduceScatter ||
+         c == Collective::Broadcast;
+}
+
+}  // namespace
+
 const char* toString(AcrossHostsAlgorithm a) {
   return a == AcrossHostsAlgorithm::Pipelined ? "across_hosts_pipelined" : "across_hosts";
 }
 
 std::optional<AcrossHostsAlgorithm> parseAcrossHostsAlgorithm(std::string_view name, Collective c) {
   if (name == toString(AcrossHostsAlgorithm::Phases)) return AcrossHostsAlgorithm::Phases;
-  if (name == toString(AcrossHostsAlgorithm::Pipelined) &&
-      (c == Collective::AllReduce || c == Collective::AllGather || c == Collective::Broadcast))
-    return AcrossHostsAlgorithm::Pipelined;
+  if (name == toString(AcrossHostsAlgorithm::Pipelined) && pipelines(c)) return AcrossHostsAlgorithm::Pipelined;
   return std::nullopt;
 }
 
 std::string acrossHostsAlgorithmNames(Collective c) {
   std::string names = toString(AcrossHostsAlgorithm::Phases);
-  if (c == Collective::AllReduce || c == Collective::AllGather || c == Collective::Broadcast)
-    names += std::string(", ") + toString(AcrossHostsAlgorithm::Pipelined);
+  if (pipelines(c)) names += std::string(", ") + toString(AcrossHostsAlgorithm::Pipelined);
   return names;
 }
 
@@ -46,17 +53,18 @@ AcrossHostsPieces acrossHostsPieces(std::uint64_t count, std::uint64_t elementBy
 
 std::string whyNotAcrossHosts(AcrossHostsAlgorithm a, const CollectiveCall& call, const HostLayout& layout) {
   if (a == AcrossHostsAlgorithm::Phases) return {};
-  if (call.collective != Collective::AllReduce && call.collective != Collective::AllGather &&
-      call.collective != Collective::Broadcast)
-    return "it runs allReduce, allGather and broadcast only";
+  if (!pipelines(call.collective)) return "it runs allReduce, allGather, reduceScatter and broadcast only";
   if (!layout.even) return "its hosts have different numbers of ranks";
   if (!layout.contiguous) return "a host's ranks are not consecutive world ranks";
   if (layout.columns < 2) return "its hosts have one rank each (nothing to reduce or gather on a host)";
   if (call.collective == Collective::AllGather) return {};
-  const std::uint64_t unit = acrossHostsUnit(sizeOf(call.type), layout.columns);
+  // reduceScatter cuts each rank's chunk into pieces of whole 16 bytes; allReduce and broadcast
+  // cut each piece into a part of whole 16 bytes a rank of a host.
+  const bool chunks = call.collective == Collective::ReduceScatter;
+  const std::uint64_t unit = acrossHostsUnit(sizeOf(call.type), chunks ? 1 : layout.columns);
   if (call.count == 0 || call.count % unit != 0)
     return "its count (" + std::to_string(call.count) + ") is not a positive multiple of " + std::to_string(unit) +
-           " (a part of whole 16 bytes for each rank of a host)";
+           (chunks ? " (pieces of whole 16 bytes)" : " (a part of whole 16 bytes for each rank of a host)");
   return {};
 }
 

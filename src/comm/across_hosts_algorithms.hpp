@@ -21,6 +21,9 @@
 //                           broadcast, in the allReduce's pieces and parts: the root's host sends
 //                           piece k's parts while it broadcasts piece k + 1, the other hosts gather
 //                           piece k's parts while piece k + 1's arrive.
+//                           reduceScatter, in pieces of each rank's chunk (counts of whole 16
+//                           bytes): the host reduces and scatters piece k + 1 while the partners
+//                           exchange and sum their partials of piece k.
 #include <cstdint>
 #include <optional>
 #include <string>

@@ -153,7 +153,7 @@ class RanksEnv {
 // allGather (its exchange beside the host's first gather) and broadcast (in the same pieces, from
 // either host); every data type x reduce op x placement, element by element. (Hosts of one rank run
 // phases: no test.)
-TEST_P(CommAcrossHosts, PipelinedAllReduceAndAllGatherEveryTypeOpPlacementAndSize) {
+TEST_P(CommAcrossHosts, PipelinedCollectivesEveryTypeOpPlacementAndSize) {
   const auto [n, hosts] = GetParam();
   if (n == hosts) GTEST_SKIP() << "hosts of one rank each run allReduce as phases (nothing to pipeline)";
   const RanksEnv piece("FERRY_ACROSS_HOSTS_PIECE", "64K");
@@ -220,6 +220,31 @@ TEST_P(CommAcrossHosts, PipelinedAllReduceAndAllGatherEveryTypeOpPlacementAndSiz
             }
       if (rank == 0) std::printf("%zu broadcast calls checked\n", calls);
       comm.setAlgorithm(Collective::Broadcast, "");
+      // reduceScatter, forced: the host reduces and scatters piece k + 1 of every chunk while the
+      // partners sum piece k (about 40 pieces of 64 KiB at the largest count).
+      comm.setAlgorithm(Collective::ReduceScatter, "across_hosts_pipelined");
+      ASSERT_EQ(comm.algorithmFor(Collective::ReduceScatter, 1 << 20, DataType::Float32), "across_hosts_pipelined");
+      calls = 0;
+      for (int t = 0; t < kDataTypeCount; ++t)
+        for (int o = 0; o < kReduceOpCount; ++o)
+          for (std::size_t count : {std::size_t{32}, std::size_t{32} * 6151, std::size_t{32} * 20011})
+            for (bool inPlace : {false, true}) {
+              const CallShape s{Collective::ReduceScatter, static_cast<DataType>(t), static_cast<ReduceOp>(o), count,
+                                rank, n, 0, ++seed};
+              ++calls;
+              if (!checkCall(comm, *boot, stream, s, inPlace)) return;
+            }
+      if (rank == 0) std::printf("%zu reduceScatter calls checked\n", calls);
+      CallBuffers odd(rankDevice(rank),
+                      {Collective::ReduceScatter, DataType::Float32, ReduceOp::Sum, 1001, rank, n, 0, 1}, false);
+      try {
+        comm.reduceScatter(odd.send, odd.recv, 1001, DataType::Float32, ReduceOp::Sum, stream);
+        ADD_FAILURE() << "rank " << rank << ": a forced algorithm that cannot run the call ran it";
+      } catch (const Error& e) {
+        EXPECT_EQ(e.code(), ErrorCode::InvalidUsage);
+        EXPECT_NE(std::string(e.what()).find("pieces of whole 16 bytes"), std::string::npos) << e.what();
+      }
+      comm.setAlgorithm(Collective::ReduceScatter, "");
     });
   });
 }

@@ -93,10 +93,16 @@ TEST(AcrossHostsAlgorithms, PipelinedRunsAllReduceOnEvenConsecutiveHostsOfWholeP
   EXPECT_EQ(whyNotAcrossHosts(AcrossHostsAlgorithm::Pipelined, broadcast, twoByTwo), "");
   broadcast.count = 1020;  // (parts of whole 16 bytes, as the allReduce's)
   EXPECT_CONTAINS(whyNotAcrossHosts(AcrossHostsAlgorithm::Pipelined, broadcast, twoByTwo), "multiple of 8");
-  CollectiveCall scatter = broadcast;
+  CollectiveCall scatter = broadcast;  // (pieces of a rank's chunk of whole 16 bytes: 1020 floats are)
   scatter.collective = Collective::ReduceScatter;
+  EXPECT_EQ(whyNotAcrossHosts(AcrossHostsAlgorithm::Pipelined, scatter, twoByTwo), "");
+  scatter.count = 1022;
   EXPECT_CONTAINS(whyNotAcrossHosts(AcrossHostsAlgorithm::Pipelined, scatter, twoByTwo),
-                  "allReduce, allGather and broadcast only");
+                  "multiple of 4 (pieces of whole 16 bytes)");
+  CollectiveCall toAll = broadcast;
+  toAll.collective = Collective::AllToAll;
+  EXPECT_CONTAINS(whyNotAcrossHosts(AcrossHostsAlgorithm::Pipelined, toAll, twoByTwo),
+                  "allReduce, allGather, reduceScatter and broadcast only");
   EXPECT_CONTAINS(whyNotAcrossHosts(AcrossHostsAlgorithm::Pipelined, allReduceOf(1024, DataType::Float32, 2),
                                     evenLayout(2, 1)),
                   "one rank each");
@@ -114,7 +120,10 @@ TEST(AcrossHostsAlgorithms, NamesBelongToTheirCollectives) {
             AcrossHostsAlgorithm::Pipelined);
   EXPECT_EQ(parseAcrossHostsAlgorithm("across_hosts_pipelined", Collective::AllGather),
             AcrossHostsAlgorithm::Pipelined);
-  EXPECT_FALSE(parseAcrossHostsAlgorithm("across_hosts_pipelined", Collective::ReduceScatter));
+  EXPECT_EQ(parseAcrossHostsAlgorithm("across_hosts_pipelined", Collective::ReduceScatter),
+            AcrossHostsAlgorithm::Pipelined);
+  EXPECT_FALSE(parseAcrossHostsAlgorithm("across_hosts_pipelined", Collective::AllToAll));
+  EXPECT_FALSE(parseAcrossHostsAlgorithm("across_hosts_pipelined", Collective::Reduce));
   EXPECT_FALSE(parseAcrossHostsAlgorithm("allreduce_ll", Collective::AllReduce));
   EXPECT_EQ(acrossHostsAlgorithmNames(Collective::AllReduce), "across_hosts, across_hosts_pipelined");
 }
@@ -186,8 +195,8 @@ TEST(AcrossHostsForcing, FerryAlgoNamesThemBesideTheHostsAlgorithms) {
   EXPECT_CONTAINS(invalidUsageOf([&] { parseForcedAlgorithms("across_hosts", &across); }), "name the collective");
   EXPECT_CONTAINS(invalidUsageOf([&] { parseForcedAlgorithms("across_hosts_pipelined", &across); }),
                   "name the collective");
-  EXPECT_CONTAINS(invalidUsageOf([&] { parseForcedAlgorithms("reducescatter=across_hosts_pipelined", &across); }),
-                  "no algorithm across hosts of reducescatter");
+  EXPECT_CONTAINS(invalidUsageOf([&] { parseForcedAlgorithms("alltoall=across_hosts_pipelined", &across); }),
+                  "no algorithm across hosts of alltoall");
   EXPECT_CONTAINS(invalidUsageOf([&] { parseForcedAlgorithms("allsum=across_hosts", &across); }),
                   "unknown collective 'allsum'");
   EXPECT_CONTAINS(invalidUsageOf([&] {
@@ -243,7 +252,7 @@ TEST(AcrossHostsTuningFile, MalformedRowsAreInvalidUsageNamingTheField) {
   EXPECT_CONTAINS(error("{\"collective\": \"allreduce\", \"hosts\": 2, \"max_bytes\": 1, \"algorithm\": "
                         "\"allreduce_ll\"}"),
                   "is no algorithm across hosts of allreduce");
-  EXPECT_CONTAINS(error("{\"collective\": \"reducescatter\", \"hosts\": 2, \"max_bytes\": 1, \"algorithm\": "
+  EXPECT_CONTAINS(error("{\"collective\": \"alltoall\", \"hosts\": 2, \"max_bytes\": 1, \"algorithm\": "
                         "\"across_hosts_pipelined\"}"),
                   "across_hosts)");
   EXPECT_CONTAINS(error("{\"collective\": \"allreduce\", \"hosts\": 2, \"topology\": \"pcie\", \"max_bytes\": 1, "
