@@ -56,7 +56,7 @@ std::string whyNotAcrossHosts(AcrossHostsAlgorithm a, const CollectiveCall& call
   if (!pipelines(call.collective)) return "it runs allReduce, allGather, reduceScatter and broadcast only";
   if (!layout.even) return "its hosts have different numbers of ranks";
   if (!layout.contiguous) return "a host's ranks are not consecutive world ranks";
-  if (layout.columns < 2) return "its hosts have one rank each (nothing to reduce or gather on a host)";
+  if (layout.columns < 2) return "its hosts have one rank each (no phase on a host to overlap with the exchange)";
   if (call.collective == Collective::AllGather) return {};
   // reduceScatter cuts each rank's chunk into pieces of whole 16 bytes; allReduce and broadcast
   // cut each piece into a part of whole 16 bytes a rank of a host.

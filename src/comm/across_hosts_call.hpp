@@ -97,6 +97,34 @@ struct AcrossHosts {
     return splitRange(count, static_cast<std::uint64_t>(layout.columns), static_cast<std::uint64_t>(c), 1);
   }
 
+  // The side stream (side_stream.hpp) waits for what the caller's stream has queued so far, marked
+  // by its event `event` (each mark of one call an index of its own).
+  void forkSide(int event) {
+    impl.acrossHostsSide->record(event, call.stream);
+    impl.acrossHostsSide->wait(impl.acrossHostsSide->stream(), event);
+  }
+  // After an error, once the side stream was forked: the caller's stream waits for all it was
+  // given (a capture joins every stream it forked), and destroying the Comm waits for it too.
+  void joinSideOnError() noexcept {
+    impl.acrossHostsSide->join(call.stream);
+    try {
+      impl.work->note(call.stream);
+    } catch (...) {  // (the call's own error is the one to report)
+    }
+  }
+
+  // Piece k of the call's count, cut as `cut` says (across_hosts_algorithms.hpp).
+  Range pieceOf(const AcrossHostsPieces& cut, std::uint64_t k) const {
+    const std::uint64_t begin = k * cut.pieceCount;
+    return Range{begin, std::min<std::uint64_t>(begin + cut.pieceCount, call.count)};
+  }
+  // The part of piece p a rank of this host takes (the pieces of allReduce and broadcast), and
+  // this rank's in recv.
+  std::uint64_t partOf(const Range& p) const { return p.size() / static_cast<std::uint64_t>(perHost); }
+  char* partInRecv(const Range& p) const {
+    return recv() + (p.begin + static_cast<std::uint64_t>(local) * partOf(p)) * es;
+  }
+
   // Each column's part of recv[0, count) broadcast on this host from the rank that carries it.
   void broadcastParts(std::size_t count) {
     if (perHost == 1) return;

@@ -14,15 +14,9 @@ namespace ferry {
 void AcrossHosts::allReducePipelined() {
   const ReduceOp op = call.op, onHostOp = op == ReduceOp::Avg ? ReduceOp::Sum : op;
   const AcrossHostsPieces cut = acrossHostsPieces(call.count, es, perHost, impl.acrossHostsPiece);
-  const auto piece = [&](std::uint64_t k) {
-    const std::uint64_t begin = k * cut.pieceCount;
-    return Range{begin, std::min<std::uint64_t>(begin + cut.pieceCount, call.count)};
-  };
-  const auto partOf = [&](const Range& p) { return p.size() / static_cast<std::uint64_t>(perHost); };
+  const auto piece = [&](std::uint64_t k) { return pieceOf(cut, k); };
   // This rank's part of piece p in recv (where an in-place reduceScatter of it leaves its sum).
-  const auto mine = [&](const Range& p) {
-    return recv() + (p.begin + static_cast<std::uint64_t>(local) * partOf(p)) * es;
-  };
+  const auto mine = [&](const Range& p) { return partInRecv(p); };
   const auto reduceScatter = [&](std::uint64_t k) {
     const Range p = piece(k);
     onHost(Collective::ReduceScatter, send() + p.begin * es, mine(p), partOf(p), onHostOp);
@@ -55,8 +49,7 @@ void AcrossHosts::allReducePipelined() {
   try {
     for (std::uint64_t k = 0; k < cut.pieces; ++k) {
       reduceScatter(k);
-      side.record(reduced(k), call.stream);
-      side.wait(side.stream(), reduced(k));
+      forkSide(reduced(k));
       forked = true;
       exchange(k, side.stream());
       side.record(exchanged(k), side.stream());
@@ -68,7 +61,7 @@ void AcrossHosts::allReducePipelined() {
     side.wait(call.stream, exchanged(cut.pieces - 1));
     allGather(cut.pieces - 1);
   } catch (...) {
-    if (forked) side.join(call.stream);
+    if (forked) joinSideOnError();
     throw;
   }
 }
@@ -93,14 +86,13 @@ void AcrossHosts::allGatherOverlapped() {
     x.recvFrom |= 1u << h;
     x.dstOffset[h] = at(layout.worldRank(h, local));
   }
-  side.record(kForked, call.stream);
-  side.wait(side.stream(), kForked);
+  forkSide(kForked);
   try {
     acrossPartners(x, ReduceOp::Sum, local, 0, side.stream());
     side.record(kExchanged, side.stream());
     gatherOnHost(layout.round(host, 0, perHost), send(), nullptr);
   } catch (...) {
-    side.join(call.stream);
+    joinSideOnError();
     throw;
   }
   side.wait(call.stream, kExchanged);
@@ -116,14 +108,8 @@ void AcrossHosts::broadcastPipelined() {
   const int rootHost = layout.hostOf[call.root], rootLocal = layout.localOf[call.root];
   const bool root = host == rootHost;
   const AcrossHostsPieces cut = acrossHostsPieces(call.count, es, perHost, impl.acrossHostsPiece);
-  const auto piece = [&](std::uint64_t k) {
-    const std::uint64_t begin = k * cut.pieceCount;
-    return Range{begin, std::min<std::uint64_t>(begin + cut.pieceCount, call.count)};
-  };
-  const auto partOf = [&](const Range& p) { return p.size() / static_cast<std::uint64_t>(perHost); };
-  const auto mine = [&](const Range& p) {
-    return recv() + (p.begin + static_cast<std::uint64_t>(local) * partOf(p)) * es;
-  };
+  const auto piece = [&](std::uint64_t k) { return pieceOf(cut, k); };
+  const auto mine = [&](const Range& p) { return partInRecv(p); };
   const auto exchange = [&](std::uint64_t k, cudaStream_t side) {
     const Range p = piece(k);
     PartnerExchange x;
@@ -157,15 +143,13 @@ void AcrossHosts::broadcastPipelined() {
   bool forked = false;
   try {
     if (!root) {  // (the parts arrive whatever this host's stream does meanwhile)
-      side.record(ready(0), call.stream);
-      side.wait(side.stream(), ready(0));
+      forkSide(ready(0));
       forked = true;
     }
     for (std::uint64_t k = 0; k < cut.pieces; ++k) {
       if (root) {
         onHostPiece(k);
-        side.record(ready(k), call.stream);
-        side.wait(side.stream(), ready(k));
+        forkSide(ready(k));
         forked = true;
       }
       exchange(k, side.stream());
@@ -180,10 +164,7 @@ void AcrossHosts::broadcastPipelined() {
       impl.work->note(call.stream);  // (so that destroying the Comm, or a call on another stream, waits for them)
     }
   } catch (...) {
-    if (forked) {
-      side.join(call.stream);
-      impl.work->note(call.stream);
-    }
+    if (forked) joinSideOnError();
     throw;
   }
 }
@@ -203,10 +184,7 @@ void AcrossHosts::broadcastPipelined() {
 void AcrossHosts::reduceScatterPipelined() {
   const ReduceOp op = call.op, onHostOp = op == ReduceOp::Avg ? ReduceOp::Sum : op;
   const AcrossHostsPieces cut = acrossHostsPieces(call.count, es, 1, impl.acrossHostsPiece);
-  const auto piece = [&](std::uint64_t k) {
-    const std::uint64_t begin = k * cut.pieceCount;
-    return Range{begin, std::min<std::uint64_t>(begin + cut.pieceCount, call.count)};
-  };
+  const auto piece = [&](std::uint64_t k) { return pieceOf(cut, k); };
   const auto H = static_cast<std::uint64_t>(hosts), L = static_cast<std::uint64_t>(perHost);
   // Piece p's partial sums at p.begin * H elements (host h's at + h * p.size()), then the copy's
   // buffer: L x H pieces. Reserved alike on every rank.
@@ -258,8 +236,7 @@ void AcrossHosts::reduceScatterPipelined() {
   try {
     for (std::uint64_t k = 0; k < cut.pieces; ++k) {
       reduceOnHost(k);
-      side.record(reduced(k), call.stream);
-      side.wait(side.stream(), reduced(k));
+      forkSide(reduced(k));
       forked = true;
       exchange(k, side.stream());
     }
@@ -267,10 +244,7 @@ void AcrossHosts::reduceScatterPipelined() {
     side.wait(call.stream, kExchanged);
     impl.work->note(call.stream);  // (so that destroying the Comm, or a call on another stream, waits for them)
   } catch (...) {
-    if (forked) {
-      side.join(call.stream);
-      impl.work->note(call.stream);
-    }
+    if (forked) joinSideOnError();
     throw;
   }
 }
