@@ -16,6 +16,12 @@
 #                                             # per test as it ends, the totals at the end
 #   scripts/gpu-bundle.sh tables [PART...]    # scripts/gpu-tables.sh's parts (perf, bench, plans, ...)
 #                                             # on the bundle's programs; tables in ${OUT:-build-bundle-out}
+# Library variants, to time builds against each other in one device call (the programs stay the
+# bundle's; only libferry.so differs: constants, a kernel's shape):
+#   scripts/gpu-bundle.sh variant NAME [PRESET]   # here: this build's libferry.so as variant NAME, added
+#                                                 # to .gpu-bin/variants.tar.xz (a few MB each)
+#   scripts/gpu-bundle.sh with NAME CMD [ARGS...] # there: `run`, with variant NAME's library first
+#   scripts/gpu-bundle.sh with l64s2 ./ferry-bench sendrecv -b 4M -e 1G -f 4 --no-nccl
 #
 # The bundle holds the GPU test programs, ferry-bench, ferry-perf, libferry.so, libferry_nccl.so
 # (for `ferry-bench --nccl ./libferry_nccl.so`: ferry through the NCCL API), the guard and its
@@ -145,10 +151,47 @@ tables() {
   GPU_TABLES_BIN=$PWD OUT=$out ../scripts/gpu-tables.sh "$@"
 }
 
+variants=.gpu-bin/variants.tar.xz
+
+# This build's libferry.so (stripped) as variant NAME: .gpu-bin/variants/NAME/, packed with the
+# others into one archive (their common bytes compress away).
+variant() {
+  local name=${1:?name the variant} build=build/${2:-default}
+  [[ $name =~ ^[A-Za-z0-9_.-]+$ ]] || { echo "gpu-bundle.sh variant: a name of letters, digits, . _ -" >&2; exit 2; }
+  local soname
+  soname=$(objdump -p "$build/src/libferry.so" | awk '$1 == "SONAME" {print $2}')
+  mkdir -p ".gpu-bin/variants/$name"
+  objcopy --strip-debug "$(readlink -f "$build/src/libferry.so")" ".gpu-bin/variants/$name/$soname"
+  git rev-parse HEAD >".gpu-bin/variants/$name/REVISION" 2>/dev/null || true
+  git diff --stat >>".gpu-bin/variants/$name/REVISION" 2>/dev/null || true
+  tar -C .gpu-bin/variants -cf - . | xz -T2 --lzma2=preset=6,dict=192MiB >"$variants"
+  echo "gpu-bundle.sh: variants $(ls .gpu-bin/variants | tr '\n' ' ')in $variants ($(du -h "$variants" | cut -f1))"
+}
+
+# `run` with variant NAME's libferry.so ahead of the bundle's (LD_LIBRARY_PATH is searched before
+# the programs' RUNPATH; ranks that ferry-bench starts inherit it).
+with() {
+  local name=${1:?name the variant}
+  shift
+  (($#)) || { echo "gpu-bundle.sh with: name the program to run" >&2; exit 2; }
+  [[ -f $variants ]] ||
+    { echo "gpu-bundle.sh: $variants is missing (scripts/gpu-bundle.sh variant NAME here)" >&2; exit 1; }
+  variantDir=$(mktemp -d)  # (not local: the trap runs after the function has returned)
+  trap 'rm -rf "$variantDir"' EXIT
+  xz -dc "$variants" | tar -C "$variantDir" -xf -
+  [[ -d $variantDir/$name ]] ||
+    { echo "gpu-bundle.sh with: no variant $name (there: $(ls "$variantDir" | tr '\n' ' '))" >&2; exit 1; }
+  prepare
+  export LD_LIBRARY_PATH=$variantDir/$name:$LD_LIBRARY_PATH
+  guarded "$@"
+}
+
 case ${1:-} in
   pack) shift; pack "$@" ;;
+  variant) shift; variant "$@" ;;
+  with) shift; with "$@" ;;
   tables) shift; tables "$@" ;;
   run) shift; run "$@" ;;
   tests) shift; tests "$@" ;;
-  *) sed -n '2,27p' "$0" | sed 's/^# \{0,1\}//'; exit 2 ;;
+  *) sed -n '2,33p' "$0" | sed 's/^# \{0,1\}//'; exit 2 ;;
 esac
