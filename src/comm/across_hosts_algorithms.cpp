@@ -12,8 +12,7 @@ namespace {
 
 // The collectives that have an across_hosts_pipelined form.
 bool pipelines(Collective c) {
-  return c == Collective::AllReduce || c == Collective::AllGather || c == Collective::ReduceScatter ||
-         c == Collective::Broadcast;
+  return c != Collective::Reduce;
 }
 
 }  // namespace
@@ -53,11 +52,11 @@ AcrossHostsPieces acrossHostsPieces(std::uint64_t count, std::uint64_t elementBy
 
 std::string whyNotAcrossHosts(AcrossHostsAlgorithm a, const CollectiveCall& call, const HostLayout& layout) {
   if (a == AcrossHostsAlgorithm::Phases) return {};
-  if (!pipelines(call.collective)) return "it runs allReduce, allGather, reduceScatter and broadcast only";
+  if (!pipelines(call.collective)) return "it runs every collective but reduce";
   if (!layout.even) return "its hosts have different numbers of ranks";
   if (!layout.contiguous) return "a host's ranks are not consecutive world ranks";
   if (layout.columns < 2) return "its hosts have one rank each (no phase on a host to overlap with the exchange)";
-  if (call.collective == Collective::AllGather) return {};
+  if (call.collective == Collective::AllGather || call.collective == Collective::AllToAll) return {};
   // reduceScatter cuts each rank's chunk into pieces of whole 16 bytes; allReduce and broadcast
   // cut each piece into a part of whole 16 bytes a rank of a host.
   const bool chunks = call.collective == Collective::ReduceScatter;

@@ -24,6 +24,9 @@
 //                           reduceScatter, in pieces of each rank's chunk (counts of whole 16
 //                           bytes): the host reduces and scatters piece k + 1 while the partners
 //                           exchange and sum their partials of piece k.
+//                           allToAll (any count): the exchange with the partners on that stream
+//                           while the host exchanges its own ranks' chunks, then the host
+//                           exchanges what the other hosts sent.
 #include <cstdint>
 #include <optional>
 #include <string>

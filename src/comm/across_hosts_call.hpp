@@ -232,6 +232,7 @@ struct AcrossHosts {
   void allReducePipelined();
   void allGatherOverlapped();
   void reduceScatterPipelined();
+  void allToAllOverlapped();
   void broadcastPipelined();
 };
 

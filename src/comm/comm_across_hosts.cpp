@@ -3,8 +3,8 @@
 // partners on the other hosts (HostPartners: Ethernet PortChannels, nothing mapped). A call runs in
 // phases on the caller's stream, each a call of this host's Comm or partner exchanges
 // (collectives/partner_exchange.hpp). These are the phases of the algorithm across_hosts; where the
-// tuning table or a forced choice says so, allReduce, allGather, reduceScatter and broadcast run
-// as across_hosts_pipelined instead (across_hosts_algorithms.hpp; comm_across_hosts_pipelined.cpp).
+// tuning table or a forced choice says so, every collective but reduce runs as
+// across_hosts_pipelined instead (across_hosts_algorithms.hpp; comm_across_hosts_pipelined.cpp).
 // With H hosts of L ranks, rank (h, l) does:
 //   allReduce      on the host, the whole buffer (op, or sum for an average); across the partners,
 //                  part l of it, in host order (the average divides there, by the world's ranks);
@@ -126,6 +126,7 @@ void AcrossHosts::reduceScatter() {
 }
 
 void AcrossHosts::allToAll() {
+  if (algorithm == AcrossHostsAlgorithm::Pipelined) return allToAllOverlapped();
   const std::uint64_t chunk = call.count * es;
   // What a rank receives across the partners: for each host h and round j, the chunks that rank
   // (h, j * perHost + l) sends to each rank of this host, on local rank l.

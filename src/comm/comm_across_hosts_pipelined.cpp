@@ -100,6 +100,49 @@ void AcrossHosts::allGatherOverlapped() {
     if (h != host) gatherOnHost(layout.round(h, 0, perHost), recv() + at(layout.worldRank(h, local)), nullptr);
 }
 
+// allToAll as across_hosts_pipelined (hosts of one size of 2 ranks or more, consecutive): the
+// exchange needs nothing of the host's phases (this rank sends partner h, from the caller's send
+// buffer, the chunks for host h's ranks, and receives what partner h sends this host's ranks), so
+// it runs on the side stream while the host exchanges its own ranks' chunks; then the host
+// exchanges what each other host sent. Phases' exchange and host calls, with the first two at once.
+// In place too: the exchange reads the other hosts' blocks of the buffer, the host's first
+// allToAll reads and writes its own host's block.
+void AcrossHosts::allToAllOverlapped() {
+  const std::uint64_t chunk = call.count * es, L = static_cast<std::uint64_t>(perHost);
+  // What partner h sends this host's ranks, at h * L chunks (this host's block unused), reserved
+  // before anything is queued.
+  char* received = temp(static_cast<std::uint64_t>(hosts) * L * chunk);
+  const auto from = [&](int h) { return received + static_cast<std::uint64_t>(h) * L * chunk; };
+  PartnerExchange x;
+  x.src = send();
+  x.dst = received;
+  x.count = call.count * L;
+  x.sendTo = x.recvFrom = othersThan(host, hosts);
+  for (int h = 0; h < hosts; ++h) {
+    if (h == host) continue;
+    x.srcOffset[h] = at(layout.worldRank(h, 0));
+    x.dstOffset[h] = static_cast<std::uint64_t>(from(h) - received);
+  }
+  SideStream& side = *impl.acrossHostsSide;
+  DeviceGuard scope(impl.device);
+  impl.work->orderAfterLast(call.stream);  // (the side stream follows the Comm's previous call too)
+  constexpr int kForked = 0, kExchanged = 1;
+  forkSide(kForked);
+  try {
+    acrossPartners(x, ReduceOp::Sum, local, 0, side.stream());
+    side.record(kExchanged, side.stream());
+    const std::vector<int> mine = layout.round(host, 0, perHost);
+    onHost(Collective::AllToAll, block(send(), mine), block(recv(), mine), call.count, ReduceOp::Sum);
+  } catch (...) {
+    joinSideOnError();
+    throw;
+  }
+  side.wait(call.stream, kExchanged);
+  for (int h = 0; h < hosts; ++h)
+    if (h != host)
+      onHost(Collective::AllToAll, from(h), block(recv(), layout.round(h, 0, perHost)), call.count, ReduceOp::Sum);
+}
+
 // broadcast as across_hosts_pipelined, in the allReduce's pieces and parts: on the root's host, a
 // broadcast of piece k from the root, then (side stream) part l of it to the partners, while the
 // host broadcasts piece k + 1; on every other host, part l of piece k from the root's host (side

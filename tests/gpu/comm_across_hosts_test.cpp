@@ -150,8 +150,9 @@ class RanksEnv {
 
 // across_hosts_pipelined: allReduce in pieces of 64 KiB (counts of whole parts, of one piece, of
 // dozens with a short last one, and of more than the 64 a call is cut into at most) and, forced,
-// allGather (its exchange beside the host's first gather) and broadcast (in the same pieces, from
-// either host); every data type x reduce op x placement, element by element. (Hosts of one rank run
+// allGather (its exchange beside the host's first gather), broadcast (in the same pieces, from
+// either host), reduceScatter (in pieces of each rank's chunk) and allToAll (its exchange beside the
+// host's own); every data type x reduce op x placement, element by element. (Hosts of one rank run
 // phases: no test.)
 TEST_P(CommAcrossHosts, PipelinedCollectivesEveryTypeOpPlacementAndSize) {
   const auto [n, hosts] = GetParam();
@@ -245,6 +246,20 @@ TEST_P(CommAcrossHosts, PipelinedCollectivesEveryTypeOpPlacementAndSize) {
         EXPECT_NE(std::string(e.what()).find("pieces of whole 16 bytes"), std::string::npos) << e.what();
       }
       comm.setAlgorithm(Collective::ReduceScatter, "");
+      // allToAll, forced: the partners' exchange beside the host's exchange of its own ranks' chunks.
+      comm.setAlgorithm(Collective::AllToAll, "across_hosts_pipelined");
+      ASSERT_EQ(comm.algorithmFor(Collective::AllToAll, 1 << 20, DataType::Float32), "across_hosts_pipelined");
+      calls = 0;
+      for (int t = 0; t < kDataTypeCount; ++t)
+        for (std::size_t count : {std::size_t{1}, std::size_t{4099}, std::size_t{300001}})
+          for (bool inPlace : {false, true}) {
+            const CallShape s{Collective::AllToAll, static_cast<DataType>(t), ReduceOp::Sum, count, rank, n, 0,
+                              ++seed};
+            ++calls;
+            if (!checkCall(comm, *boot, stream, s, inPlace)) return;
+          }
+      if (rank == 0) std::printf("%zu allToAll calls checked\n", calls);
+      comm.setAlgorithm(Collective::AllToAll, "");
     });
   });
 }

@@ -99,10 +99,14 @@ TEST(AcrossHostsAlgorithms, PipelinedRunsAllReduceOnEvenConsecutiveHostsOfWholeP
   scatter.count = 1022;
   EXPECT_CONTAINS(whyNotAcrossHosts(AcrossHostsAlgorithm::Pipelined, scatter, twoByTwo),
                   "multiple of 4 (pieces of whole 16 bytes)");
-  CollectiveCall toAll = broadcast;
+  CollectiveCall toAll = gather;  // (any count)
   toAll.collective = Collective::AllToAll;
-  EXPECT_CONTAINS(whyNotAcrossHosts(AcrossHostsAlgorithm::Pipelined, toAll, twoByTwo),
-                  "allReduce, allGather, reduceScatter and broadcast only");
+  EXPECT_EQ(whyNotAcrossHosts(AcrossHostsAlgorithm::Pipelined, toAll, twoByTwo), "");
+  EXPECT_CONTAINS(whyNotAcrossHosts(AcrossHostsAlgorithm::Pipelined, toAll, evenLayout(2, 1)), "one rank each");
+  CollectiveCall reduce = broadcast;
+  reduce.collective = Collective::Reduce;
+  EXPECT_CONTAINS(whyNotAcrossHosts(AcrossHostsAlgorithm::Pipelined, reduce, twoByTwo),
+                  "every collective but reduce");
   EXPECT_CONTAINS(whyNotAcrossHosts(AcrossHostsAlgorithm::Pipelined, allReduceOf(1024, DataType::Float32, 2),
                                     evenLayout(2, 1)),
                   "one rank each");
@@ -122,8 +126,10 @@ TEST(AcrossHostsAlgorithms, NamesBelongToTheirCollectives) {
             AcrossHostsAlgorithm::Pipelined);
   EXPECT_EQ(parseAcrossHostsAlgorithm("across_hosts_pipelined", Collective::ReduceScatter),
             AcrossHostsAlgorithm::Pipelined);
-  EXPECT_FALSE(parseAcrossHostsAlgorithm("across_hosts_pipelined", Collective::AllToAll));
+  EXPECT_EQ(parseAcrossHostsAlgorithm("across_hosts_pipelined", Collective::AllToAll),
+            AcrossHostsAlgorithm::Pipelined);
   EXPECT_FALSE(parseAcrossHostsAlgorithm("across_hosts_pipelined", Collective::Reduce));
+  EXPECT_EQ(acrossHostsAlgorithmNames(Collective::Reduce), "across_hosts");
   EXPECT_FALSE(parseAcrossHostsAlgorithm("allreduce_ll", Collective::AllReduce));
   EXPECT_EQ(acrossHostsAlgorithmNames(Collective::AllReduce), "across_hosts, across_hosts_pipelined");
 }
@@ -195,8 +201,8 @@ TEST(AcrossHostsForcing, FerryAlgoNamesThemBesideTheHostsAlgorithms) {
   EXPECT_CONTAINS(invalidUsageOf([&] { parseForcedAlgorithms("across_hosts", &across); }), "name the collective");
   EXPECT_CONTAINS(invalidUsageOf([&] { parseForcedAlgorithms("across_hosts_pipelined", &across); }),
                   "name the collective");
-  EXPECT_CONTAINS(invalidUsageOf([&] { parseForcedAlgorithms("alltoall=across_hosts_pipelined", &across); }),
-                  "no algorithm across hosts of alltoall");
+  EXPECT_CONTAINS(invalidUsageOf([&] { parseForcedAlgorithms("reduce=across_hosts_pipelined", &across); }),
+                  "no algorithm across hosts of reduce");
   EXPECT_CONTAINS(invalidUsageOf([&] { parseForcedAlgorithms("allsum=across_hosts", &across); }),
                   "unknown collective 'allsum'");
   EXPECT_CONTAINS(invalidUsageOf([&] {
@@ -252,7 +258,7 @@ TEST(AcrossHostsTuningFile, MalformedRowsAreInvalidUsageNamingTheField) {
   EXPECT_CONTAINS(error("{\"collective\": \"allreduce\", \"hosts\": 2, \"max_bytes\": 1, \"algorithm\": "
                         "\"allreduce_ll\"}"),
                   "is no algorithm across hosts of allreduce");
-  EXPECT_CONTAINS(error("{\"collective\": \"alltoall\", \"hosts\": 2, \"max_bytes\": 1, \"algorithm\": "
+  EXPECT_CONTAINS(error("{\"collective\": \"reduce\", \"hosts\": 2, \"max_bytes\": 1, \"algorithm\": "
                         "\"across_hosts_pipelined\"}"),
                   "across_hosts)");
   EXPECT_CONTAINS(error("{\"collective\": \"allreduce\", \"hosts\": 2, \"topology\": \"pcie\", \"max_bytes\": 1, "
