@@ -8,6 +8,7 @@
 #include "core/logger.hpp"
 #include "ferry/errors.hpp"
 #include "ferry/memory.hpp"
+#include "platform/cuda_check.hpp"
 
 namespace ferry {
 
@@ -61,6 +62,12 @@ NcclPartners::NcclPartners(std::shared_ptr<Bootstrap> partners, std::uint64_t sc
     throw Error(ErrorCode::InvalidUsage, who() + phase + std::to_string(scratchBytes) +
                                              " bytes of scratch leave no 16-byte slot per host; give more");
   scratch_ = gpuAlloc(slotBytes_ * static_cast<std::uint64_t>(n));
+  digests_ = gpuAlloc(sizeof(std::uint64_t) * (1 + kMaxHosts));
+  FERRY_CUDA_CHECK(cudaHostAlloc(reinterpret_cast<void**>(&mismatch_), sizeof(std::uint32_t),
+                                 cudaHostAllocMapped | cudaHostAllocPortable));
+  mismatchMemory_ = std::shared_ptr<void>(mismatch_, [](void* p) { (void)cudaFreeHost(p); });
+  *mismatch_ = 0;
+  FERRY_CUDA_CHECK(cudaHostGetDevicePointer(reinterpret_cast<void**>(&mismatchDevice_), mismatch_, 0));
   preloadPartnerExchange();  // (its reduce: a first launch behind NCCL's waiting kernel would wait for it)
   check(nccl_->commInitRank(&comm_, n, ready[0].id, me), "ncclCommInitRank", "the partners' communicator");
   watchdog_ = std::thread([this] { watch(); });
@@ -69,6 +76,13 @@ NcclPartners::NcclPartners(std::shared_ptr<Bootstrap> partners, std::uint64_t sc
 
 void NcclPartners::watch() {
   while (!stopping_.load(std::memory_order_acquire)) {
+    // A partner whose exchange differed from this rank's: the calls cannot go on (their results are
+    // garbage); ending the partners ends this host's calls too, and the next call throws.
+    if (const std::uint32_t h = __atomic_load_n(mismatch_, __ATOMIC_ACQUIRE); h != 0) {
+      mismatchHost_.store(static_cast<int>(h) - 1, std::memory_order_release);
+      end(partnerMismatchText(who(), worldRankOf(static_cast<int>(h) - 1), static_cast<int>(h) - 1), true);
+      return;
+    }
     int async = nccl_net::kSuccess, r = nccl_net::kSuccess;
     {
       std::lock_guard lock(ncclMu_);  // (not while end() aborts the communicator)
@@ -153,9 +167,20 @@ void NcclPartners::exchange(const PartnerExchange& x, DataType type, ReduceOp op
     throw Error(ErrorCode::InternalError, who() + ": NcclPartners: an exchange names hosts outside 0.." +
                                               std::to_string(n - 1) + " or this one");
   const std::uint64_t es = sizeOf(type), bytes = x.count * es;
+  // The call check: the partners of either direction swap digests in the exchange's first group
+  // (both sides compare, also one that only sends), and a kernel compares them after it.
+  const std::uint32_t pairs = x.sendTo | x.recvFrom;
+  auto* digests = static_cast<std::uint64_t*>(digests_.get());
+  launchPartnerDigestWrite(digests, x.digest, stream);
   auto sendsAndRecvs = [&](std::uint64_t at, std::uint64_t len, bool intoSlots) {
     for (int p = 0; p < n; ++p) {
       if (p == me) continue;
+      if (at == 0 && (pairs >> p & 1u)) {
+        check(nccl_->send(digests, sizeof(std::uint64_t), nccl_net::kInt8, p, comm_, stream), "ncclSend to",
+              "the partners' call check", p);
+        check(nccl_->recv(digests + 1 + p, sizeof(std::uint64_t), nccl_net::kInt8, p, comm_, stream),
+              "ncclRecv from", "the partners' call check", p);
+      }
       if (x.sendTo >> p & 1u)
         check(nccl_->send(x.src + x.srcOffset[p] + at, len, nccl_net::kInt8, p, comm_, stream), "ncclSend to",
               nullptr, p);
@@ -166,8 +191,10 @@ void NcclPartners::exchange(const PartnerExchange& x, DataType type, ReduceOp op
       }
     }
   };
+  const auto checkDigests = [&] { launchPartnerDigestCheck(digests + 1, pairs, x.digest, mismatchDevice_, stream); };
   if (!x.reduce) {
     group([&] { sendsAndRecvs(0, bytes, false); }, "a copy between partners");
+    checkDigests();
     return;
   }
   // In rounds of a slot: each round's reduce reads the slots the next round's recvs write, in
@@ -176,6 +203,7 @@ void NcclPartners::exchange(const PartnerExchange& x, DataType type, ReduceOp op
   for (std::uint64_t at = 0; at < bytes; at += round) {
     const std::uint64_t len = std::min(round, bytes - at);
     group([&] { sendsAndRecvs(at, len, true); }, "a reduce between partners");
+    if (at == 0) checkDigests();
     if (x.recvFrom == 0) continue;
     const char* parts[kMaxHosts];
     int count = 0;
@@ -194,6 +222,8 @@ void NcclPartners::abort() { end("aborted (Comm::abort)", false); }
 bool NcclPartners::failed() const { return aborted_.load(std::memory_order_acquire); }
 
 void NcclPartners::throwFailure() const {
+  if (const int h = mismatchHost_.load(std::memory_order_acquire); h >= 0)
+    throw Error(ErrorCode::InvalidUsage, partnerMismatchText(who(), worldRankOf(h), h));
   if (!failed_.load(std::memory_order_acquire))
     throw Error(ErrorCode::InvalidUsage, who() + ": the calls across hosts were aborted; destroy the Comm");
   std::string why;
