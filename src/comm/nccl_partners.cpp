@@ -98,7 +98,11 @@ void NcclPartners::watch() {
 }
 
 void NcclPartners::end(const std::string& why, bool failure) {
-  std::lock_guard abortLock(ncclMu_);
+  // Not while a group is queued (group() holds ncclMu_ for microseconds); but where NCCL blocks in
+  // one (a partner that never comes to their first connection), that group aborts when it returns.
+  std::unique_lock abortLock(ncclMu_, std::defer_lock);
+  for (int tries = 0; tries < 1000 && !abortLock.try_lock(); ++tries)
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
   {
     std::lock_guard lock(whyMu_);
     if (comm_ == nullptr || aborted_.load()) return;
@@ -109,6 +113,13 @@ void NcclPartners::end(const std::string& why, bool failure) {
   // First this host's calls (their ranks may wait for this one in a phase on the host), then NCCL's
   // kernels, which its abort ends.
   if (failure && options_.onFailure) options_.onFailure();
+  if (abortLock.owns_lock())
+    abortComm();
+  else
+    abortPending_.store(true, std::memory_order_release);
+}
+
+void NcclPartners::abortComm() {
   if (const int r = nccl_->commAbort(comm_); r != nccl_net::kSuccess)
     FERRY_LOG(Warn, Collectives) << who() << ": " << nccl_net::describe(*nccl_, nullptr, "ncclCommAbort", r);
 }
@@ -116,6 +127,7 @@ void NcclPartners::end(const std::string& why, bool failure) {
 NcclPartners::~NcclPartners() {
   stopping_.store(true, std::memory_order_release);
   if (watchdog_.joinable()) watchdog_.join();
+  if (abortPending_.exchange(false)) abortComm();  // (no group is queued any more)
   // (An aborted communicator is gone already.)
   if (comm_ != nullptr && !aborted_.load()) {
     if (const int r = nccl_->commDestroy(comm_); r != nccl_net::kSuccess)
@@ -149,6 +161,16 @@ void NcclPartners::check(int result, const char* what, const char* context, int 
 
 template <class Calls>
 void NcclPartners::group(Calls&& calls, const char* what) {
+  // Not while the watchdog aborts the communicator (end()): after it, no NCCL call may use it.
+  std::lock_guard lock(ncclMu_);
+  if (aborted_.load(std::memory_order_acquire)) throwFailure();
+  // An abort that came while NCCL blocked in this group: done now that it has returned.
+  struct PendingAbort {
+    NcclPartners& self;
+    ~PendingAbort() {
+      if (self.abortPending_.exchange(false)) self.abortComm();
+    }
+  } pending{*this};
   check(nccl_->groupStart(), "ncclGroupStart", what);
   try {
     calls();
@@ -167,20 +189,28 @@ void NcclPartners::exchange(const PartnerExchange& x, DataType type, ReduceOp op
     throw Error(ErrorCode::InternalError, who() + ": NcclPartners: an exchange names hosts outside 0.." +
                                               std::to_string(n - 1) + " or this one");
   const std::uint64_t es = sizeOf(type), bytes = x.count * es;
-  // The call check: the partners of either direction swap digests in the exchange's first group
-  // (both sides compare, also one that only sends), and a kernel compares them after it.
+  // The call check: the partners of either direction swap digests in a group of their own (both
+  // sides compare, also one that only sends), and a kernel compares them, before the data: where
+  // the calls differ in size, the data's sends and recvs do not match and never end, and the
+  // watchdog's abort on the mismatch word ends them.
   const std::uint32_t pairs = x.sendTo | x.recvFrom;
   auto* digests = static_cast<std::uint64_t*>(digests_.get());
   launchPartnerDigestWrite(digests, x.digest, stream);
+  group(
+      [&] {
+        for (int p = 0; p < n; ++p) {
+          if (p == me || (pairs >> p & 1u) == 0) continue;
+          check(nccl_->send(digests, sizeof(std::uint64_t), nccl_net::kInt8, p, comm_, stream), "ncclSend to",
+                "the partners' call check", p);
+          check(nccl_->recv(digests + 1 + p, sizeof(std::uint64_t), nccl_net::kInt8, p, comm_, stream),
+                "ncclRecv from", "the partners' call check", p);
+        }
+      },
+      "the partners' call check");
+  launchPartnerDigestCheck(digests + 1, pairs, x.digest, mismatchDevice_, stream);
   auto sendsAndRecvs = [&](std::uint64_t at, std::uint64_t len, bool intoSlots) {
     for (int p = 0; p < n; ++p) {
       if (p == me) continue;
-      if (at == 0 && (pairs >> p & 1u)) {
-        check(nccl_->send(digests, sizeof(std::uint64_t), nccl_net::kInt8, p, comm_, stream), "ncclSend to",
-              "the partners' call check", p);
-        check(nccl_->recv(digests + 1 + p, sizeof(std::uint64_t), nccl_net::kInt8, p, comm_, stream),
-              "ncclRecv from", "the partners' call check", p);
-      }
       if (x.sendTo >> p & 1u)
         check(nccl_->send(x.src + x.srcOffset[p] + at, len, nccl_net::kInt8, p, comm_, stream), "ncclSend to",
               nullptr, p);
@@ -191,10 +221,8 @@ void NcclPartners::exchange(const PartnerExchange& x, DataType type, ReduceOp op
       }
     }
   };
-  const auto checkDigests = [&] { launchPartnerDigestCheck(digests + 1, pairs, x.digest, mismatchDevice_, stream); };
   if (!x.reduce) {
     group([&] { sendsAndRecvs(0, bytes, false); }, "a copy between partners");
-    checkDigests();
     return;
   }
   // In rounds of a slot: each round's reduce reads the slots the next round's recvs write, in
@@ -203,7 +231,6 @@ void NcclPartners::exchange(const PartnerExchange& x, DataType type, ReduceOp op
   for (std::uint64_t at = 0; at < bytes; at += round) {
     const std::uint64_t len = std::min(round, bytes - at);
     group([&] { sendsAndRecvs(at, len, true); }, "a reduce between partners");
-    if (at == 0) checkDigests();
     if (x.recvFrom == 0) continue;
     const char* parts[kMaxHosts];
     int count = 0;
@@ -222,8 +249,11 @@ void NcclPartners::abort() { end("aborted (Comm::abort)", false); }
 bool NcclPartners::failed() const { return aborted_.load(std::memory_order_acquire); }
 
 void NcclPartners::throwFailure() const {
-  if (const int h = mismatchHost_.load(std::memory_order_acquire); h >= 0)
-    throw Error(ErrorCode::InvalidUsage, partnerMismatchText(who(), worldRankOf(h), h));
+  // A mismatch the kernel found is the cause, also where NCCL's own error (after a partner's abort)
+  // ended the partners first.
+  int h = mismatchHost_.load(std::memory_order_acquire);
+  if (h < 0 && mismatch_ != nullptr) h = static_cast<int>(__atomic_load_n(mismatch_, __ATOMIC_ACQUIRE)) - 1;
+  if (h >= 0) throw Error(ErrorCode::InvalidUsage, partnerMismatchText(who(), worldRankOf(h), h));
   if (!failed_.load(std::memory_order_acquire))
     throw Error(ErrorCode::InvalidUsage, who() + ": the calls across hosts were aborted; destroy the Comm");
   std::string why;

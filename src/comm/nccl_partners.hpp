@@ -56,6 +56,7 @@ class NcclPartners final : public Partners {
   // The watchdog's loop; and what it and abort() share: records `why` (the first), aborts NCCL.
   void watch();
   void end(const std::string& why, bool failure);
+  void abortComm();  // ncclCommAbort, logged; @pre ncclMu_ held, or no other thread uses the communicator
 
   std::shared_ptr<Bootstrap> bootstrap_;
   PartnersOptions options_;
@@ -74,7 +75,8 @@ class NcclPartners final : public Partners {
   // Set once the NCCL communicator is aborted (by the watchdog on a failure, or abort()): no NCCL
   // call on it may follow. failed_ tells a partner's failure from an abort.
   std::atomic<bool> aborted_{false}, failed_{false};
-  std::mutex ncclMu_;  // the watchdog's polls of the communicator, and its abort
+  std::atomic<bool> abortPending_{false};  // end() could not take ncclMu_: the group holding it aborts
+  std::mutex ncclMu_;  // the watchdog's polls of the communicator, its abort, and the queueing of a group
   mutable std::mutex whyMu_;
   std::string why_;  // NCCL's reason for the failure (under whyMu_)
   std::atomic<bool> stopping_{false};

@@ -469,17 +469,17 @@ TEST_P(CommAcrossHosts, AHostThatGoesAwayOnNcclNetworkEndsTheCallsWithAnErrorNam
 }
 
 // Hosts whose calls differ (each host's ranks agree among themselves, so only the partners can see
-// it): every rank's calls end with an error naming its partner within 30 s, not a wrong result. On
-// ferry's network the last host's ranks ask for one element more in the first call; on NCCL's,
-// whose sends and recvs must match in size, they ask for another op.
+// it): every rank's calls end with an error naming its partner within 30 s, not a wrong result. The
+// last host's ranks ask for one element more in the first call; on NCCL's network allReduce asks
+// for another op instead (the same sizes: NCCL's sends and recvs match, the digests do not), and
+// broadcast's larger count leaves NCCL's data sends and recvs unmatched until the abort ends them.
 void checkDifferentCalls(int n, int hosts, const char* partnerNet) {
   const int perHost = n / hosts;
   const bool nccl = std::string(partnerNet) == "nccl";
   // allReduce: every partner sends and receives. broadcast from rank 0: the first host only sends,
-  // and learns of the difference from its partners' acknowledgements.
-  std::vector<Collective> collectives{Collective::AllReduce};
-  if (!nccl) collectives.push_back(Collective::Broadcast);
-  for (const Collective collective : collectives) {
+  // and learns of the difference from its partners' acknowledgements (on NCCL's network, from the
+  // digests they send back).
+  for (const Collective collective : {Collective::AllReduce, Collective::Broadcast}) {
     SCOPED_TRACE(toString(collective));
     runAcrossHosts(
         n, hosts,
@@ -495,8 +495,9 @@ void checkDifferentCalls(int n, int hosts, const char* partnerNet) {
             for (int i = 0; i < 1000 && !threw; ++i) {
               try {
                 const bool differ = i == 0 && lastHost;
-                const std::size_t c = differ && !nccl ? count + 1 : count;
-                const ReduceOp op = differ && nccl ? ReduceOp::Max : ReduceOp::Sum;
+                const bool otherOp = nccl && collective == Collective::AllReduce;
+                const std::size_t c = differ && !otherOp ? count + 1 : count;
+                const ReduceOp op = differ && otherOp ? ReduceOp::Max : ReduceOp::Sum;
                 if (collective == Collective::AllReduce)
                   comm.allReduce(buf, buf, c, DataType::Float32, op, stream);
                 else
