@@ -175,6 +175,21 @@ __global__ void __launch_bounds__(kThreads) partnerReduce(char* dst, Parts parts
   reduceSources<T, Op>(out, 1, src, nparts, divisor, n, threadIdx.x, blockDim.x);
 }
 
+// NcclPartners' call check (partner_exchange.hpp): this rank's digest into device memory, for
+// NCCL's sends; then each received digest compared with it.
+__global__ void partnerDigestWrite(std::uint64_t* own, std::uint64_t digest) { *own = digest; }
+
+__global__ void partnerDigestCheck(const std::uint64_t* theirs, std::uint32_t hosts, std::uint64_t digest,
+                                   std::uint32_t* mismatch) {
+  for (int h = 0; h < kMaxHosts; ++h) {
+    if ((hosts >> h & 1u) == 0 || theirs[h] == digest) continue;
+    auto* word = static_cast<volatile std::uint32_t*>(mismatch);
+    if (*word == 0) *word = static_cast<std::uint32_t>(h) + 1;
+    __threadfence_system();
+    return;
+  }
+}
+
 void checkLaunch(const char* what) {
   const cudaError_t err = cudaGetLastError();
   if (err != cudaSuccess)
@@ -190,6 +205,19 @@ void preloadPartnerExchange() {
     preloadKernel(partnerExchange<T, Op>);
     preloadKernel(partnerReduce<T, Op>);
   });
+  preloadKernel(partnerDigestWrite);
+  preloadKernel(partnerDigestCheck);
+}
+
+void launchPartnerDigestWrite(std::uint64_t* own, std::uint64_t digest, cudaStream_t stream) {
+  partnerDigestWrite<<<1, 1, 0, stream>>>(own, digest);
+  checkLaunch("partners' digest");
+}
+
+void launchPartnerDigestCheck(const std::uint64_t* theirs, std::uint32_t hosts, std::uint64_t digest,
+                              std::uint32_t* mismatch, cudaStream_t stream) {
+  partnerDigestCheck<<<1, 1, 0, stream>>>(theirs, hosts, digest, mismatch);
+  checkLaunch("partners' digest check");
 }
 
 void launchPartnerReduce(char* dst, const char* const* parts, int nparts, std::uint64_t count, DataType type,

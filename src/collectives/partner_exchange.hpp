@@ -89,6 +89,14 @@ void launchPartnerExchange(const PartnerChannels* channels, std::uint64_t slotBy
 // on `stream`: the reduce of an exchange whose parts another network brought (NcclPartners).
 void launchPartnerReduce(char* dst, const char* const* parts, int nparts, std::uint64_t count, DataType type,
                          ReduceOp op, int divisor, cudaStream_t stream);
+// The partners' call check where another network brings the parts (NcclPartners): `digest` into
+// own[0] (device memory) on `stream`, for the network to send; then, once the partners' digests have
+// arrived in theirs[h] (device memory), each host h of `hosts` whose digest differs from `digest`:
+// the first one named in *mismatch (host memory, mapped), as 1 + h, unless a difference is there
+// already.
+void launchPartnerDigestWrite(std::uint64_t* own, std::uint64_t digest, cudaStream_t stream);
+void launchPartnerDigestCheck(const std::uint64_t* theirs, std::uint32_t hosts, std::uint64_t digest,
+                              std::uint32_t* mismatch, cudaStream_t stream);
 // Loads every type and op of the kernel into the current context now (launch.hpp's preloadKernel:
 // a first launch queued behind a waiting kernel would otherwise wait for it).
 void preloadPartnerExchange();

@@ -170,11 +170,7 @@ bool HostPartners::failed() const { return __atomic_load_n(&words_[1], __ATOMIC_
 
 std::string HostPartners::mismatchText() const {
   const int p = static_cast<int>(__atomic_load_n(&words_[2], __ATOMIC_ACQUIRE)) - 1;
-  return who() + ": rank " + std::to_string(worldRankOf(p)) + " (host " + std::to_string(p) +
-         "), this rank's partner, made another call across hosts than this rank (the collective, count, type, "
-         "op or root differ, or the calls come in another order, or the ranks chose other algorithms across "
-         "hosts: their setAlgorithm, FERRY_ALGO or FERRY_TUNING_FILE differ); every rank must make the same "
-         "calls in the same order. This Comm cannot go on: destroy it on every rank";
+  return partnerMismatchText(who(), worldRankOf(p), p);
 }
 
 void HostPartners::throwFailure() const {

@@ -8,6 +8,7 @@
 #include "core/logger.hpp"
 #include "ferry/errors.hpp"
 #include "ferry/memory.hpp"
+#include "platform/cuda_check.hpp"
 
 namespace ferry {
 
@@ -61,6 +62,12 @@ NcclPartners::NcclPartners(std::shared_ptr<Bootstrap> partners, std::uint64_t sc
     throw Error(ErrorCode::InvalidUsage, who() + phase + std::to_string(scratchBytes) +
                                              " bytes of scratch leave no 16-byte slot per host; give more");
   scratch_ = gpuAlloc(slotBytes_ * static_cast<std::uint64_t>(n));
+  digests_ = gpuAlloc(sizeof(std::uint64_t) * (1 + kMaxHosts));
+  FERRY_CUDA_CHECK(cudaHostAlloc(reinterpret_cast<void**>(&mismatch_), sizeof(std::uint32_t),
+                                 cudaHostAllocMapped | cudaHostAllocPortable));
+  mismatchMemory_ = std::shared_ptr<void>(mismatch_, [](void* p) { (void)cudaFreeHost(p); });
+  *mismatch_ = 0;
+  FERRY_CUDA_CHECK(cudaHostGetDevicePointer(reinterpret_cast<void**>(&mismatchDevice_), mismatch_, 0));
   preloadPartnerExchange();  // (its reduce: a first launch behind NCCL's waiting kernel would wait for it)
   check(nccl_->commInitRank(&comm_, n, ready[0].id, me), "ncclCommInitRank", "the partners' communicator");
   watchdog_ = std::thread([this] { watch(); });
@@ -69,6 +76,13 @@ NcclPartners::NcclPartners(std::shared_ptr<Bootstrap> partners, std::uint64_t sc
 
 void NcclPartners::watch() {
   while (!stopping_.load(std::memory_order_acquire)) {
+    // A partner whose exchange differed from this rank's: the calls cannot go on (their results are
+    // garbage); ending the partners ends this host's calls too, and the next call throws.
+    if (const std::uint32_t h = __atomic_load_n(mismatch_, __ATOMIC_ACQUIRE); h != 0) {
+      mismatchHost_.store(static_cast<int>(h) - 1, std::memory_order_release);
+      end(partnerMismatchText(who(), worldRankOf(static_cast<int>(h) - 1), static_cast<int>(h) - 1), true);
+      return;
+    }
     int async = nccl_net::kSuccess, r = nccl_net::kSuccess;
     {
       std::lock_guard lock(ncclMu_);  // (not while end() aborts the communicator)
@@ -84,7 +98,11 @@ void NcclPartners::watch() {
 }
 
 void NcclPartners::end(const std::string& why, bool failure) {
-  std::lock_guard abortLock(ncclMu_);
+  // Not while a group is queued (group() holds ncclMu_ for microseconds); but where NCCL blocks in
+  // one (a partner that never comes to their first connection), that group aborts when it returns.
+  std::unique_lock abortLock(ncclMu_, std::defer_lock);
+  for (int tries = 0; tries < 1000 && !abortLock.try_lock(); ++tries)
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
   {
     std::lock_guard lock(whyMu_);
     if (comm_ == nullptr || aborted_.load()) return;
@@ -95,6 +113,13 @@ void NcclPartners::end(const std::string& why, bool failure) {
   // First this host's calls (their ranks may wait for this one in a phase on the host), then NCCL's
   // kernels, which its abort ends.
   if (failure && options_.onFailure) options_.onFailure();
+  if (abortLock.owns_lock())
+    abortComm();
+  else
+    abortPending_.store(true, std::memory_order_release);
+}
+
+void NcclPartners::abortComm() {
   if (const int r = nccl_->commAbort(comm_); r != nccl_net::kSuccess)
     FERRY_LOG(Warn, Collectives) << who() << ": " << nccl_net::describe(*nccl_, nullptr, "ncclCommAbort", r);
 }
@@ -102,6 +127,7 @@ void NcclPartners::end(const std::string& why, bool failure) {
 NcclPartners::~NcclPartners() {
   stopping_.store(true, std::memory_order_release);
   if (watchdog_.joinable()) watchdog_.join();
+  if (abortPending_.exchange(false)) abortComm();  // (no group is queued any more)
   // (An aborted communicator is gone already.)
   if (comm_ != nullptr && !aborted_.load()) {
     if (const int r = nccl_->commDestroy(comm_); r != nccl_net::kSuccess)
@@ -135,6 +161,16 @@ void NcclPartners::check(int result, const char* what, const char* context, int 
 
 template <class Calls>
 void NcclPartners::group(Calls&& calls, const char* what) {
+  // Not while the watchdog aborts the communicator (end()): after it, no NCCL call may use it.
+  std::lock_guard lock(ncclMu_);
+  if (aborted_.load(std::memory_order_acquire)) throwFailure();
+  // An abort that came while NCCL blocked in this group: done now that it has returned.
+  struct PendingAbort {
+    NcclPartners& self;
+    ~PendingAbort() {
+      if (self.abortPending_.exchange(false)) self.abortComm();
+    }
+  } pending{*this};
   check(nccl_->groupStart(), "ncclGroupStart", what);
   try {
     calls();
@@ -153,6 +189,25 @@ void NcclPartners::exchange(const PartnerExchange& x, DataType type, ReduceOp op
     throw Error(ErrorCode::InternalError, who() + ": NcclPartners: an exchange names hosts outside 0.." +
                                               std::to_string(n - 1) + " or this one");
   const std::uint64_t es = sizeOf(type), bytes = x.count * es;
+  // The call check: the partners of either direction swap digests in a group of their own (both
+  // sides compare, also one that only sends), and a kernel compares them, before the data: where
+  // the calls differ in size, the data's sends and recvs do not match and never end, and the
+  // watchdog's abort on the mismatch word ends them.
+  const std::uint32_t pairs = x.sendTo | x.recvFrom;
+  auto* digests = static_cast<std::uint64_t*>(digests_.get());
+  launchPartnerDigestWrite(digests, x.digest, stream);
+  group(
+      [&] {
+        for (int p = 0; p < n; ++p) {
+          if (p == me || (pairs >> p & 1u) == 0) continue;
+          check(nccl_->send(digests, sizeof(std::uint64_t), nccl_net::kInt8, p, comm_, stream), "ncclSend to",
+                "the partners' call check", p);
+          check(nccl_->recv(digests + 1 + p, sizeof(std::uint64_t), nccl_net::kInt8, p, comm_, stream),
+                "ncclRecv from", "the partners' call check", p);
+        }
+      },
+      "the partners' call check");
+  launchPartnerDigestCheck(digests + 1, pairs, x.digest, mismatchDevice_, stream);
   auto sendsAndRecvs = [&](std::uint64_t at, std::uint64_t len, bool intoSlots) {
     for (int p = 0; p < n; ++p) {
       if (p == me) continue;
@@ -194,6 +249,11 @@ void NcclPartners::abort() { end("aborted (Comm::abort)", false); }
 bool NcclPartners::failed() const { return aborted_.load(std::memory_order_acquire); }
 
 void NcclPartners::throwFailure() const {
+  // A mismatch the kernel found is the cause, also where NCCL's own error (after a partner's abort)
+  // ended the partners first.
+  int h = mismatchHost_.load(std::memory_order_acquire);
+  if (h < 0 && mismatch_ != nullptr) h = static_cast<int>(__atomic_load_n(mismatch_, __ATOMIC_ACQUIRE)) - 1;
+  if (h >= 0) throw Error(ErrorCode::InvalidUsage, partnerMismatchText(who(), worldRankOf(h), h));
   if (!failed_.load(std::memory_order_acquire))
     throw Error(ErrorCode::InvalidUsage, who() + ": the calls across hosts were aborted; destroy the Comm");
   std::string why;

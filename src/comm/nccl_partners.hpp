@@ -56,6 +56,7 @@ class NcclPartners final : public Partners {
   // The watchdog's loop; and what it and abort() share: records `why` (the first), aborts NCCL.
   void watch();
   void end(const std::string& why, bool failure);
+  void abortComm();  // ncclCommAbort, logged; @pre ncclMu_ held, or no other thread uses the communicator
 
   std::shared_ptr<Bootstrap> bootstrap_;
   PartnersOptions options_;
@@ -63,10 +64,19 @@ class NcclPartners final : public Partners {
   nccl_net::Comm comm_ = nullptr;
   std::shared_ptr<void> scratch_;
   std::uint64_t slotBytes_ = 0;
+  // The call check (partner_exchange.hpp): device memory, [0] this rank's digest of the exchange
+  // in flight, [1 + h] host h's as it came; host memory (mapped), 1 + the host whose digest
+  // differed (0: none), which the watchdog reads.
+  std::shared_ptr<void> digests_;
+  std::uint32_t* mismatch_ = nullptr;
+  std::shared_ptr<void> mismatchMemory_;  // frees it (after the watchdog has stopped)
+  std::uint32_t* mismatchDevice_ = nullptr;
+  std::atomic<int> mismatchHost_{-1};  // set with the failure it caused
   // Set once the NCCL communicator is aborted (by the watchdog on a failure, or abort()): no NCCL
   // call on it may follow. failed_ tells a partner's failure from an abort.
   std::atomic<bool> aborted_{false}, failed_{false};
-  std::mutex ncclMu_;  // the watchdog's polls of the communicator, and its abort
+  std::atomic<bool> abortPending_{false};  // end() could not take ncclMu_: the group holding it aborts
+  std::mutex ncclMu_;  // the watchdog's polls of the communicator, its abort, and the queueing of a group
   mutable std::mutex whyMu_;
   std::string why_;  // NCCL's reason for the failure (under whyMu_)
   std::atomic<bool> stopping_{false};

@@ -7,6 +7,7 @@
 #include <cuda_runtime_api.h>
 
 #include <functional>
+#include <string>
 #include <vector>
 
 #include "collectives/partner_exchange.hpp"
@@ -44,5 +45,9 @@ class Partners {
   // "ferry" or "nccl": what carries the exchanges (ferry-bench's algorithm column).
   virtual const char* network() const = 0;
 };
+
+// The error of a rank (`who`: "rank W (host h)") whose partner, world rank `partnerRank` on host
+// `partnerHost`, made another exchange than its own (both kinds of partners compare digests).
+std::string partnerMismatchText(const std::string& who, int partnerRank, int partnerHost);
 
 }  // namespace ferry

@@ -483,51 +483,68 @@ TEST_P(CommAcrossHosts, AHostThatGoesAwayOnNcclNetworkEndsTheCallsWithAnErrorNam
   checkAHostGoingAway(GetParam().ranks, GetParam().hosts, "nccl");
 }
 
-// Hosts whose calls differ (the last host's ranks ask for one element more in the first call; each
-// host's ranks agree among themselves, so only the partners can see it): every rank's calls end
-// with an error naming its partner within 30 s, not a wrong result.
-TEST_P(CommAcrossHosts, HostsThatMakeDifferentCallsGetAnErrorNotAWrongResult) {
-  const auto [n, hosts] = GetParam();
+// Hosts whose calls differ (each host's ranks agree among themselves, so only the partners can see
+// it): every rank's calls end with an error naming its partner within 30 s, not a wrong result. The
+// last host's ranks ask for one element more in the first call; on NCCL's network allReduce asks
+// for another op instead (the same sizes: NCCL's sends and recvs match, the digests do not), and
+// broadcast's larger count leaves NCCL's data sends and recvs unmatched until the abort ends them.
+void checkDifferentCalls(int n, int hosts, const char* partnerNet) {
   const int perHost = n / hosts;
+  const bool nccl = std::string(partnerNet) == "nccl";
   // allReduce: every partner sends and receives. broadcast from rank 0: the first host only sends,
-  // and learns of the difference from its partners' acknowledgements.
+  // and learns of the difference from its partners' acknowledgements (on NCCL's network, from the
+  // digests they send back).
   for (const Collective collective : {Collective::AllReduce, Collective::Broadcast}) {
     SCOPED_TRACE(toString(collective));
-    runAcrossHosts(n, hosts, [&](int rank, const std::shared_ptr<TcpBootstrap>& boot) {
-      withComm(boot, [&](Comm& comm, cudaStream_t stream) {
-        const std::size_t count = 1000;
-        void* buf = nullptr;
-        ASSERT_EQ(cudaMalloc(&buf, (count + 1) * sizeof(float)), cudaSuccess);
-        const bool lastHost = rank >= n - perHost;
-        const int partner = (rank + perHost) % n;  // (2 hosts)
-        const auto start = std::chrono::steady_clock::now();
-        bool threw = false;
-        for (int i = 0; i < 1000 && !threw; ++i) {
-          try {
-            const std::size_t c = i == 0 && lastHost ? count + 1 : count;
-            if (collective == Collective::AllReduce)
-              comm.allReduce(buf, buf, c, DataType::Float32, ReduceOp::Sum, stream);
-            else
-              comm.broadcast(buf, buf, c, DataType::Float32, 0, stream);
-            ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess) << "rank " << rank << ", call " << i;
-          } catch (const Error& e) {
-            // (The call that differed is queued before its partners compare: the next one throws.)
-            ASSERT_GE(i, 1) << e.what();
-            EXPECT_EQ(e.code(), ErrorCode::InvalidUsage) << e.what();
-            const std::string text = e.what();
-            EXPECT_NE(text.find("rank " + std::to_string(rank)), std::string::npos) << text;
-            EXPECT_NE(text.find("rank " + std::to_string(partner) + " (host"), std::string::npos) << text;
-            EXPECT_NE(text.find("another call"), std::string::npos) << text;
-            threw = true;
-          }
-          const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-          ASSERT_LT(s, 30.0) << "rank " << rank << ": no error 30 s after the calls differed";
-        }
-        EXPECT_TRUE(threw) << "rank " << rank;
-        cudaFree(buf);
-      });
-    });
+    runAcrossHosts(
+        n, hosts,
+        [&](int rank, const std::shared_ptr<TcpBootstrap>& boot) {
+          withComm(boot, [&](Comm& comm, cudaStream_t stream) {
+            const std::size_t count = 1000;
+            void* buf = nullptr;
+            ASSERT_EQ(cudaMalloc(&buf, (count + 1) * sizeof(float)), cudaSuccess);
+            const bool lastHost = rank >= n - perHost;
+            const int partner = (rank + perHost) % n;  // (2 hosts)
+            const auto start = std::chrono::steady_clock::now();
+            bool threw = false;
+            for (int i = 0; i < 1000 && !threw; ++i) {
+              try {
+                const bool differ = i == 0 && lastHost;
+                const bool otherOp = nccl && collective == Collective::AllReduce;
+                const std::size_t c = differ && !otherOp ? count + 1 : count;
+                const ReduceOp op = differ && otherOp ? ReduceOp::Max : ReduceOp::Sum;
+                if (collective == Collective::AllReduce)
+                  comm.allReduce(buf, buf, c, DataType::Float32, op, stream);
+                else
+                  comm.broadcast(buf, buf, c, DataType::Float32, 0, stream);
+                ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess) << "rank " << rank << ", call " << i;
+              } catch (const Error& e) {
+                // (The call that differed is queued before its partners compare: the next one throws.)
+                ASSERT_GE(i, 1) << e.what();
+                EXPECT_EQ(e.code(), ErrorCode::InvalidUsage) << e.what();
+                const std::string text = e.what();
+                EXPECT_NE(text.find("rank " + std::to_string(rank)), std::string::npos) << text;
+                EXPECT_NE(text.find("rank " + std::to_string(partner) + " (host"), std::string::npos) << text;
+                EXPECT_NE(text.find("another call"), std::string::npos) << text;
+                threw = true;
+              }
+              const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+              ASSERT_LT(s, 30.0) << "rank " << rank << ": no error 30 s after the calls differed";
+            }
+            EXPECT_TRUE(threw) << "rank " << rank;
+            cudaFree(buf);
+          });
+        },
+        {}, "device", partnerNet);
   }
+}
+
+TEST_P(CommAcrossHosts, HostsThatMakeDifferentCallsGetAnErrorNotAWrongResult) {
+  checkDifferentCalls(GetParam().ranks, GetParam().hosts, "ferry");
+}
+
+TEST_P(CommAcrossHosts, HostsThatMakeDifferentCallsOnNcclNetworkGetAnErrorNotAWrongResult) {
+  checkDifferentCalls(GetParam().ranks, GetParam().hosts, "nccl");
 }
 
 // Every collective, a few types and ops, both placements, sizes of one and of many rounds, roots
