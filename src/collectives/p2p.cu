@@ -162,6 +162,12 @@ FERRY_DEVICE FERRY_INLINE void recvLane(const P2PContext& c, int peer, char* dst
                     (packets = sizePacket->tryRead(static_cast<std::uint32_t>(g + 1), theirs)));
           },
           data.wait_, "recv: waiting for the sender's data", g + 1);
+      // `arrived` past g does not make chunk g raw: a packet chunk g followed by a raw g + 1 (a
+      // small send, then a large one, for this large recv) passes it too, and sizes[] then holds
+      // an older chunk's size. Its packets came before g + 1's release, which the acquire above
+      // saw, so the size packet tells.
+      if (!packets && i == 0 && lane < kP2PPacketLanes && !aborted(data.wait_))
+        packets = sizePacket->tryRead(static_cast<std::uint32_t>(g + 1), theirs);
       if (!packets && !aborted(data.wait_)) theirs = c.sizes[sizeCell(peer, lane, g % kP2PSlots)];
       if ((packets || !aborted(data.wait_)) && theirs != bytes) reportSizeMismatch(c, peer, bytes, theirs);
     }

@@ -310,19 +310,26 @@ TEST_P(GpuP2P, SendAndRecvOfDifferentSizesAreAnError) {
   const int n = GetParam();
   struct Case {
     std::size_t sent, expected;  // bytes
+    std::size_t then = 0;        // a second send of this many bytes, queued before the recv (0: none)
   };
-  for (const Case c : {Case{1000, 2000}, Case{40000, 4000}, Case{100000, 4000}, Case{4000, 100000}}) {
+  // The last: packets, then a raw message whose release the recv sees first; the size packet, not
+  // the raw slot's stale size, says what was sent.
+  for (const Case c : {Case{1000, 2000}, Case{40000, 4000}, Case{100000, 4000}, Case{4000, 100000},
+                       Case{4000, 100000, 100000}}) {
     SCOPED_TRACE(std::to_string(c.sent) + " bytes sent, " + std::to_string(c.expected) + " expected");
     UniqueId id = UniqueId::create();
     runRanksOk(
         n,
         [&](int rank) {
           Rank r(id, rank, n);
-          DeviceBuffer buf(r.device, std::max(c.sent, c.expected));
+          DeviceBuffer buf(r.device, std::max({c.sent, c.expected, c.then}));
           if (rank == 0) {
             r.comm->send(buf.ptr, c.sent, DataType::Uint8, 1, r.stream);
+            if (c.then != 0) r.comm->send(buf.ptr, c.then, DataType::Uint8, 1, r.stream);
             EXPECT_EQ(cudaStreamSynchronize(r.stream), cudaSuccess);
+            if (c.then != 0) r.boot->barrier();  // (both sends are in the inbox before the recv)
           } else if (rank == 1) {
+            if (c.then != 0) r.boot->barrier();
             cudaError_t err = cudaSuccess;
             const auto start = std::chrono::steady_clock::now();
             const std::string report = capturingStdout([&] {
@@ -335,6 +342,8 @@ TEST_P(GpuP2P, SendAndRecvOfDifferentSizesAreAnError) {
             const std::string want = "rank 1: recv from rank 0: this recv is " + std::to_string(c.expected) +
                                      " bytes, but rank 0 sent " + std::to_string(c.sent);
             EXPECT_NE(report.find(want), std::string::npos) << report;
+          } else if (c.then != 0) {
+            r.boot->barrier();  // (every rank takes part in the barrier between the sends and the recv)
           }
           r.boot->barrier();
           std::fflush(stdout);
