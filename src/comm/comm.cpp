@@ -105,7 +105,6 @@ void Comm::allReduce(const void* send, void* recv, std::size_t count, DataType t
 
 void Comm::allReduce(const void* send, void* recv, std::size_t count, DataType type, const PreMulSum& op,
                      cudaStream_t stream) {
-  if (impl_->partners) impl_->refuseAcrossHosts("allReduce with PreMulSum");
   impl_->runPreMul({Collective::AllReduce, send, recv, count, type, ReduceOp::Sum, 0, stream}, op);
 }
 

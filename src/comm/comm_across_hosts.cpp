@@ -28,8 +28,8 @@
 // a circle). A phase on the host takes another host's ranks in rounds of this host's size, local
 // rank l taking the l-th of a round; where a round's chunks are not one block of the caller's
 // buffer, it runs in a temporary and copies them (more copies and calls than the even layout,
-// whose rounds are whole hosts in place). PreMulSum ops are refused alike on every rank; send and
-// recv run in p2p_across_hosts.cpp.
+// whose rounds are whole hosts in place). PreMulSum ops scale each rank's input first and run as
+// sums (Comm::Impl::runPreMulAcrossHosts); send and recv run in p2p_across_hosts.cpp.
 // How such a Comm is made (the splits, the partners, the layout): across_hosts_setup.cpp.
 
 #include "comm/across_hosts_call.hpp"

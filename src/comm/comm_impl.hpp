@@ -234,6 +234,7 @@ struct Comm::Impl {
   // A sum with each rank's input scaled first (premul_sum.hpp).
   void runPreMul(CollectiveCall call, const PreMulSum& op) {
     call.op = ReduceOp::Sum;
+    if (partners) return runPreMulAcrossHosts(call, op);
     if (!prepare(call)) return;
     validatePreMul(call, op, device);
     DeviceGuard scope(device);
@@ -251,6 +252,33 @@ struct Comm::Impl {
       call.send = scaled;
     }
     dispatch(call);
+  }
+
+  // runPreMul on a Comm across hosts: the call checked in world ranks first (as runAcrossHosts
+  // does), each rank's input scaled into the Comm's memory (allReduce's into recv, summed in place
+  // there), then a sum across hosts of the scaled inputs: the hosts' phases and the partners' sums
+  // add the products as one host's ranks do.
+  void runPreMulAcrossHosts(CollectiveCall call, const PreMulSum& op) {
+    checkNotAborted("collective call");
+    CollectiveCall whole = call;
+    whole.rank = world->rank();
+    whole.worldSize = world->size();
+    validateCall(whole, device);
+    if (call.count == 0) return;
+    validatePreMul(whole, op, device);
+    DeviceGuard scope(device);
+    work->orderAfterLast(call.stream);  // the scaling pass writes recv or the Comm's premul scratch
+    const int maxBlocks = resources ? resources->context().maxBlocks : kMaxBlocks;
+    if (call.collective == Collective::AllReduce) {
+      launchPreMul(call.recv, call.send, whole.recvElements(), call.type, op, maxBlocks, call.stream);
+      call.send = call.recv;
+    } else {
+      void* scaled = preMulScratch.reserve(whole.sendElements() * whole.elementBytes(), whole);
+      launchPreMul(scaled, call.send, whole.sendElements(), call.type, op, maxBlocks, call.stream);
+      call.send = scaled;
+    }
+    work->note(call.stream);
+    runAcrossHosts(*this, call);
   }
 
   // Queues a checked call (prepare) on the current device.
@@ -333,7 +361,7 @@ struct Comm::Impl {
     throw Error(ErrorCode::NotSupported,
                 "rank " + std::to_string(world->rank()) + ": " + std::string(what) +
                     ": a Comm across hosts runs allReduce, allGather, reduceScatter, allToAll, broadcast, "
-                    "reduce, send and recv with the built-in ops so far (FERRY_MULTI_HOST is experimental, "
+                    "reduce, send and recv so far (FERRY_MULTI_HOST is experimental, "
                     "docs/multi-node.md); "
                     "make this call on a Comm of one host, or leave FERRY_MULTI_HOST unset so that the NCCL "
                     "library and the torch backend hand the communicator to NCCL");

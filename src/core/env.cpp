@@ -79,7 +79,7 @@ const Var kVars[] = {
      "expiry the kernel reports rank, peer and operation and traps. 0: never time out (debugging only)."},
     {"FERRY_MULTI_HOST", &Env::multiHost, "0",
      "1: a Comm whose ranks span hosts runs natively (experimental): the six collectives with the "
-     "built-in ops on hosts of any sizes, send and recv, no PreMulSum yet, at most 8 hosts of at most 8 ranks, a "
+     "built-in ops and PreMulSum on hosts of any sizes, send and recv, at most 8 hosts of at most 8 ranks, a "
      "TcpBootstrap; its ranks of a host share NVLink, its partners across hosts Ethernet "
      "(docs/multi-node.md). 0: such a Comm is refused, and the NCCL library and the torch backend hand "
      "it to NCCL."},
