@@ -96,6 +96,12 @@ std::unique_ptr<Comm::Impl> makeCommImpl(std::shared_ptr<Bootstrap> b, const Com
     DeviceGuard scope(impl->device);
     impl->acrossHostsSide = std::make_unique<SideStream>(static_cast<int>(2 * kMaxAcrossHostsPieces));
   }
+  {
+    // The PreMulSum scaling kernel loaded now, also where a host of one rank loaded no collective
+    // kernels: a first launch queued behind a partner exchange that waits would wait for it.
+    DeviceGuard scope(impl->device);
+    preloadPreMul();
+  }
   // A partner gone mid-call ends this host's calls too: its other ranks may be waiting for this one
   // in a phase on the host (Comm::abort's way, from the partners' proxy or watchdog thread; destroyed
   // before resources).

@@ -260,6 +260,9 @@ struct Comm::Impl {
   // add the products as one host's ranks do.
   void runPreMulAcrossHosts(CollectiveCall call, const PreMulSum& op) {
     checkNotAborted("collective call");
+    forEachPartners([](Partners& p) {
+      if (p.failed()) p.throwFailure();  // (before anything is queued: an in-place input stays as it was)
+    });
     CollectiveCall whole = call;
     whole.rank = world->rank();
     whole.worldSize = world->size();

@@ -5,8 +5,8 @@
 // data type x reduce op x placement, at sizes below the ranks of a host, odd, and of many partner
 // rounds, every element against the host reference (sums in another order than rank order: floats
 // within rounding, integers exact); every collective at 256 MiB; the last host going away mid-run;
-// hosts of different sizes and hosts whose ranks interleave; and what it does not run refused with
-// an error that says why.
+// hosts of different sizes and hosts whose ranks interleave; PreMulSum ops; and bad calls refused
+// with an error in world ranks.
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
 #include <sys/socket.h>
