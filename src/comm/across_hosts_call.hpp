@@ -10,6 +10,7 @@
 
 #include "comm/across_hosts_algorithms.hpp"
 #include "comm/comm_impl.hpp"
+#include "core/host_id.hpp"
 #include "kernels/ranges.hpp"
 
 namespace ferry {
@@ -71,15 +72,10 @@ struct AcrossHosts {
   // algorithm, the column, the exchange's step in it and its count, so that calls that differ
   // between hosts (whose ranks each agree among themselves) meet an error, not a wrong result.
   std::uint64_t digest(int column, int step, std::uint64_t count) const {
-    std::uint64_t h = 0xcbf29ce484222325ull;  // FNV-1a over the fields
-    for (const std::uint64_t v : {static_cast<std::uint64_t>(call.collective), static_cast<std::uint64_t>(call.count),
-                                  static_cast<std::uint64_t>(call.type), static_cast<std::uint64_t>(call.op),
-                                  static_cast<std::uint64_t>(call.root), static_cast<std::uint64_t>(algorithm),
-                                  static_cast<std::uint64_t>(column), static_cast<std::uint64_t>(step), count}) {
-      h ^= v;
-      h *= 0x100000001b3ull;
-    }
-    return h;
+    return fnv1a({static_cast<std::uint64_t>(call.collective), static_cast<std::uint64_t>(call.count),
+                  static_cast<std::uint64_t>(call.type), static_cast<std::uint64_t>(call.op),
+                  static_cast<std::uint64_t>(call.root), static_cast<std::uint64_t>(algorithm),
+                  static_cast<std::uint64_t>(column), static_cast<std::uint64_t>(step), count});
   }
 
   // `bytes` of the Comm's device memory for the phases (grown outside a capture only).

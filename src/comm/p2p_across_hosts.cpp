@@ -18,6 +18,7 @@
 #include "comm/comm_impl.hpp"
 #include "comm/host_partners.hpp"
 #include "comm/pair_bootstrap.hpp"
+#include "core/host_id.hpp"
 
 namespace ferry {
 namespace {
@@ -58,13 +59,7 @@ Partners& linkTo(Comm::Impl& impl, int peer, cudaStream_t stream) {
 // What the two ends of an exchange of `bytes` from world rank `from` to `to` compare
 // (partner_exchange.hpp).
 std::uint64_t digestOf(int from, int to, std::uint64_t bytes) {
-  std::uint64_t h = 0xcbf29ce484222325ull;  // FNV-1a
-  for (const std::uint64_t v : {std::uint64_t{0x5e4d}, static_cast<std::uint64_t>(from),
-                                static_cast<std::uint64_t>(to), bytes}) {
-    h ^= v;
-    h *= 0x100000001b3ull;
-  }
-  return h;
+  return fnv1a({std::uint64_t{0x5e4d}, static_cast<std::uint64_t>(from), static_cast<std::uint64_t>(to), bytes});
 }
 
 struct PeerIo {

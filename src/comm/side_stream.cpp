@@ -32,17 +32,15 @@ SideStream::~SideStream() {
   (void)cudaStreamDestroy(stream_);
 }
 
-void SideStream::record(int i, cudaStream_t on) {
+cudaEvent_t SideStream::event(int i) const {
   if (i < 0 || i >= events())
     throw Error(ErrorCode::InternalError, "SideStream: event " + std::to_string(i) + " of " + std::to_string(events()));
-  FERRY_CUDA_CHECK(cudaEventRecord(events_[static_cast<std::size_t>(i)], on));
+  return events_[static_cast<std::size_t>(i)];
 }
 
-void SideStream::wait(cudaStream_t waiter, int i) {
-  if (i < 0 || i >= events())
-    throw Error(ErrorCode::InternalError, "SideStream: event " + std::to_string(i) + " of " + std::to_string(events()));
-  FERRY_CUDA_CHECK(cudaStreamWaitEvent(waiter, events_[static_cast<std::size_t>(i)], 0));
-}
+void SideStream::record(int i, cudaStream_t on) { FERRY_CUDA_CHECK(cudaEventRecord(event(i), on)); }
+
+void SideStream::wait(cudaStream_t waiter, int i) { FERRY_CUDA_CHECK(cudaStreamWaitEvent(waiter, event(i), 0)); }
 
 void SideStream::join(cudaStream_t waiter) noexcept {
   if (cudaEventRecord(joined_, stream_) == cudaSuccess) (void)cudaStreamWaitEvent(waiter, joined_, 0);

@@ -32,6 +32,8 @@ class SideStream {
   void join(cudaStream_t waiter) noexcept;
 
  private:
+  cudaEvent_t event(int i) const;  // Error(InternalError) outside 0 .. events - 1
+
   cudaStream_t stream_ = nullptr;
   std::vector<cudaEvent_t> events_;
   cudaEvent_t joined_ = nullptr;

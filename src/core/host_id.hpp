@@ -1,6 +1,8 @@
 #pragma once
 // Host identity (which ranks share a machine) and the secrets that authenticate bootstrap peers.
 #include <cstdint>
+#include <initializer_list>
+#include <iterator>
 #include <string_view>
 
 #include "core/bootstrap_wire.hpp"
@@ -9,6 +11,10 @@ namespace ferry {
 
 // FNV-1a, 64-bit: stable across processes and builds (std::hash is not).
 std::uint64_t fnv1a(std::string_view data, std::uint64_t seed = 0xcbf29ce484222325ull);
+// The same over the bytes of `words`: a digest of several fields.
+inline std::uint64_t fnv1a(std::initializer_list<std::uint64_t> words) {
+  return fnv1a(std::string_view(reinterpret_cast<const char*>(std::data(words)), words.size() * sizeof(std::uint64_t)));
+}
 
 // FERRY_HOSTID if set, else a hash of the hostname and the kernel's boot id together. Two
 // containers on one machine share the boot id but usually not the hostname, so they count as two
