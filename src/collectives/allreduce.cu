@@ -39,15 +39,19 @@ FERRY_DEVICE FERRY_INLINE unsigned receiversOf(int rank, int root) {
 template <class T, ReduceOp Op>
 __global__ void __launch_bounds__(kThreads)
     allReduceLL(CollectiveContext c, const char* send, char* recv, std::uint64_t bytes, int root) {
-  const std::uint64_t m = beginCall(c);
-  const auto flag = static_cast<std::uint32_t>(m);
   const int R = c.nranks, r = c.rank;
   const unsigned receivers = receiversOf(r, root);
   const Range part = splitRange((bytes + 7) / 8, gridDim.x, blockIdx.x, 1);
-  // This thread's first word is loaded while the start wait polls (at small sizes it is every word).
+  // This thread's first word is loaded beside the call's ticket and the peers' start words (at
+  // small sizes it is every word).
   const std::uint64_t w0 = part.begin + threadIdx.x;
-  const std::uint64_t first = w0 < part.end ? loadWord(send, w0, bytes) : 0;
-  if (receivers != 0) awaitPeersStarted(c, m, receivers);
+  std::uint64_t first = 0;
+  const CallStart call = beginCall(c, [&] {
+    if (w0 < part.end) first = loadWord(send, w0, bytes);
+  });
+  const std::uint64_t m = call.m;
+  const auto flag = static_cast<std::uint32_t>(m);
+  if (receivers != 0) awaitPeersStarted(c, call, receivers);
   for (std::uint64_t w = w0; w < part.end; w += kThreads) {
     const std::uint64_t v = w == w0 ? first : loadWord(send, w, bytes);
     for (int i = 1; i < R; ++i) {
@@ -80,7 +84,8 @@ __global__ void __launch_bounds__(kThreads)
     allReduceTwoShot(CollectiveContext c, const char* send, char* recv, std::uint64_t count,
                      std::uint64_t slotBytes, int root) {
   constexpr std::uint64_t sz = sizeof(T), grain = 16 / sz;
-  const std::uint64_t m = beginCall(c);
+  const CallStart call = beginCall(c);
+  const std::uint64_t m = call.m;
   const int R = c.nranks, r = c.rank;
   const unsigned receivers = receiversOf(r, root);
   const bool outputHere = root < 0 || r == root;
@@ -90,7 +95,7 @@ __global__ void __launch_bounds__(kThreads)
   char* mine = scratchHalf(c.scratch, c, m);
   for (std::uint64_t k = 0; k < rounds; ++k) {
     if (k == 0)
-      awaitPeersStarted(c, m);
+      awaitPeersStarted(c, call);
     else
       exchangeSignals(c, signalValue(m, k - 1, 3));  // peers are done with the previous round's slots
     const std::uint64_t base = k * roundElems, len = min(roundElems, count - base);
@@ -144,7 +149,8 @@ __global__ void __launch_bounds__(kThreads)
     allReduceRing(CollectiveContext c, const char* send, char* recv, std::uint64_t count, std::uint64_t slotBytes) {
   constexpr std::uint64_t sz = sizeof(T), grain = 16 / sz;
   constexpr ReduceOp Partial = Op == ReduceOp::Avg ? ReduceOp::Sum : Op;  // divide once, at the end
-  const std::uint64_t m = beginCall(c);
+  const CallStart call = beginCall(c);
+  const std::uint64_t m = call.m;
   const int R = c.nranks, r = c.rank, next = (r + 1) % R, prev = (r + R - 1) % R;
   const std::uint64_t roundElems = slotBytes / sz * R;
   const std::uint64_t rounds = (count + roundElems - 1) / roundElems;
@@ -160,7 +166,7 @@ __global__ void __launch_bounds__(kThreads)
     __syncthreads();
     if (threadIdx.x == 0) signalPeer(c, peer, value);
   };
-  awaitPeersStarted(c, m, 1u << next);
+  awaitPeersStarted(c, call, 1u << next);
   for (std::uint64_t k = 0; k < rounds; ++k) {
     if (k > 0) {
       if (threadIdx.x == 0) waitPeer(c, next, signalValue(m, 16 * (k - 1) + 15, 1));

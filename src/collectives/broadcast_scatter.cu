@@ -52,7 +52,8 @@ FERRY_DEVICE FERRY_INLINE void waitPeers(const CollectiveContext& c, std::uint64
 }
 
 __global__ void __launch_bounds__(kThreads) broadcastScatter(CollectiveContext c, BroadcastArgs a) {
-  const std::uint64_t m = beginCall(c);
+  const CallStart call = beginCall(c);
+  const std::uint64_t m = call.m;
   const int R = c.nranks, r = c.rank, owners = R - 1;
   const unsigned nonRoots = ((1u << R) - 1) & ~(1u << a.root);
   const unsigned otherOwners = nonRoots & ~(1u << r);  // the root: every owner
@@ -60,7 +61,7 @@ __global__ void __launch_bounds__(kThreads) broadcastScatter(CollectiveContext c
   const std::uint64_t rounds = (a.bytes + a.chunkBytes - 1) / a.chunkBytes;
   char* const mine = scratchHalf(c.scratch, c, m);
   // Peers whose halves of call m this rank writes must have started call m - 1.
-  awaitPeersStarted(c, m, otherOwners);
+  awaitPeersStarted(c, call, otherOwners);
   for (std::uint64_t k = 0; k < rounds; ++k) {
     const std::uint64_t off = k * a.chunkBytes, len = min(a.chunkBytes, a.bytes - off);
     const std::uint64_t buffer = (k & 1) * a.chunkBytes;

@@ -93,12 +93,13 @@ FERRY_DEVICE FERRY_INLINE void endStep(const CollectiveContext& c, std::uint64_t
 // `work(piece, elements of this block, offset in a buffer)` between the handshakes. head: no
 // predecessor; tail: no successor. Every thread of the block calls it.
 template <class Work>
-FERRY_DEVICE FERRY_INLINE void walkChain(const CollectiveContext& c, std::uint64_t m, const ChainArgs& a,
+FERRY_DEVICE FERRY_INLINE void walkChain(const CollectiveContext& c, const CallStart& call, const ChainArgs& a,
                                          std::uint64_t elementBytes, bool head, bool tail, Work work) {
   const std::uint64_t grain = 16 / elementBytes, pieceElems = a.pieceBytes / elementBytes;
   const std::uint64_t pieces = (a.count + pieceElems - 1) / pieceElems;
+  const std::uint64_t m = call.m;
   // Only the successor's scratch is written: it must have left the call that last used this half.
-  awaitPeersStarted(c, m, tail ? 0u : 1u << (c.rank + 1) % c.nranks);
+  awaitPeersStarted(c, call, tail ? 0u : 1u << (c.rank + 1) % c.nranks);
   for (std::uint64_t k = 0; k < pieces; ++k) {
     const std::uint64_t base = k * pieceElems, len = min(pieceElems, a.count - base);
     const Range part = roundPart(len, pieceElems, gridDim.x, blockIdx.x, grain);
@@ -112,12 +113,13 @@ template <class T, ReduceOp Op>
 __global__ void __launch_bounds__(kThreads) reduceChain(CollectiveContext c, ChainArgs a) {
   constexpr std::uint64_t sz = sizeof(T);
   constexpr ReduceOp Partial = Op == ReduceOp::Avg ? ReduceOp::Sum : Op;  // divide once, at the root
-  const std::uint64_t m = beginCall(c);
+  const CallStart call = beginCall(c);
+  const std::uint64_t m = call.m;
   const int R = c.nranks, r = c.rank;
   const bool head = (r + R - 1) % R == a.root, atRoot = r == a.root;
   const char* mine = scratchHalf(c.scratch, c, m);
   char* theirs = scratchHalf(c.peerScratch[(r + 1) % R], c, m);
-  walkChain(c, m, a, sz, head, atRoot, [&](Range el, std::uint64_t at) {
+  walkChain(c, call, a, sz, head, atRoot, [&](Range el, std::uint64_t at) {
     const char* src[2] = {a.send + el.begin * sz, mine + at};
     char* dst[1] = {atRoot ? a.recv + el.begin * sz : theirs + at};
     if (atRoot)
@@ -146,7 +148,8 @@ template <class T, ReduceOp Op, bool AllGather>
 __global__ void __launch_bounds__(kThreads) ringPipeline(CollectiveContext c, ChainArgs a) {
   constexpr std::uint64_t sz = sizeof(T), grain = 16 / sz;
   constexpr ReduceOp Partial = Op == ReduceOp::Avg ? ReduceOp::Sum : Op;  // divide once, at the end
-  const std::uint64_t m = beginCall(c);
+  const CallStart call = beginCall(c);
+  const std::uint64_t m = call.m;
   const int R = c.nranks, r = c.rank, next = (r + 1) % R;
   const int last = AllGather ? 2 * R - 2 : R - 1;
   const std::uint64_t pieceElems = a.pieceBytes / sz;
@@ -154,7 +157,7 @@ __global__ void __launch_bounds__(kThreads) ringPipeline(CollectiveContext c, Ch
   const std::uint64_t elements = AllGather ? a.count : static_cast<std::uint64_t>(R) * a.count;
   const char* mine = scratchHalf(c.scratch, c, m);
   char* theirs = scratchHalf(c.peerScratch[next], c, m);
-  awaitPeersStarted(c, m, 1u << next);
+  awaitPeersStarted(c, call, 1u << next);
   std::uint64_t out = 0, in = 0;
   for (std::uint64_t k = 0; k < pieces; ++k) {
     for (int s = 0; s <= last; ++s) {
@@ -190,12 +193,13 @@ __global__ void __launch_bounds__(kThreads) ringPipeline(CollectiveContext c, Ch
 
 // Bytes, as the broadcast kernels move them (ChainArgs::count is in bytes here).
 __global__ void __launch_bounds__(kThreads) broadcastChain(CollectiveContext c, ChainArgs a) {
-  const std::uint64_t m = beginCall(c);
+  const CallStart call = beginCall(c);
+  const std::uint64_t m = call.m;
   const int R = c.nranks, r = c.rank, next = (r + 1) % R;
   const bool atRoot = r == a.root, tail = next == a.root;
   const char* mine = scratchHalf(c.scratch, c, m);
   char* theirs = scratchHalf(c.peerScratch[next], c, m);
-  walkChain(c, m, a, 1, atRoot, tail, [&](Range el, std::uint64_t at) {
+  walkChain(c, call, a, 1, atRoot, tail, [&](Range el, std::uint64_t at) {
     char* dst[2];
     int nd = 0;
     if (!tail) dst[nd++] = theirs + at;

@@ -44,17 +44,20 @@ FERRY_DEVICE FERRY_INLINE LL16Packet* slotPackets(char* region, const Collective
 }
 
 __global__ void __launch_bounds__(kThreads) copyLL(CollectiveContext c, CopyPlan plan) {
-  const std::uint64_t m = beginCall(c);
-  const auto flag = static_cast<std::uint32_t>(m);
   const int R = c.nranks, r = c.rank;
   const unsigned sendMask = plan.sendMask(r), recvMask = plan.recvMask(r);
   const std::uint64_t bytes = plan.bytes;
   const Range part = splitRange((bytes + 7) / 8, gridDim.x, blockIdx.x, 1);
-  // The word for the first peer is loaded while the start wait polls (allreduce.cu, allReduceLL).
+  // The word for the first peer is loaded at the call's start (allreduce.cu, allReduceLL).
   const std::uint64_t w0 = part.begin + threadIdx.x;
   const int p0 = (r + 1) % R;
-  const std::uint64_t first = sendMask && w0 < part.end ? loadWord(plan.source(p0), w0, bytes) : 0;
-  if (sendMask) awaitPeersStarted(c, m, sendMask);
+  std::uint64_t first = 0;
+  const CallStart call = beginCall(c, [&] {
+    if (sendMask && w0 < part.end) first = loadWord(plan.source(p0), w0, bytes);
+  });
+  const std::uint64_t m = call.m;
+  const auto flag = static_cast<std::uint32_t>(m);
+  if (sendMask) awaitPeersStarted(c, call, sendMask);
   for (std::uint64_t w = w0; w < part.end; w += kThreads)
     for (int i = 1; i < R; ++i) {
       const int p = (r + i) % R;
@@ -82,14 +85,15 @@ __global__ void __launch_bounds__(kThreads) copyLL(CollectiveContext c, CopyPlan
 // all-gather): the stores a block can keep in flight scale with its threads, so every thread
 // stores here while the copy-in lasts.
 __global__ void __launch_bounds__(kThreads) copyPush(CollectiveContext c, CopyPlan plan, std::uint64_t slotBytes) {
-  const std::uint64_t m = beginCall(c);
+  const CallStart call = beginCall(c);
+  const std::uint64_t m = call.m;
   const int R = c.nranks, r = c.rank;
   const unsigned sendMask = plan.sendMask(r), recvMask = plan.recvMask(r);
   const std::uint64_t rounds = (plan.bytes + slotBytes - 1) / slotBytes;
   char* mine = scratchHalf(c.scratch, c, m);
   for (std::uint64_t k = 0; k < rounds; ++k) {
     if (k == 0) {
-      if (sendMask) awaitPeersStarted(c, m, sendMask);
+      if (sendMask) awaitPeersStarted(c, call, sendMask);
     } else {
       // Receivers free their slots for the next round; senders wait for that.
       signalAndWait(c, signalValue(m, k - 1, 3), recvMask, sendMask);

@@ -21,15 +21,18 @@ FERRY_DEVICE FERRY_INLINE LL16Packet* slotPackets(char* region, const Collective
 template <class T, ReduceOp Op>
 __global__ void __launch_bounds__(kThreads)
     reduceScatterLL(CollectiveContext c, const char* send, char* recv, std::uint64_t bytes) {
-  const std::uint64_t m = beginCall(c);
-  const auto flag = static_cast<std::uint32_t>(m);
   const int R = c.nranks, r = c.rank;
   const Range part = splitRange((bytes + 7) / 8, gridDim.x, blockIdx.x, 1);
-  // The word for the first peer is loaded while the start wait polls (allreduce.cu, allReduceLL).
+  // The word for the first peer is loaded at the call's start (allreduce.cu, allReduceLL).
   const std::uint64_t w0 = part.begin + threadIdx.x;
   const int p0 = (r + 1) % R;
-  const std::uint64_t first = w0 < part.end ? loadWord(send + p0 * bytes, w0, bytes) : 0;
-  awaitPeersStarted(c, m);
+  std::uint64_t first = 0;
+  const CallStart call = beginCall(c, [&] {
+    if (w0 < part.end) first = loadWord(send + p0 * bytes, w0, bytes);
+  });
+  const std::uint64_t m = call.m;
+  const auto flag = static_cast<std::uint32_t>(m);
+  awaitPeersStarted(c, call);
   for (std::uint64_t w = w0; w < part.end; w += kThreads) {
     for (int i = 1; i < R; ++i) {
       const int p = (r + i) % R;
@@ -55,14 +58,15 @@ __global__ void __launch_bounds__(kThreads)
     reduceScatterPush(CollectiveContext c, const char* send, char* recv, std::uint64_t count,
                       std::uint64_t slotBytes) {
   constexpr std::uint64_t sz = sizeof(T), grain = 16 / sz;
-  const std::uint64_t m = beginCall(c);
+  const CallStart call = beginCall(c);
+  const std::uint64_t m = call.m;
   const int R = c.nranks, r = c.rank;
   const std::uint64_t roundElems = slotBytes / sz;
   const std::uint64_t rounds = (count + roundElems - 1) / roundElems;
   char* mine = scratchHalf(c.scratch, c, m);
   for (std::uint64_t k = 0; k < rounds; ++k) {
     if (k == 0)
-      awaitPeersStarted(c, m);
+      awaitPeersStarted(c, call);
     else
       exchangeSignals(c, signalValue(m, k - 1, 3));
     const std::uint64_t base = k * roundElems, len = min(roundElems, count - base);

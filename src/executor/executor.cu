@@ -271,8 +271,9 @@ __global__ void __launch_bounds__(kThreads) executePlan(CollectiveContext c, Exe
   if (a.direct) {
     m = beginDirect(c, a.mine, a.input, a.output, direct);
   } else {
-    m = beginCall(c);
-    awaitPeersStarted(c, m);
+    const CallStart call = beginCall(c);
+    m = call.m;
+    awaitPeersStarted(c, call);
   }
   const int p = static_cast<int>(threadIdx.x);
   if (p < c.nranks) {

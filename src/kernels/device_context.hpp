@@ -2,7 +2,7 @@
 // What every collective kernel gets (by value): where this rank's and each peer's shared buffers
 // are, and the call counter. One allocation per rank (CommResources) holds, in order:
 //
-//   CallState   the epoch (calls completed) and a count of finished blocks
+//   CallState   the calls completed and the blocks of the running call that have started, in one word
 //   flags       uint64 inbound flags: slot 0 holds "peer p started call m" (the start row: startWord),
 //               slot 1 + b is block b's signal row; flags[slot * kMaxRanks + p] is written by peer p only
 //   buffers     two halves of one CallBuffers per peer: where a direct (zero-copy) call's buffers
@@ -45,10 +45,14 @@ inline constexpr int kFlagSlots = 8192;  // a plan's 64 lanes of channel rows (e
 // What every algorithm of the Comm shares: the call counter and the abort word. State of one
 // algorithm's own lives elsewhere (Algorithm::deviceStateBytes).
 struct CallState {
-  std::uint64_t epoch;       // calls completed on this rank
-  std::uint32_t blocksDone;  // blocks of the running call that have finished
-  std::uint32_t aborted;     // raised by Comm::abort on any rank; every wait then gives up
+  std::uint64_t tickets;  // calls completed on this rank << kTicketBits | blocks of the running call started
+  std::uint32_t aborted;  // raised by Comm::abort on any rank; every wait then gives up
+  std::uint32_t unused;
 };
+
+// A kernel's blocks (kMaxBlocks at most) fit in the low bits of CallState::tickets.
+inline constexpr int kTicketBits = 16;
+static_assert(kMaxBlocks < (1 << kTicketBits));
 
 inline constexpr int kShapeBits = 24;
 inline constexpr std::uint64_t kShapeMask = (std::uint64_t{1} << kShapeBits) - 1;
@@ -160,15 +164,72 @@ FERRY_DEVICE FERRY_INLINE void awaitPreviousKernel() {
 #endif
 }
 
-// The number of the call this kernel makes: one more than the epoch. A strong load (L2, not the
-// SM's L1, which may still hold a line an earlier kernel's block read there when this kernel was
-// launched early, FERRY_LAUNCH_PDL).
-FERRY_DEVICE FERRY_INLINE std::uint64_t callNumber(const CollectiveContext& c) {
-  return atomicLoad<std::uint64_t, cuda::thread_scope_device>(&c.state->epoch, memory_order_relaxed) + 1;
+// The call's number, from CallState::tickets: the calls completed, and below them how many blocks
+// of the running call have started.
+//
+// A kernel of several blocks: each block takes a ticket at its start (thread 0, one atomic, shared
+// with the block after beginCall's barrier). The block that takes the grid's last ticket advances
+// the calls and clears the count, without waiting for that atomic to return: no block of this
+// kernel reads the word again, and the next kernel starts after this one has ended. So no block
+// counts itself at its end, which put an atomic's round trip (0.26 us on 2 H200) between a
+// multi-block call's last store and its end.
+//
+// A kernel of one block needs no count: every thread loads the word (no barrier), and thread 0
+// stores the next value at the end (endCall), after every thread has read it. (A ticket in every
+// kernel made a one-block call about 0.2 us slower on 2 H200: an atomic, and a barrier after it.)
+// Both are strong accesses, not loads through the SM's L1, which may hold a line an earlier
+// kernel's block read there when this kernel was launched early (FERRY_LAUNCH_PDL).
+FERRY_DEVICE FERRY_INLINE std::uint64_t loadTickets(const CollectiveContext& c) {
+  return atomicLoad<std::uint64_t, cuda::thread_scope_device>(&c.state->tickets, memory_order_relaxed);
 }
+FERRY_DEVICE FERRY_INLINE std::uint64_t takeTicket(const CollectiveContext& c) {
+  return atomicFetchAdd<std::uint64_t, cuda::thread_scope_device>(&c.state->tickets, std::uint64_t{1},
+                                                                  memory_order_relaxed);
+}
+
+// The call number a ticket (or, in one block, the loaded word) gives: 1 for the first call. The
+// grid's last ticket also closes the call.
+FERRY_DEVICE FERRY_INLINE std::uint64_t callOfTicket(const CollectiveContext& c, std::uint64_t ticket) {
+  const auto started = static_cast<std::uint32_t>(ticket & ((std::uint64_t{1} << kTicketBits) - 1));
+  if (gridDim.x > 1 && threadIdx.x == 0 && started + 1 == gridDim.x)
+    atomicFetchAdd<std::uint64_t, cuda::thread_scope_device>(
+        &c.state->tickets, (std::uint64_t{1} << kTicketBits) - gridDim.x, memory_order_relaxed);
+  return (ticket >> kTicketBits) + 1;
+}
+
+// The whole block, at its start: the word its call number comes from (see loadTickets).
+FERRY_DEVICE FERRY_INLINE std::uint64_t issueTicket(const CollectiveContext& c) {
+  if (gridDim.x == 1) return loadTickets(c);
+  return threadIdx.x == 0 ? takeTicket(c) : 0;
+}
+// ... and the call number, once the block's other first loads are in flight (a barrier where
+// there are several blocks).
+FERRY_DEVICE FERRY_INLINE std::uint64_t callOfIssued(const CollectiveContext& c, std::uint64_t word) {
+  if (gridDim.x > 1) {
+    __shared__ std::uint64_t ticket;
+    if (threadIdx.x == 0) ticket = word;
+    __syncthreads();
+    word = ticket;
+  }
+  return callOfTicket(c, word);
+}
+
+// What beginCall hands the kernel: the call's number, and in thread p (one per peer) the start
+// word of peer p as it was loaded at the kernel's start, which awaitPeersStarted checks before it
+// polls. Converts to the call number.
+struct CallStart {
+  std::uint64_t m;
+  std::uint64_t seen;
+  FERRY_DEVICE FERRY_INLINE operator std::uint64_t() const { return m; }
+};
 
 // Every block calls this first. Returns m, the number of this call (1 for the first). Block 0
 // announces m to every peer.
+//
+// Three loads are in flight at once, so the start costs one memory round trip, not three: the
+// ticket (loadTickets), what `prefetch` loads (a kernel's first words of input, which it must not
+// use before this returns), and each peer's start word (thread p). The start word's load is an
+// acquire, which holds back only the loads after it, so it comes last.
 //
 // The announcement is a relaxed store, not signalAt's release: it publishes no data. What a peer
 // learns from it is that this rank is done with call m - 1's reads of the half that call m + 1
@@ -176,15 +237,22 @@ FERRY_DEVICE FERRY_INLINE std::uint64_t callNumber(const CollectiveContext& c) {
 // returned) before this one began. A release would put a system-scope fence at the head of every
 // call (docs/architecture.md, "Latency"). beginDirect, whose start word does publish a descriptor,
 // keeps the release.
-FERRY_DEVICE FERRY_INLINE std::uint64_t beginCall(const CollectiveContext& c) {
+template <class Prefetch>
+FERRY_DEVICE FERRY_INLINE CallStart beginCall(const CollectiveContext& c, Prefetch&& prefetch) {
   awaitPreviousKernel();
-  const std::uint64_t m = callNumber(c);
-  stampPhase(c.stamps, m, kEntered, c.op, c.count);
+  const std::uint64_t word = issueTicket(c);
+  prefetch();
   const int p = static_cast<int>(threadIdx.x);
-  if (blockIdx.x == 0 && p < c.nranks && p != c.rank)
-    rowSemaphore(c, 0, p).relaxedSignalAt(startWord(m, c.shape));
+  const bool peer = p < c.nranks && p != c.rank;
+  const std::uint64_t seen = peer ? rowSemaphore(c, 0, p).inboundValue() : 0;
+  const std::uint64_t m = callOfIssued(c, word);
+  stampPhase(c.stamps, m, kEntered, c.op, c.count);
+  if (blockIdx.x == 0 && peer) rowSemaphore(c, 0, p).relaxedSignalAt(startWord(m, c.shape));
   stampPhase(c.stamps, m, kAnnounced);
-  return m;
+  return CallStart{m, seen};
+}
+FERRY_DEVICE FERRY_INLINE CallStart beginCall(const CollectiveContext& c) {
+  return beginCall(c, [] {});
 }
 
 // Called by thread p (one per peer): waits until peer p has started call m - 1 (see above).
@@ -206,11 +274,21 @@ FERRY_DEVICE FERRY_INLINE void checkPeerShape(const CollectiveContext& c, int p,
   __trap();
 }
 
-// Threads [0, nranks) of the block: each waits for its peer to have started call m - 1. Ends
-// with __syncthreads(); every thread of the block must call it.
+// Threads [0, nranks) of the block: each waits for its peer to have started call m - 1, which the
+// start word beginCall loaded mostly shows already (then nothing is polled). Ends with
+// __syncthreads(); every thread of the block must call it.
 // mask: the peers to wait for (bit p: peer p).
-FERRY_DEVICE FERRY_INLINE void awaitPeersStarted(const CollectiveContext& c, std::uint64_t m,
+FERRY_DEVICE FERRY_INLINE void awaitPeersStarted(const CollectiveContext& c, const CallStart& start,
                                                  unsigned mask = ~0u) {
+  const int p = static_cast<int>(threadIdx.x);
+  if (p < c.nranks && p != c.rank && (mask >> p & 1) && start.seen < startWord(start.m - 1, 0))
+    awaitPeerStarted(c, p, start.m);
+  __syncthreads();
+  stampPhase(c.stamps, start.m, kStarted);
+}
+
+// The same without what beginCall loaded: every peer's start word is polled.
+FERRY_DEVICE FERRY_INLINE void awaitPeersStarted(const CollectiveContext& c, std::uint64_t m, unsigned mask = ~0u) {
   const int p = static_cast<int>(threadIdx.x);
   if (p < c.nranks && p != c.rank && (mask >> p & 1)) awaitPeerStarted(c, p, m);
   __syncthreads();
@@ -248,30 +326,20 @@ FERRY_DEVICE FERRY_INLINE void exchangeSignals(const CollectiveContext& c, std::
   signalAndWait(c, value, ~0u, ~0u);
 }
 
-// Every block calls this last; the last block to finish advances the epoch for the next call.
-// Block 0 checks the shape of every peer still in this call (the last threads of the block, so
-// they load beside thread 0's atomic). A peer may already be in the next call, whose word hides
-// this one's shape; whichever of a pair finishes first sees the other's.
+// Every block calls this last. Block 0 checks the shape of every peer still in this call (the
+// block's last threads, so they load beside thread 0's store of a one-block call's tickets). A peer
+// may already be in the next call, whose word hides this one's shape; whichever of a pair finishes
+// first sees the other's.
 FERRY_DEVICE FERRY_INLINE void endCall(const CollectiveContext& c, std::uint64_t m) {
   __syncthreads();
   stampPhase(c.stamps, m, kDataDone);
   const int checker = static_cast<int>(blockDim.x - 1 - threadIdx.x);
   if (blockIdx.x == 0 && checker < c.nranks && checker != c.rank)
     checkPeerShape(c, checker, atomicLoad(rowSemaphore(c, 0, checker).inbound, memory_order_relaxed), m);
-  if (threadIdx.x == 0) {
-    // The count publishes nothing: it only finds the last block, and every block had read the
-    // epoch (its m, which all its work depends on) long before it counts itself. So it is relaxed:
-    // an acq_rel add waits for the block's writes to peers to be acknowledged, about 0.5 us. One
-    // block needs no count at all; the next kernel reads the epoch after this one has finished.
-    const std::uint32_t done =
-        gridDim.x == 1 ? 0
-                       : atomicFetchAdd<std::uint32_t, cuda::thread_scope_device>(&c.state->blocksDone, 1u,
-                                                                                  memory_order_relaxed);
-    if (done + 1 == gridDim.x) {
-      c.state->blocksDone = 0;
-      c.state->epoch = m;
-    }
-  }
+  // Several blocks: the calls advanced when the last block took its ticket (loadTickets).
+  if (gridDim.x == 1 && threadIdx.x == 0)
+    atomicStore<std::uint64_t, cuda::thread_scope_device>(&c.state->tickets, m << kTicketBits,
+                                                          memory_order_relaxed);
   stampPhase(c.stamps, m, kExited);
 }
 

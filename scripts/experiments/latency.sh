@@ -1,0 +1,50 @@
+#!/usr/bin/env bash
+# Issue 23's small-call latency, in one device call on the bundle (scripts/gpu-bundle.sh pack, carry
+# .gpu-bin): every collective from 1 KiB to 1 MiB beside the three NCCL variants, the same with
+# programmatic dependent launch (FERRY_LAUNCH_PDL=1), the phase stamps of both (where a call's time
+# goes: docs/architecture.md, "Latency"), each variant library in .gpu-bin/variants.tar.xz if any
+# (scripts/gpu-bundle.sh variant NAME), and ferry-perf's round trips. Tables in $OUT (default
+# build-latency). Times nothing real on one GPU.
+#   scripts/experiments/latency.sh [ferry-bench args]   # default: all -b 1K -e 1M -f 4 --no-in-place
+#   LATENCY_TESTS=REGEX scripts/experiments/latency.sh  # also the GPU tests REGEX names
+#   LATENCY_TESTS=REGEX LATENCY_TESTS_PDL=1 ...         # ... with FERRY_LAUNCH_PDL=1
+set -uo pipefail
+cd "$(dirname "$0")/../.." || exit 2
+out=${OUT:-build-latency}
+mkdir -p "$out"
+args=("$@")
+((${#args[@]})) || args=(all -b 1K -e 1M -f 4 --no-in-place)
+bundle=scripts/gpu-bundle.sh
+stamp_args=("${args[0]}" -b 1K -e 64K -f 4 --no-in-place --no-nccl -c 0)
+
+run() {  # NAME [VAR=VAL...] -- CMD...: stdout and stderr to $out/NAME.txt, the table's tail shown
+  local name=$1
+  shift
+  local vars=()
+  while [[ $1 != -- ]]; do vars+=("$1"); shift; done
+  shift
+  echo "== $name: ${vars[*]} $*"
+  env "${vars[@]}" "$@" >"$out/$name.txt" 2>&1
+  echo "   rc $? ($SECONDS s)"
+}
+
+run base -- "$bundle" run ./ferry-bench "${args[@]}"
+run pdl FERRY_LAUNCH_PDL=1 -- "$bundle" run ./ferry-bench "${args[@]}" --no-nccl
+run stamps FERRY_PHASE_STAMPS=1 -- "$bundle" run ./ferry-bench "${stamp_args[@]}"
+run stamps_pdl FERRY_PHASE_STAMPS=1 FERRY_LAUNCH_PDL=1 -- "$bundle" run ./ferry-bench "${stamp_args[@]}"
+if [[ -f .gpu-bin/variants.tar.xz ]]; then
+  for v in $(tar -tJf .gpu-bin/variants.tar.xz | sed 's|^\./||' | awk -F/ 'NF > 1 && $1 != "" {print $1}' | sort -u); do
+    run "variant_$v" -- "$bundle" with "$v" ./ferry-bench "${args[@]}" --no-nccl
+    run "variant_${v}_pdl" FERRY_LAUNCH_PDL=1 -- "$bundle" with "$v" ./ferry-bench "${args[@]}" --no-nccl
+    run "stamps_$v" FERRY_PHASE_STAMPS=1 -- "$bundle" with "$v" ./ferry-bench "${stamp_args[@]}"
+  done
+fi
+run perf -- "$bundle" run ./ferry-perf
+if [[ -n ${LATENCY_TESTS:-} ]]; then
+  FERRY_LAUNCH_PDL=${LATENCY_TESTS_PDL:-0} OUT=/tmp/latency-tests "$bundle" tests "$LATENCY_TESTS" 2>&1 | tail -40
+fi
+# The phase medians of rank 0 (every rank prints its own; rank 0's stand for the pair).
+for f in "$out"/stamps*.txt; do
+  echo "== $(basename "$f" .txt)"
+  awk '/phase stamps of rank 0/ {on = 1} on && /phase stamps of rank [1-9]/ {on = 0} on' "$f"
+done
