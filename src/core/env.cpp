@@ -85,7 +85,7 @@ const Var kVars[] = {
      "it to NCCL."},
     {"FERRY_PHASE_STAMPS", &Env::phaseStamps, "0",
      "1: every collective kernel records when it passes each phase (start word stored, peers started, "
-     "data moved, epoch advanced) for its last 65536 calls, and each Comm prints the medians per "
+     "data moved, call ended) for its last 65536 calls, and each Comm prints the medians per "
      "collective and count to stderr when it is destroyed. For finding where a call's time goes."},
     {"FERRY_LAUNCH_PDL", &Env::launchPdl, "0",
      "1: collective kernels are launched with programmatic dependent launch (compute capability 9.0 and "

@@ -170,7 +170,8 @@ FERRY_DEVICE FERRY_INLINE void awaitPreviousKernel() {
 // A kernel of several blocks: each block takes a ticket at its start (thread 0, one atomic, shared
 // with the block after beginCall's barrier). The block that takes the grid's last ticket advances
 // the calls and clears the count, without waiting for that atomic to return: no block of this
-// kernel reads the word again, and the next kernel starts after this one has ended. So no block
+// kernel reads the word again, and the next kernel reads it only once this one has ended (stream
+// order, or awaitPreviousKernel before its ticket under FERRY_LAUNCH_PDL). So no block
 // counts itself at its end, which put an atomic's round trip (0.26 us on 2 H200) between a
 // multi-block call's last store and its end.
 //

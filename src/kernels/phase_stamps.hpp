@@ -13,11 +13,11 @@ namespace ferry {
 
 // The boundaries a call passes, in order. A kernel that has no start wait leaves kStarted at 0.
 enum PhasePoint : int {
-  kEntered = 0,    // the kernel's first instruction of beginCall
+  kEntered = 0,    // beginCall has the call's number (its first loads returned: device_context.hpp)
   kAnnounced = 1,  // this rank's start word is stored at every peer
   kStarted = 2,    // every peer this call writes to has started the previous call
   kDataDone = 3,   // every thread of block 0 is done moving data (endCall's barrier)
-  kExited = 4,     // the epoch is advanced (the last instruction of the call)
+  kExited = 4,     // the peers' shapes are checked (the last instruction of the call)
   kPhasePoints = 5,
 };
 
