@@ -25,7 +25,7 @@ run() {  # NAME [VAR=VAL...] -- CMD...: stdout and stderr to $out/NAME.txt, the 
   shift
   echo "== $name: ${vars[*]} $*"
   env "${vars[@]}" "$@" >"$out/$name.txt" 2>&1
-  echo "   rc $? ($SECONDS s)"
+  echo "   rc $? (at $SECONDS s)"
 }
 
 run base -- "$bundle" run ./ferry-bench "${args[@]}"
@@ -48,3 +48,13 @@ for f in "$out"/stamps*.txt; do
   echo "== $(basename "$f" .txt)"
   awk '/phase stamps of rank 0/ {on = 1} on && /phase stamps of rank [1-9]/ {on = 0} on' "$f"
 done
+# Every run's out-of-place time beside the fastest NCCL, one row per collective and size (ferry-bench's
+# columns: $6 the time, $14-$16 NCCL's three variants).
+runs=(base pdl)
+for f in "$out"/variant_*.txt; do [[ -f $f ]] && runs+=("$(basename "$f" .txt)"); done
+echo "== out-of-place us: collective size ${runs[*]} bestNCCL"
+for r in "${runs[@]}"; do awk -v r="$r" '/^# [a-z]+ / {c = $2} /^ +[0-9]/ {print r, c, $1, $6, (r == "base" ? ($14 < $15 ? ($14 < $16 ? $14 : $16) : ($15 < $16 ? $15 : $16)) : "")}' "$out/$r.txt"; done |
+  awk '{k = $2 " " $3; if (!(k in t)) order[++n] = k; t[k] = t[k] " " $4; if ($5 != "") nb[k] = $5}
+       END {for (i = 1; i <= n; i++) print order[i] t[order[i]], nb[order[i]]}'
+# One archive (a device call brings back at most 8 files).
+tar -czf "$out/latency-runs.tar.gz" -C "$out" $(cd "$out" && ls ./*.txt) && rm -f "$out"/*.txt
