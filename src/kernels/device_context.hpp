@@ -217,15 +217,14 @@ FERRY_DEVICE FERRY_INLINE std::uint64_t callOfIssued(const CollectiveContext& c,
 
 // What beginCall hands the kernel: the call's number, and in thread p (one per peer) the start
 // word of peer p as it was loaded at the kernel's start, which awaitPeersStarted checks before it
-// polls. Converts to the call number.
+// polls.
 struct CallStart {
   std::uint64_t m;
   std::uint64_t seen;
-  FERRY_DEVICE FERRY_INLINE operator std::uint64_t() const { return m; }
 };
 
-// Every block calls this first. Returns m, the number of this call (1 for the first). Block 0
-// announces m to every peer.
+// Every block calls this first. Returns m, the number of this call (1 for the first), and the
+// peers' start words it loaded (CallStart). Block 0 announces m to every peer.
 //
 // Three loads are in flight at once, so the start costs one memory round trip, not three: the
 // ticket (loadTickets), what `prefetch` loads (a kernel's first words of input, which it must not
@@ -286,14 +285,6 @@ FERRY_DEVICE FERRY_INLINE void awaitPeersStarted(const CollectiveContext& c, con
     awaitPeerStarted(c, p, start.m);
   __syncthreads();
   stampPhase(c.stamps, start.m, kStarted);
-}
-
-// The same without what beginCall loaded: every peer's start word is polled.
-FERRY_DEVICE FERRY_INLINE void awaitPeersStarted(const CollectiveContext& c, std::uint64_t m, unsigned mask = ~0u) {
-  const int p = static_cast<int>(threadIdx.x);
-  if (p < c.nranks && p != c.rank && (mask >> p & 1)) awaitPeerStarted(c, p, m);
-  __syncthreads();
-  stampPhase(c.stamps, m, kStarted);
 }
 
 // One thread: tells peer p that this block reached `value`, after every write of the block made
