@@ -192,19 +192,22 @@ TEST_P(CommAcrossHosts, PipelinedCollectivesEveryTypeOpPlacementAndSize) {
       }
       comm.setAlgorithm(Collective::AllReduce, "");
       ASSERT_EQ(comm.algorithmFor(Collective::AllReduce, 1 << 20, DataType::Float32), "across_hosts_pipelined");
-      comm.setAlgorithm(Collective::AllGather, "across_hosts_pipelined");
-      ASSERT_EQ(comm.algorithmFor(Collective::AllGather, 1 << 20, DataType::Float32), "across_hosts_pipelined");
-      calls = 0;
-      for (int t = 0; t < kDataTypeCount; ++t)
-        for (std::size_t count : {std::size_t{1}, std::size_t{4099}, std::size_t{300001}})
-          for (bool inPlace : {false, true}) {
-            const CallShape s{Collective::AllGather, static_cast<DataType>(t), ReduceOp::Sum, count, rank, n, 0,
-                              ++seed};
-            ++calls;
-            if (!checkCall(comm, *boot, stream, s, inPlace)) return;
-          }
-      if (rank == 0) std::printf("%zu allGather calls checked\n", calls);
-      comm.setAlgorithm(Collective::AllGather, "");
+      // allGather and allToAll, forced: the partners' exchange beside the host's own (allToAll's:
+      // of its own ranks' chunks).
+      for (const Collective collective : {Collective::AllGather, Collective::AllToAll}) {
+        comm.setAlgorithm(collective, "across_hosts_pipelined");
+        ASSERT_EQ(comm.algorithmFor(collective, 1 << 20, DataType::Float32), "across_hosts_pipelined");
+        calls = 0;
+        for (int t = 0; t < kDataTypeCount; ++t)
+          for (std::size_t count : {std::size_t{1}, std::size_t{4099}, std::size_t{300001}})
+            for (bool inPlace : {false, true}) {
+              const CallShape s{collective, static_cast<DataType>(t), ReduceOp::Sum, count, rank, n, 0, ++seed};
+              ++calls;
+              if (!checkCall(comm, *boot, stream, s, inPlace)) return;
+            }
+        if (rank == 0) std::printf("%zu %s calls checked\n", calls, std::string(toString(collective)).c_str());
+        comm.setAlgorithm(collective, "");
+      }
       // broadcast, forced, from a rank of each host: the root's host sends the parts of each piece
       // while it broadcasts the next; the others gather each piece's parts as the next arrive.
       comm.setAlgorithm(Collective::Broadcast, "across_hosts_pipelined");
@@ -246,20 +249,6 @@ TEST_P(CommAcrossHosts, PipelinedCollectivesEveryTypeOpPlacementAndSize) {
         EXPECT_NE(std::string(e.what()).find("pieces of whole 16 bytes"), std::string::npos) << e.what();
       }
       comm.setAlgorithm(Collective::ReduceScatter, "");
-      // allToAll, forced: the partners' exchange beside the host's exchange of its own ranks' chunks.
-      comm.setAlgorithm(Collective::AllToAll, "across_hosts_pipelined");
-      ASSERT_EQ(comm.algorithmFor(Collective::AllToAll, 1 << 20, DataType::Float32), "across_hosts_pipelined");
-      calls = 0;
-      for (int t = 0; t < kDataTypeCount; ++t)
-        for (std::size_t count : {std::size_t{1}, std::size_t{4099}, std::size_t{300001}})
-          for (bool inPlace : {false, true}) {
-            const CallShape s{Collective::AllToAll, static_cast<DataType>(t), ReduceOp::Sum, count, rank, n, 0,
-                              ++seed};
-            ++calls;
-            if (!checkCall(comm, *boot, stream, s, inPlace)) return;
-          }
-      if (rank == 0) std::printf("%zu allToAll calls checked\n", calls);
-      comm.setAlgorithm(Collective::AllToAll, "");
     });
   });
 }
