@@ -14,6 +14,8 @@
 #                                             # the plan runs included), or those REGEX matches;
 #                                             # logs in ${OUT:-build-bundle-out}, a summary line
 #                                             # per test as it ends, the totals at the end
+#   GPU_TESTS_BESIDE='^gpu_collectives$' scripts/gpu-bundle.sh tests  # those it matches in a second
+#                                             # lane, beside the rest (sharing the GPUs)
 #   scripts/gpu-bundle.sh tables [PART...]    # scripts/gpu-tables.sh's parts (perf, bench, plans, ...)
 #                                             # on the bundle's programs; tables in ${OUT:-build-bundle-out}
 # Library variants, to time builds against each other in one device call (the programs stay the
@@ -92,9 +94,36 @@ run() {
   guarded "$@"
 }
 
+# One GPU test, SPEC as tests/gpu/CMakeLists.txt registers it with ctest (NAME TIMEOUT ENV... --
+# ARGS...), its log in $out/NAME.log; appends its line to $out/progress.txt as it ends, so that a call
+# cut short by its time limit still says what ran.
+runTest() {
+  local words name limit envs=() cmd=() i=2
+  read -ra words <<<"$1"
+  name=${words[0]} limit=${words[1]}
+  while [[ ${words[i]} != -- ]]; do envs+=("${words[i]}"); i=$((i + 1)); done
+  cmd=("${words[@]:i+1}")
+  ((${#cmd[@]})) || cmd=("$name")
+  cmd[0]=./${cmd[0]}
+  local t0=$SECONDS rc=0
+  guarded env "${envs[@]}" timeout "$limit" "${cmd[@]}" >"$out/$name.log" 2>&1 || rc=$?
+  printf '%-32s %-10s %5d s\n' "$name" "$([[ $rc == 0 ]] && echo ok || echo "FAILED($rc)")" $((SECONDS - t0)) \
+    >>"$out/progress.txt"
+  # A failure's own lines, not only the log's end (gtest's summary), so that what failed comes back
+  # in a device call's output even when its log files do not (a call returns at most 8 files).
+  [[ $rc == 0 ]] || {
+    grep -E -A6 'Failure|^\[  FAILED|[Ee]rror|rank [0-9]+:' "$out/$name.log" | grep -v '^\[ *OK' | head -60 || true
+    tail -5 "$out/$name.log"
+  }
+}
+
 # The GPU tests, each as tests/gpu/CMakeLists.txt registers it with ctest: NAME TIMEOUT ENV... -- ARGS...
+# GPU_TESTS_BESIDE=REGEX runs the programs it matches in a second lane, beside the others: the two
+# lanes share the GPUs, which proves the same and takes less of a device call (a 4-GPU run of every
+# program is about 9 minutes in one lane).
 tests() {
-  local only=${1:-.} out=${OUT:-build-bundle-out}
+  local only=${1:-.}
+  out=${OUT:-build-bundle-out}  # (not local: runTest reads it)
   mkdir -p "$out" && out=$(cd "$out" && pwd)
   prepare
   local plans=$PWD/compiled_plans
@@ -114,31 +143,25 @@ tests() {
     "gpu_host_partners 600 --"
     "gpu_comm_across_hosts 900 --"
   )
-  local summary=() failed=0 spec
+  local lane=() beside=() spec name
   for spec in "${specs[@]}"; do
-    local words name limit envs=() cmd=() i=2
-    read -ra words <<<"$spec"
-    name=${words[0]} limit=${words[1]}
+    name=${spec%% *}
     [[ $name =~ $only ]] || continue
-    while [[ ${words[i]} != -- ]]; do envs+=("${words[i]}"); i=$((i + 1)); done
-    cmd=("${words[@]:i+1}")
-    ((${#cmd[@]})) || cmd=("$name")
-    cmd[0]=./${cmd[0]}
-    local t0=$SECONDS rc=0
-    guarded env "${envs[@]}" timeout "$limit" "${cmd[@]}" >"$out/$name.log" 2>&1 || rc=$?
-    # Each line as its test ends: a call cut short by its time limit still says what ran.
-    summary+=("$(printf '%-32s %-10s %5d s' "$name" "$([[ $rc == 0 ]] && echo ok || echo "FAILED($rc)")" $((SECONDS - t0)))")
-    echo "${summary[-1]}" >>"$out/progress.txt"
-    # A failure's own lines, not only the log's end (gtest's summary), so that what failed comes back
-    # in a device call's output even when its log files do not (a call returns at most 8 files).
-    [[ $rc == 0 ]] || {
-      failed=$((failed + 1))
-      grep -E -A6 'Failure|^\[  FAILED|[Ee]rror|rank [0-9]+:' "$out/$name.log" | grep -v '^\[ *OK' | head -60 || true
-      tail -5 "$out/$name.log"
-    }
+    if [[ -n ${GPU_TESTS_BESIDE:-} && $name =~ $GPU_TESTS_BESIDE ]]; then beside+=("$spec"); else lane+=("$spec"); fi
   done
-  printf '%s\n' "${summary[@]}" | tee "$out/summary.txt"
-  echo "bundle of $(head -1 REVISION 2>/dev/null): ${#summary[@]} run, $failed failed" | tee -a "$out/summary.txt"
+  : >"$out/progress.txt"
+  local besidePid=
+  if ((${#beside[@]})); then
+    (for spec in "${beside[@]}"; do runTest "$spec"; done) &
+    besidePid=$!
+  fi
+  for spec in "${lane[@]}"; do runTest "$spec"; done
+  [[ -z $besidePid ]] || wait "$besidePid"
+  local run failed
+  run=$(wc -l <"$out/progress.txt")
+  failed=$(grep -c FAILED "$out/progress.txt" || true)
+  { cat "$out/progress.txt"; echo "bundle of $(head -1 REVISION 2>/dev/null): $run run, $failed failed"; } |
+    tee "$out/summary.txt"
   ((failed == 0))
 }
 
@@ -193,5 +216,5 @@ case ${1:-} in
   tables) shift; tables "$@" ;;
   run) shift; run "$@" ;;
   tests) shift; tests "$@" ;;
-  *) sed -n '2,33p' "$0" | sed 's/^# \{0,1\}//'; exit 2 ;;
+  *) sed -n '2,35p' "$0" | sed 's/^# \{0,1\}//'; exit 2 ;;
 esac

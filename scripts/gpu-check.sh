@@ -10,6 +10,8 @@
 #   GPU_CHECK_CMAKE_ARGS="-DFERRY_CUDA_ARCHITECTURES=90a" scripts/gpu-check.sh   # extra configure options
 #   GPU_TESTS_EXCLUDE='^gpu_memory_leak$' scripts/gpu-check.sh                    # skip slow tests (regex)
 #   GPU_TESTS_JOBS=4 scripts/gpu-check.sh                                          # tests side by side
+#   GPU_CHECK_JOBS=24 scripts/gpu-check.sh                # build jobs (default: every core), for a build
+#                                                         # that leaves cores to programs running beside it
 #   GPU_CHECK_BENCH_ARGS="allreduce -b 1K -e 64M" scripts/gpu-check.sh           # what the bench step runs
 #   GPU_CHECK_TORCH_BENCH_ARGS="-b 1K -e 64M" scripts/gpu-check.sh                # what torch_bench runs
 #   GPU_CHECK_FUSED_BENCH_ARGS="-m 2048 --models 70b" scripts/gpu-check.sh        # what fused_bench runs
@@ -55,7 +57,7 @@ step_build() {
     # What guard_selftest runs.
     targets=(--target "${targets[@]}" ferry_guard fakecuda guard_probe guard_probe_linked gpu_guard_driver ferry-info)
   fi
-  cmake --build "$build" --parallel "$(nproc)" "${targets[@]}"
+  cmake --build "$build" --parallel "${GPU_CHECK_JOBS:-$(nproc)}" "${targets[@]}"
 }
 
 # The guard's own tests (fake driver), then its check against the real driver's lookup paths.

@@ -73,6 +73,14 @@ def test_pack_then_tests_runs_each_program_as_ctest_does(tmp_path):
     assert "test_plans=" + str(tmp_path / "build-bundle/compiled_plans") in \
         (out / "gpu_runtime_algorithms.log").read_text()
 
+    # A second lane beside the first: every program still runs once, the failure still counts.
+    beside = subprocess.run([str(script), "tests"], capture_output=True, text=True,
+                            env={**os.environ, "OUT": str(tmp_path / "out3"), "GPU_TESTS_BESIDE": "fifo|^gpu_p2p$"})
+    assert beside.returncode != 0
+    lines = (tmp_path / "out3/summary.txt").read_text().splitlines()
+    assert "14 run, 1 failed" in lines[-1]
+    assert sorted(line.split()[0] for line in lines[:-1]) == sorted(line.split()[0] for line in summary.splitlines()[:-1])
+
     only = subprocess.run([str(script), "tests", "p2p"], capture_output=True, text=True,
                           env={**os.environ, "OUT": str(tmp_path / "out2")})
     assert only.returncode == 0, only.stdout + only.stderr

@@ -1,0 +1,58 @@
+#!/usr/bin/env bash
+# The run that measures a wave of work on the lent machine's GPUs (every local GPU, one process per
+# GPU), in parts that each fit one device call of 10 minutes on 4 GPUs; run them in this order, in
+# calls that follow each other, so that the machine stays warm and `torch` finds the build `tests`
+# made. Logs and tables go to ${OUT:-build-gpu/wave}. Carry .gpu-bin (scripts/gpu-bundle.sh pack,
+# here) and .deps (scripts/prepare-device-deps.sh).
+#
+#   scripts/gpu-wave.sh tests   # every GPU test program of the bundle, in two lanes (gpu_collectives
+#                               # and the plans on proxy ports beside the rest; about 6 minutes on 4
+#                               # GPUs where one lane took 9), without gpu_memory_leak (one rank, 2
+#                               # minutes; GPU_WAVE_LEAK=1 keeps it); meanwhile, with a third of the
+#                               # cores, the Python extensions and the NCCL shim build into build-gpu
+#   scripts/gpu-wave.sh torch   # torch.distributed on ferry beside the NCCL backend (ferry.torch.bench),
+#                               # the fused ops beside the unfused composition and PyTorch's
+#                               # (ferry.torch.fused_bench), the Python tests (DDP/FSDP2 included),
+#                               # the NCCL shim under torch: scripts/gpu-check.sh's steps, which build
+#                               # first whatever build-gpu lacks
+#   scripts/gpu-wave.sh bench   # ferry-bench all, 1 KiB-1 GiB, out of place, NCCL's three variants beside
+#   scripts/gpu-wave.sh plans   # each shipped plan beside the native algorithm of its shape
+#
+# Every GPU program runs under the multicast guard with NVLink multicast off (architecture.md rule 1):
+# gpu-bundle.sh and gpu-check.sh see to it.
+set -uo pipefail
+cd "$(dirname "$0")/.." || exit 2
+
+out=${OUT:-build-gpu/wave}
+mkdir -p "$out" && out=$(cd "$out" && pwd)
+python_targets="_ferry _torch ferry_nccl"
+
+part_tests() {
+  GPU_CHECK_STEPS="configure build" GPU_CHECK_TARGETS=$python_targets GPU_CHECK_JOBS=$(($(nproc) / 3 + 1)) \
+    OUT="$out/build" scripts/gpu-check.sh >"$out/build.log" 2>&1 &
+  local build=$! only='.' rc=0
+  [[ ${GPU_WAVE_LEAK:-0} == 1 ]] || only='^gpu_(device_primitives|fifo|memory_sharing|channels|collectives.*|p2p|runtime_algorithms|foreign_connection|host_partners|comm_across_hosts)$'
+  GPU_TESTS_BESIDE='^gpu_collectives$|^gpu_collectives_plans_ports_on_proxy$' OUT="$out/tests" \
+    scripts/gpu-bundle.sh tests "$only" || rc=1
+  wait "$build" || { echo "the build for the torch part failed:"; tail -n 30 "$out/build.log"; rc=1; }
+  return $rc
+}
+
+part_torch() {
+  GPU_CHECK_STEPS="configure build guard_selftest torch_bench fused_bench python nccl_torch" \
+    GPU_CHECK_TARGETS=$python_targets GPU_CHECK_FUSED_BENCH_ARGS=${GPU_WAVE_FUSED_ARGS:--m 256,2048,16384} \
+    OUT="$out/torch" scripts/gpu-check.sh
+}
+
+part_bench() {
+  GPU_TABLES_BENCH_ARGS=--no-in-place OUT="$out/bench" scripts/gpu-bundle.sh tables bench
+}
+
+part_plans() {
+  OUT="$out/plans" scripts/gpu-bundle.sh tables plans
+}
+
+case ${1:-} in
+  tests | torch | bench | plans) "part_$1" ;;
+  *) sed -n '2,21p' "$0" | sed 's/^# \{0,1\}//'; exit 2 ;;
+esac
