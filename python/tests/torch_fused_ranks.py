@@ -154,6 +154,13 @@ def run_rank(init_file, rank, n, device, results):
         dist.init_process_group(backend, init_method=f"file://{init_file}", rank=rank, world_size=n)
         name = dist.group.WORLD.group_name
         ops = torch.ops.ferry
+
+        def phase(what):
+            # In the test's output (pytest -s): the last phase a rank began says where it stopped, if it
+            # crashed; run_ranks shows where a hung one waits.
+            print(f"torch_fused_ranks: rank {rank} of {n} ({device}): {what}", flush=True)
+
+        phase("the composition")
         seed = _all_gather_matmul(torch, ops, name, rank, n, errors, 0, dev)
         seed = _matmul_reduce_scatter(torch, ops, name, rank, n, errors, seed, dev)
         _float32_accumulation(torch, ops, name, rank, n, errors, dev)
@@ -161,22 +168,27 @@ def run_rank(init_file, rank, n, device, results):
             # Again, pipelined on symmetric memory where it applies (fused_pipeline.py), then with
             # the composition's collectives on registered workspaces (registered_workspace.py).
             os.environ["FERRY_FUSED_PIPELINE"] = "1"
+            phase("pipelined on symmetric memory")
             seed = _all_gather_matmul(torch, ops, name, rank, n, errors, seed, dev)
             seed = _matmul_reduce_scatter(torch, ops, name, rank, n, errors, seed, dev)
             _float32_accumulation(torch, ops, name, rank, n, errors, dev)
             os.environ.pop("FERRY_FUSED_PIPELINE")
             os.environ["FERRY_FUSED_REGISTERED"] = "1"
+            phase("the composition on registered workspaces")
             seed = _all_gather_matmul(torch, ops, name, rank, n, errors, seed, dev)
             seed = _matmul_reduce_scatter(torch, ops, name, rank, n, errors, seed, dev)
             seed = _scaled(torch, ops, name, rank, n, errors, seed, dev)
             os.environ.pop("FERRY_FUSED_REGISTERED")
+        phase("the scaled (fp8) ops")
         seed = _scaled(torch, ops, name, rank, n, errors, seed, dev)
         if device == "cuda" and torch.cuda.device_count() >= n:
             # A group on another backend (NCCL needs a GPU per rank): the composition runs on its
             # collectives (from C++ where the extension is built).
+            phase("on an NCCL group")
             nccl = dist.new_group(backend="nccl")
             seed = _all_gather_matmul(torch, ops, nccl.group_name, rank, n, errors, seed, dev)
             _matmul_reduce_scatter(torch, ops, nccl.group_name, rank, n, errors, seed, dev)
+        phase("fake tensors and bad arguments")
         _fake_shapes(torch, ops, name, rank, n, errors)
         try:
             ops.fused_all_gather_matmul(torch.ones(3, 4, device=dev), [torch.ones(4, 2, device=dev)], 0, "no-such-group")
@@ -190,7 +202,9 @@ def run_rank(init_file, rank, n, device, results):
         except ValueError as e:
             if "'sum' or 'avg'" not in str(e):
                 errors.append(f"rank {rank}: reduce_op 'max': {e}")
+        phase("destroy_process_group")
         dist.destroy_process_group()
+        phase("done")
     except Exception:
         errors.append(f"rank {rank}: {traceback.format_exc()}")
     report(results, (rank, errors))

@@ -1,0 +1,48 @@
+"""rank_processes.run_ranks, the harness of the multi-process tests: a rank that hangs fails the
+test in time and the error shows where it waits; ranks that crash fail it at once, with how they
+ended; ranks that report come back with their exit codes."""
+import os
+import time
+
+import pytest
+
+from rank_processes import RanksDied, report, run_ranks
+
+
+def _reports(rank, results):
+    report(results, (rank, rank * 10))
+
+
+def _hangs_in_rank_1(rank, results):
+    if rank == 1:
+        time.sleep(600)
+    report(results, (rank, "done"))
+
+
+def _crashes(rank, results):
+    os._exit(3)
+
+
+def test_every_rank_reports():
+    got, codes = run_ranks(_reports, 3, lambda r: (r,))
+    assert sorted(got) == [(0, 0), (1, 10), (2, 20)]
+    assert codes == [0, 0, 0]
+
+
+def test_a_hung_rank_is_named_with_where_it_waits():
+    start = time.monotonic()
+    with pytest.raises(TimeoutError) as info:
+        run_ranks(_hangs_in_rank_1, 2, lambda r: (r,), timeout=3)
+    assert time.monotonic() - start < 20
+    message = str(info.value)
+    assert "silent: [1]" in message and "rank 1: still running" in message
+    assert "_hangs_in_rank_1" in message  # its stack
+
+
+def test_ranks_that_crash_fail_at_once_with_their_exit_codes():
+    start = time.monotonic()
+    with pytest.raises(RanksDied) as info:
+        run_ranks(_crashes, 2, lambda r: (r,), timeout=60)
+    assert time.monotonic() - start < 20
+    assert "rank 0: exited with code 3" in str(info.value)
+    assert "rank 1: exited with code 3" in str(info.value)
