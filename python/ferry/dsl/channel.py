@@ -23,7 +23,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from .buffer import ChunkRef
-from .program import current_program
+from .context import current_program
 from .record import Op, check_counts, check_local
 
 

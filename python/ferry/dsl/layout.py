@@ -15,18 +15,14 @@ instance 1 is plan input[3].
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from .buffer import ChunkRef
+from .rank import Rank
 from .record import Op
 
-if TYPE_CHECKING:
-    from .program import CollectiveProgram
-    from .rank import Rank
 
-
-def lay_out(prog: CollectiveProgram) -> dict:
-    """The plan dict of ``prog`` (docs/plan-format.md, version 1)."""
+def lay_out(prog) -> dict:
+    """The plan dict of ``prog``, a CollectiveProgram (docs/plan-format.md, version 1); program.py
+    calls it, so this module does not import that one."""
     plan = {
         "format": "ferry-plan",
         "version": 1,
@@ -45,7 +41,7 @@ def lay_out(prog: CollectiveProgram) -> dict:
     return plan
 
 
-def _rank(prog: CollectiveProgram, rank: Rank) -> dict:
+def _rank(prog, rank: Rank) -> dict:
     n, k = prog.instances, prog.pipeline
     channels = [{"type": ch.type, "peer": ch.peer} for _ in range(n) for ch in rank.channels]
     tbs = [rank.thread_blocks[t] for t in sorted(rank.thread_blocks)] or [[Op("barrier")] * rank.barriers]

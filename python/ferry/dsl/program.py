@@ -19,23 +19,12 @@ chunk into k sub-chunks that each thread block processes one after the other (se
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
-if TYPE_CHECKING:
-    from .rank import Rank
+from . import context
+from .layout import lay_out
+from .rank import Rank
 
 COLLECTIVES = ("allreduce", "allgather", "reducescatter", "alltoall", "broadcast")
 PROTOCOLS = ("Simple", "LL")
-
-_active: list[CollectiveProgram] = []
-
-
-def current_program() -> CollectiveProgram:
-    """The innermost CollectiveProgram whose ``with`` block is running; RuntimeError if none."""
-    if not _active:
-        raise RuntimeError("channels need an active CollectiveProgram: create them inside "
-                           "`with CollectiveProgram(...) as prog:`")
-    return _active[-1]
 
 
 class CollectiveProgram:
@@ -45,7 +34,6 @@ class CollectiveProgram:
                  scratch_chunks: int = 0, protocol: str = "Simple", inplace: bool = False,
                  min_bytes: int = 0, max_bytes: int = 1 << 40, instances: int = 1, pipeline: int = 1,
                  root: int | None = None):
-        from .rank import Rank
         if collective not in COLLECTIVES:
             raise ValueError(f"collective must be one of {', '.join(COLLECTIVES)}, not {collective!r}")
         if protocol not in PROTOCOLS:
@@ -74,14 +62,14 @@ class CollectiveProgram:
         self.min_bytes, self.max_bytes = min_bytes, max_bytes
         self.instances, self.pipeline = instances, pipeline
         self.chunks = {"input": input_chunks, "output": output_chunks, "scratch": scratch_chunks}
-        self._ranks = [Rank(self, r, input_chunks, output_chunks, scratch_chunks) for r in range(world_size)]
+        self._ranks = [Rank(r, input_chunks, output_chunks, scratch_chunks) for r in range(world_size)]
 
     def __enter__(self) -> CollectiveProgram:
-        _active.append(self)
+        context.enter(self)
         return self
 
     def __exit__(self, *exc) -> None:
-        _active.remove(self)
+        context.leave(self)
 
     def check_rank(self, r: int) -> None:
         """Raises ValueError unless ``r`` is a rank of this program."""
@@ -99,5 +87,4 @@ class CollectiveProgram:
 
     def to_plan(self) -> dict:
         """The plan as a JSON-ready dict (docs/plan-format.md, version 1)."""
-        from .layout import lay_out
         return lay_out(self)

@@ -14,22 +14,18 @@ ops of one thread block run in the order they are recorded.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Sequence
+from typing import Sequence
 
 from .buffer import Buffer, ChunkRef
+from .channel import Channel, RemoteRef
 from .record import Op, check_counts, check_local
-
-if TYPE_CHECKING:
-    from .channel import Channel, RemoteRef
-    from .program import CollectiveProgram
 
 
 class Rank:
-    """Rank ``rank`` of ``program``; get it with ``program.rank(r)``."""
+    """Rank ``rank`` of a CollectiveProgram; get it with ``program.rank(r)``."""
 
-    def __init__(self, program: CollectiveProgram, rank: int, input_chunks: int, output_chunks: int,
-                 scratch_chunks: int):
-        self.program, self.rank = program, rank
+    def __init__(self, rank: int, input_chunks: int, output_chunks: int, scratch_chunks: int):
+        self.rank = rank
         self.input = Buffer(rank, "input", input_chunks)
         self.output = Buffer(rank, "output", output_chunks)
         self.scratch = Buffer(rank, "scratch", scratch_chunks)
@@ -92,7 +88,6 @@ class Rank:
         self.record(tb, Op(kind, src=src, dst=dst))
 
     def _srcs(self, kind: str, srcs: Sequence[ChunkRef | RemoteRef]) -> list[ChunkRef | RemoteRef]:
-        from .channel import RemoteRef
         srcs = list(srcs)
         if not srcs:
             raise ValueError(f"rank {self.rank} {kind}: needs at least one source")
