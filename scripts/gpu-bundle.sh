@@ -24,6 +24,7 @@
 #                                                 # to .gpu-bin/variants.tar.xz (a few MB each)
 #   scripts/gpu-bundle.sh with NAME CMD [ARGS...] # there: `run`, with variant NAME's library first
 #   scripts/gpu-bundle.sh with l64s2 ./ferry-bench sendrecv -b 4M -e 1G -f 4 --no-nccl
+#   scripts/gpu-bundle.sh with l64s2 tests '^gpu_collectives$'   # the GPU tests on that library
 #
 # The bundle holds the GPU test programs, ferry-bench, ferry-perf, libferry.so, libferry_nccl.so
 # (for `ferry-bench --nccl ./libferry_nccl.so`: ferry through the NCCL API), the guard and its
@@ -77,7 +78,7 @@ prepare() {
   cd build-bundle
   unset FERRY_ENABLE_NVLS
   export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1
-  export LD_LIBRARY_PATH=$PWD:/usr/local/cuda/lib64${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+  export LD_LIBRARY_PATH=${variantLib:+$variantLib:}$PWD:/usr/local/cuda/lib64${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
   if [[ $(nvidia-smi -L 2>/dev/null | grep -c '^GPU') -eq 1 ]]; then export GPU_TESTS_SHARE_GPUS=1; fi
   LD_PRELOAD=$PWD/libferry_guard.so ./gpu_guard_driver >guard_check.log 2>&1 || {
     cat guard_check.log
@@ -193,6 +194,7 @@ variant() {
 
 # `run` with variant NAME's libferry.so ahead of the bundle's (LD_LIBRARY_PATH is searched before
 # the programs' RUNPATH; ranks that ferry-bench starts inherit it).
+# `with NAME tests [REGEX]` runs the GPU tests on that library.
 with() {
   local name=${1:?name the variant}
   shift
@@ -204,8 +206,13 @@ with() {
   xz -dc "$variants" | tar -C "$variantDir" -xf -
   [[ -d $variantDir/$name ]] ||
     { echo "gpu-bundle.sh with: no variant $name (there: $(ls "$variantDir" | tr '\n' ' '))" >&2; exit 1; }
+  variantLib=$variantDir/$name  # (prepare puts it first)
+  if [[ $1 == tests ]]; then
+    shift
+    tests "$@"
+    return
+  fi
   prepare
-  export LD_LIBRARY_PATH=$variantDir/$name:$LD_LIBRARY_PATH
   guarded "$@"
 }
 
@@ -216,5 +223,5 @@ case ${1:-} in
   tables) shift; tables "$@" ;;
   run) shift; run "$@" ;;
   tests) shift; tests "$@" ;;
-  *) sed -n '2,35p' "$0" | sed 's/^# \{0,1\}//'; exit 2 ;;
+  *) sed -n '2,36p' "$0" | sed 's/^# \{0,1\}//'; exit 2 ;;
 esac

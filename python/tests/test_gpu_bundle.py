@@ -31,7 +31,7 @@ def fake_checkout(root: Path, failing: str) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)
         status = 3 if path.name == failing else 0
         path.write_text('#!/bin/sh\necho "ran $0 $* plans=$FERRY_PLAN_DIR lanes=$FERRY_PLAN_LANES '
-                        f'test_plans=$FERRY_TEST_PLAN_DIR preload=$LD_PRELOAD"\nexit {status}\n')
+                        f'test_plans=$FERRY_TEST_PLAN_DIR preload=$LD_PRELOAD libs=$LD_LIBRARY_PATH"\nexit {status}\n')
         path.chmod(0o755)
     (build / "tools/guard").mkdir(parents=True)
     (build / "tools/guard/libferry_guard.so").write_bytes(b"")  # preloading it only warns
@@ -80,6 +80,15 @@ def test_pack_then_tests_runs_each_program_as_ctest_does(tmp_path):
     lines = (tmp_path / "out3/summary.txt").read_text().splitlines()
     assert "14 run, 1 failed" in lines[-1]
     assert sorted(line.split()[0] for line in lines[:-1]) == sorted(line.split()[0] for line in summary.splitlines()[:-1])
+
+    # The tests on a variant's library: its folder first on the library path.
+    made = subprocess.run([str(script), "variant", "v1"], capture_output=True, text=True)
+    assert made.returncode == 0, made.stderr
+    on_variant = subprocess.run([str(script), "with", "v1", "tests", "p2p"], capture_output=True, text=True,
+                                env={**os.environ, "OUT": str(tmp_path / "out4")})
+    assert on_variant.returncode == 0, on_variant.stdout + on_variant.stderr
+    libs = (tmp_path / "out4/gpu_p2p.log").read_text().split("libs=")[1].split(":")
+    assert libs[0].endswith("/v1") and libs[1] == str(tmp_path / "build-bundle")
 
     only = subprocess.run([str(script), "tests", "p2p"], capture_output=True, text=True,
                           env={**os.environ, "OUT": str(tmp_path / "out2")})

@@ -8,6 +8,7 @@
 #   scripts/experiments/latency.sh [ferry-bench args]   # default: all -b 1K -e 1M -f 4 --no-in-place
 #   LATENCY_TESTS=REGEX scripts/experiments/latency.sh  # also the GPU tests REGEX names
 #   LATENCY_TESTS=REGEX LATENCY_TESTS_PDL=1 ...         # ... with FERRY_LAUNCH_PDL=1
+#   LATENCY_TESTS=REGEX LATENCY_TESTS_WITH=NAME ...     # ... on variant NAME's library
 set -uo pipefail
 cd "$(dirname "$0")/../.." || exit 2
 out=${OUT:-build-latency}
@@ -41,7 +42,9 @@ if [[ -f .gpu-bin/variants.tar.xz ]]; then
 fi
 run perf -- "$bundle" run ./ferry-perf
 if [[ -n ${LATENCY_TESTS:-} ]]; then
-  FERRY_LAUNCH_PDL=${LATENCY_TESTS_PDL:-0} OUT=/tmp/latency-tests "$bundle" tests "$LATENCY_TESTS" 2>&1 | tail -40
+  tests=(tests "$LATENCY_TESTS")
+  [[ -z ${LATENCY_TESTS_WITH:-} ]] || tests=(with "$LATENCY_TESTS_WITH" "${tests[@]}")
+  FERRY_LAUNCH_PDL=${LATENCY_TESTS_PDL:-0} OUT=/tmp/latency-tests "$bundle" "${tests[@]}" 2>&1 | tail -40
 fi
 # The phase medians of rank 0 (every rank prints its own; rank 0's stand for the pair).
 for f in "$out"/stamps*.txt; do
