@@ -3,6 +3,7 @@ it): the ops of ferry.torch.fused_ops on a gloo group (CPU tensors), every outpu
 element against the same product computed from every rank's seeded inputs, then traced with fake
 tensors (what torch.compile does) for their shapes."""
 
+import datetime
 import os
 import traceback
 
@@ -151,7 +152,10 @@ def run_rank(init_file, rank, n, device, results):
         if device == "cuda":
             torch.cuda.set_device(rank % torch.cuda.device_count())
             backend, dev = "cpu:gloo,cuda:ferry", torch.device("cuda", torch.cuda.current_device())
-        dist.init_process_group(backend, init_method=f"file://{init_file}", rank=rank, world_size=n)
+        # Waits without a bound of ferry's own (a bootstrap exchange, NCCL's collectives) end within
+        # the harness's time: a hang there becomes an error or an exit code, not silence.
+        bound = datetime.timedelta(seconds=120)
+        dist.init_process_group(backend, init_method=f"file://{init_file}", rank=rank, world_size=n, timeout=bound)
         name = dist.group.WORLD.group_name
         ops = torch.ops.ferry
 
@@ -185,7 +189,7 @@ def run_rank(init_file, rank, n, device, results):
             # A group on another backend (NCCL needs a GPU per rank): the composition runs on its
             # collectives (from C++ where the extension is built).
             phase("on an NCCL group")
-            nccl = dist.new_group(backend="nccl")
+            nccl = dist.new_group(backend="nccl", timeout=bound)
             seed = _all_gather_matmul(torch, ops, nccl.group_name, rank, n, errors, seed, dev)
             _matmul_reduce_scatter(torch, ops, nccl.group_name, rank, n, errors, seed, dev)
         phase("fake tensors and bad arguments")
