@@ -113,6 +113,7 @@ runTest() {
   # A failure's own lines, not only the log's end (gtest's summary), so that what failed comes back
   # in a device call's output even when its log files do not (a call returns at most 8 files).
   [[ $rc == 0 ]] || {
+    echo "--- $name: FAILED($rc)"  # (the lanes' excerpts may interleave)
     grep -E -A6 'Failure|^\[  FAILED|[Ee]rror|rank [0-9]+:' "$out/$name.log" | grep -v '^\[ *OK' | head -60 || true
     tail -5 "$out/$name.log"
   }
@@ -157,7 +158,7 @@ tests() {
     besidePid=$!
   fi
   for spec in "${lane[@]}"; do runTest "$spec"; done
-  [[ -z $besidePid ]] || wait "$besidePid"
+  [[ -z $besidePid ]] || wait "$besidePid" || echo "gpu-bundle.sh: the second lane exited with $?" >&2
   local run failed
   run=$(wc -l <"$out/progress.txt")
   failed=$(grep -c FAILED "$out/progress.txt" || true)

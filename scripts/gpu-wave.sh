@@ -1,20 +1,22 @@
 #!/usr/bin/env bash
 # The run that measures a wave of work on the lent machine's GPUs (every local GPU, one process per
 # GPU), in parts that each fit one device call of 10 minutes on 4 GPUs; run them in this order, in
-# calls that follow each other, so that the machine stays warm and `torch` finds the build `tests`
-# made. Logs and tables go to ${OUT:-build-gpu/wave}. Carry .gpu-bin (scripts/gpu-bundle.sh pack,
-# here) and .deps (scripts/prepare-device-deps.sh).
+# calls that follow each other, so that the machine stays warm and `torch` and `python` find the
+# build `tests` made. Logs and tables go to ${OUT:-build-gpu/wave}. Carry .gpu-bin
+# (scripts/gpu-bundle.sh pack, here) and .deps (scripts/prepare-device-deps.sh).
 #
-#   scripts/gpu-wave.sh tests   # every GPU test program of the bundle, in two lanes (gpu_collectives
-#                               # and the plans on proxy ports beside the rest; about 6 minutes on 4
-#                               # GPUs where one lane took 9), without gpu_memory_leak (one rank, 2
-#                               # minutes; GPU_WAVE_LEAK=1 keeps it); meanwhile, with a third of the
-#                               # cores, the Python extensions and the NCCL shim build into build-gpu
+#   scripts/gpu-wave.sh tests   # every GPU test program of the bundle, in two lanes (the programs across
+#                               # hosts and the plans on proxy ports beside the rest: on 4 H200 about
+#                               # 7 and 6 minutes, where one lane takes 13), without gpu_memory_leak
+#                               # (one rank, 2 minutes; GPU_WAVE_LEAK=1 keeps it); meanwhile, with a
+#                               # third of the cores, the Python extensions and the NCCL shim build
+#                               # into build-gpu
 #   scripts/gpu-wave.sh torch   # torch.distributed on ferry beside the NCCL backend (ferry.torch.bench),
 #                               # the fused ops beside the unfused composition and PyTorch's
-#                               # (ferry.torch.fused_bench), the Python tests (DDP/FSDP2 included),
-#                               # the NCCL shim under torch: scripts/gpu-check.sh's steps, which build
-#                               # first whatever build-gpu lacks
+#                               # (ferry.torch.fused_bench), the NCCL shim under torch
+#   scripts/gpu-wave.sh python  # the Python tests (DDP/FSDP2 included; about 9 minutes on 4 H200)
+#                               # (torch and python: scripts/gpu-check.sh's steps, which build first
+#                               # whatever build-gpu lacks)
 #   scripts/gpu-wave.sh bench   # ferry-bench all, 1 KiB-1 GiB, out of place, NCCL's three variants beside
 #   scripts/gpu-wave.sh plans   # each shipped plan beside the native algorithm of its shape
 #
@@ -31,17 +33,25 @@ part_tests() {
   GPU_CHECK_STEPS="configure build" GPU_CHECK_TARGETS=$python_targets GPU_CHECK_JOBS=$(($(nproc) / 3 + 1)) \
     OUT="$out/build" scripts/gpu-check.sh >"$out/build.log" 2>&1 &
   local build=$! only='.' rc=0
-  [[ ${GPU_WAVE_LEAK:-0} == 1 ]] || only='^gpu_(device_primitives|fifo|memory_sharing|channels|collectives.*|p2p|runtime_algorithms|foreign_connection|host_partners|comm_across_hosts)$'
-  GPU_TESTS_BESIDE='^gpu_collectives$|^gpu_collectives_plans_ports_on_proxy$' OUT="$out/tests" \
+  if [[ ${GPU_WAVE_LEAK:-0} != 1 ]]; then
+    only='^gpu_(device_primitives|fifo|memory_sharing|channels|collectives.*|p2p|runtime_algorithms'
+    only+='|foreign_connection|host_partners|comm_across_hosts)$'
+  fi
+  GPU_TESTS_BESIDE='^gpu_comm_across_hosts$|^gpu_collectives_plans_ports_on_proxy$' OUT="$out/tests" \
     scripts/gpu-bundle.sh tests "$only" || rc=1
   wait "$build" || { echo "the build for the torch part failed:"; tail -n 30 "$out/build.log"; rc=1; }
   return $rc
 }
 
 part_torch() {
-  GPU_CHECK_STEPS="configure build guard_selftest torch_bench fused_bench python nccl_torch" \
+  GPU_CHECK_STEPS="configure build guard_selftest torch_bench fused_bench nccl_torch" \
     GPU_CHECK_TARGETS=$python_targets GPU_CHECK_FUSED_BENCH_ARGS=${GPU_WAVE_FUSED_ARGS:--m 256,2048,16384} \
     OUT="$out/torch" scripts/gpu-check.sh
+}
+
+part_python() {
+  GPU_CHECK_STEPS="configure build guard_selftest python" GPU_CHECK_TARGETS=$python_targets OUT="$out/python" \
+    scripts/gpu-check.sh
 }
 
 part_bench() {
@@ -53,6 +63,6 @@ part_plans() {
 }
 
 case ${1:-} in
-  tests | torch | bench | plans) "part_$1" ;;
-  *) sed -n '2,21p' "$0" | sed 's/^# \{0,1\}//'; exit 2 ;;
+  tests | torch | python | bench | plans) "part_$1" ;;
+  *) sed -n '2,24p' "$0" | sed 's/^# \{0,1\}//'; exit 2 ;;
 esac

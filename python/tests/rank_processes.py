@@ -39,7 +39,7 @@ def _exit_reason(code):
     return f"exited with code {code}"
 
 
-def _stacks_of(procs, paths, lines=40):
+def _stacks_of(procs, paths, lines=120):
     """The innermost frames of the threads of each rank still running, from a SIGUSR1 dump: rank ->
     text, indented."""
     asked = {}
@@ -60,13 +60,27 @@ def _stacks_of(procs, paths, lines=40):
     return asked
 
 
+def _named(got):
+    """Whether the items name their rank: (rank, ...) tuples (other tests' items do not)."""
+    return all(isinstance(item, tuple) and item and isinstance(item[0], int) for item in got)
+
+
+def _silent(got, n):
+    """The ranks that have not reported: by name where the items name them, else every rank."""
+    if not _named(got):
+        return list(range(n))
+    reported = {item[0] for item in got}
+    return [r for r in range(n) if r not in reported]
+
+
 def run_ranks(target, n, args_of, *, method="fork", timeout=60):
     """Starts n processes (multiprocessing start method `method`: "fork", or "spawn" where the
     parent has used CUDA or the child must not inherit its state) and returns (what the ranks put
     on the queue, in arrival order; their exit codes). Raises TimeoutError naming the ranks that put
-    nothing within `timeout` seconds, with where each was waiting (its Python stacks), after killing
-    every rank still running; raises RanksDied, with their exit codes, as soon as every rank that
-    has not reported has exited."""
+    nothing within `timeout` seconds of the start (one deadline for all of them), with where each was
+    waiting (its Python stacks), after killing every rank still running; raises RanksDied, with their
+    exit codes, as soon as every rank that has not reported has exited (every rank, where the items
+    do not name their rank)."""
     ctx = multiprocessing.get_context(method)
     results = ctx.Queue()
     stacks = tempfile.mkdtemp(prefix="ranks-")
@@ -79,25 +93,26 @@ def run_ranks(target, n, args_of, *, method="fork", timeout=60):
         deadline = time.monotonic() + timeout
         failure = None
         while len(got) < n and failure is None:
-            # Who had exited before this wait: a rank's report reaches the pipe before its process ends
-            # (report()), so an empty wait after it means that nothing more is coming from it.
-            exited = sum(not p.is_alive() for p in procs)
+            # Whether every rank still silent had exited before this wait: a rank's report reaches the
+            # pipe before its process ends (report()), so an empty wait after it means that nothing
+            # more is coming. (A rank that reported may linger in its teardown.)
+            silent_exited = all(not procs[r].is_alive() for r in _silent(got, n))
             try:
                 got.append(results.get(timeout=min(0.5, max(0.0, deadline - time.monotonic()))))
                 continue
             except queue.Empty:
                 pass
-            if exited == n:
+            if silent_exited:
                 failure = RanksDied
             elif time.monotonic() >= deadline:
                 failure = TimeoutError
         if failure is not None:
-            # Ranks that put (rank, ...) tuples can be named; other tests' items cannot.
-            named = all(isinstance(item, tuple) and item and isinstance(item[0], int) for item in got)
-            silent = [r for r in range(n) if r not in {item[0] for item in got}] if named else list(range(n))
+            silent = _silent(got, n)
+            named = _named(got)
+            # How each ended, before the signal that asks the living for their stacks.
+            ended = {r: _exit_reason(procs[r].exitcode) for r in silent}
             stacks_of = _stacks_of({r: procs[r] for r in silent if procs[r].is_alive()}, paths)
-            lines = [f"  rank {r}: {_exit_reason(procs[r].exitcode)}" + (f":\n{stacks_of[r]}" if r in stacks_of else "")
-                     for r in silent]
+            lines = [f"  rank {r}: {ended[r]}" + (f":\n{stacks_of[r]}" if r in stacks_of else "") for r in silent]
             for p in procs:
                 if p.is_alive():
                     p.kill()

@@ -23,6 +23,13 @@ def _crashes(rank, results):
     os._exit(3)
 
 
+def _rank_0_reports_and_lingers(rank, results):
+    if rank == 0:
+        report(results, (0, "done"))
+        time.sleep(600)  # (a teardown that takes its time)
+    os._exit(3)
+
+
 def test_every_rank_reports():
     got, codes = run_ranks(_reports, 3, lambda r: (r,))
     assert sorted(got) == [(0, 0), (1, 10), (2, 20)]
@@ -46,3 +53,11 @@ def test_ranks_that_crash_fail_at_once_with_their_exit_codes():
     assert time.monotonic() - start < 20
     assert "rank 0: exited with code 3" in str(info.value)
     assert "rank 1: exited with code 3" in str(info.value)
+
+
+def test_a_crash_is_seen_at_once_while_a_rank_that_reported_lingers():
+    start = time.monotonic()
+    with pytest.raises(RanksDied) as info:
+        run_ranks(_rank_0_reports_and_lingers, 2, lambda r: (r,), timeout=60)
+    assert time.monotonic() - start < 20
+    assert "silent: [1]" in str(info.value) and "rank 1: exited with code 3" in str(info.value)
