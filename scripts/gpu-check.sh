@@ -15,6 +15,8 @@
 #   GPU_CHECK_BENCH_ARGS="allreduce -b 1K -e 64M" scripts/gpu-check.sh           # what the bench step runs
 #   GPU_CHECK_TORCH_BENCH_ARGS="-b 1K -e 64M" scripts/gpu-check.sh                # what torch_bench runs
 #   GPU_CHECK_FUSED_BENCH_ARGS="-m 2048 --models 70b" scripts/gpu-check.sh        # what fused_bench runs
+#   GPU_CHECK_PYTESTS="python/tests/test_torch_fused_ops.py" scripts/gpu-check.sh  # the python step's
+#                                       # pytest groups (space-separated; then no examples)
 #   GPU_CHECK_STEPS="configure build guard_selftest gpu_tests" \
 #     GPU_CHECK_TARGETS="ferry_guard gpu_p2p" GPU_TESTS_ONLY='^gpu_p2p$' scripts/gpu-check.sh
 #       # a focused run: some steps, some build targets (besides what the guard steps need), some tests
@@ -115,9 +117,10 @@ step_sanitizer() {
 step_python() {
   local rc=0 example port=29600 tests
   # One pytest per group, each bounded, so that a hang costs that group and names it.
-  for tests in "python/tests/test_native_*.py" python/tests/test_gpu_comm.py python/tests/test_torch_backend.py \
-    python/tests/test_torch_fused_ops.py python/tests/test_torch_symm.py \
-    python/tests/test_torch_training.py; do
+  local groups=("python/tests/test_native_*.py" python/tests/test_gpu_comm.py python/tests/test_torch_backend.py
+    python/tests/test_torch_fused_ops.py python/tests/test_torch_symm.py python/tests/test_torch_training.py)
+  [[ -z ${GPU_CHECK_PYTESTS:-} ]] || read -ra groups <<<"$GPU_CHECK_PYTESTS"
+  for tests in "${groups[@]}"; do
     echo "== pytest $tests"
     # shellcheck disable=SC2086  # the glob is meant to expand
     FERRY_REQUIRE_NATIVE=1 FERRY_REQUIRE_GPU=1 PYTHONUNBUFFERED=1 PYTHONPATH="$PWD/$build/python" \
@@ -125,6 +128,7 @@ step_python() {
     ((PIPESTATUS[0] == 0)) || rc=1
   done
   # The examples of docs/python.md, as a user runs them (2 ranks; with one GPU they share it).
+  [[ -n ${GPU_CHECK_PYTESTS:-} ]] && return $rc  # (a focused run: those groups only)
   for example in builtin_algorithms dsl_plan custom_allreduce; do
     echo "== torchrun python/examples/$example.py"
     PYTHONPATH="$PWD/$build/python" guarded timeout 300 python3 -m torch.distributed.run --nproc-per-node 2 \
