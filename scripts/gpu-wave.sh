@@ -7,7 +7,7 @@
 #
 #   scripts/gpu-wave.sh tests   # every GPU test program of the bundle, in two lanes (the programs across
 #                               # hosts and the plans on proxy ports beside the rest: on 4 H200 about
-#                               # 7 and 6 minutes, where one lane takes 13), without gpu_memory_leak
+#                               # 7 and 6 minutes, where the times add up to 13), without gpu_memory_leak
 #                               # (one rank, 2 minutes; GPU_WAVE_LEAK=1 keeps it); meanwhile, with a
 #                               # third of the cores, the Python extensions and the NCCL shim build
 #                               # into build-gpu
@@ -39,7 +39,7 @@ part_tests() {
   fi
   GPU_TESTS_BESIDE='^gpu_comm_across_hosts$|^gpu_collectives_plans_ports_on_proxy$' OUT="$out/tests" \
     scripts/gpu-bundle.sh tests "$only" || rc=1
-  wait "$build" || { echo "the build for the torch part failed:"; tail -n 30 "$out/build.log"; rc=1; }
+  wait "$build" || { echo "the build for the torch and python parts failed:"; tail -n 30 "$out/build.log"; rc=1; }
   return $rc
 }
 

@@ -40,8 +40,8 @@ def _exit_reason(code):
 
 
 def _stacks_of(procs, paths, lines=120):
-    """The innermost frames of the threads of each rank still running, from a SIGUSR1 dump: rank ->
-    text, indented."""
+    """The stacks of every thread of each rank still running (the first `lines` lines of a SIGUSR1
+    dump, the innermost frame of each thread first): rank -> text, indented."""
     asked = {}
     for r, p in procs.items():
         try:
