@@ -16,6 +16,7 @@
 #                                             # per test as it ends, the totals at the end
 #   GPU_TESTS_BESIDE='^gpu_collectives$' scripts/gpu-bundle.sh tests  # those it matches in a second
 #                                             # lane, beside the rest (sharing the GPUs)
+#   GPU_TESTS_EXCLUDE='^gpu_memory_leak$' scripts/gpu-bundle.sh tests # all but those (as gpu-check.sh)
 #   scripts/gpu-bundle.sh tables [PART...]    # scripts/gpu-tables.sh's parts (perf, bench, plans, ...)
 #                                             # on the bundle's programs; tables in ${OUT:-build-bundle-out}
 # Library variants, to time builds against each other in one device call (the programs stay the
@@ -149,6 +150,7 @@ tests() {
   for spec in "${specs[@]}"; do
     name=${spec%% *}
     [[ $name =~ $only ]] || continue
+    [[ -z ${GPU_TESTS_EXCLUDE:-} || ! $name =~ $GPU_TESTS_EXCLUDE ]] || continue
     if [[ -n ${GPU_TESTS_BESIDE:-} && $name =~ $GPU_TESTS_BESIDE ]]; then beside+=("$spec"); else lane+=("$spec"); fi
   done
   : >"$out/progress.txt"
@@ -224,5 +226,5 @@ case ${1:-} in
   tables) shift; tables "$@" ;;
   run) shift; run "$@" ;;
   tests) shift; tests "$@" ;;
-  *) sed -n '2,36p' "$0" | sed 's/^# \{0,1\}//'; exit 2 ;;
+  *) sed -n '2,37p' "$0" | sed 's/^# \{0,1\}//'; exit 2 ;;
 esac

@@ -79,7 +79,16 @@ def test_pack_then_tests_runs_each_program_as_ctest_does(tmp_path):
     assert beside.returncode != 0
     lines = (tmp_path / "out3/summary.txt").read_text().splitlines()
     assert "14 run, 1 failed" in lines[-1]
-    assert sorted(line.split()[0] for line in lines[:-1]) == sorted(line.split()[0] for line in summary.splitlines()[:-1])
+    names = sorted(line.split()[0] for line in lines[:-1])
+    assert names == sorted(line.split()[0] for line in summary.splitlines()[:-1])
+
+    # All but those GPU_TESTS_EXCLUDE names.
+    rest = subprocess.run([str(script), "tests"], capture_output=True, text=True,
+                          env={**os.environ, "OUT": str(tmp_path / "out5"),
+                               "GPU_TESTS_EXCLUDE": "^gpu_memory_leak$|fifo"})
+    assert rest.returncode == 0, rest.stdout + rest.stderr
+    ran = (tmp_path / "out5/summary.txt").read_text()
+    assert "12 run, 0 failed" in ran and "gpu_memory_leak" not in ran and "gpu_fifo" not in ran
 
     # The tests on a variant's library: its folder first on the library path.
     made = subprocess.run([str(script), "variant", "v1"], capture_output=True, text=True)
