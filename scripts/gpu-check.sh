@@ -121,11 +121,13 @@ step_python() {
     python/tests/test_torch_fused_ops.py python/tests/test_torch_symm.py python/tests/test_torch_training.py)
   [[ -z ${GPU_CHECK_PYTESTS:-} ]] || read -ra groups <<<"$GPU_CHECK_PYTESTS"
   for tests in "${groups[@]}"; do
-    echo "== pytest $tests"
+    # The whole output in $out/pytest_<group>.log (the ranks' lines too: -s), its end here.
+    local log="$out/pytest_$(basename "$tests" .py | tr -c 'A-Za-z0-9_\n' _).log"
+    echo "== pytest $tests (all of it: $log)"
     # shellcheck disable=SC2086  # the glob is meant to expand
     FERRY_REQUIRE_NATIVE=1 FERRY_REQUIRE_GPU=1 PYTHONUNBUFFERED=1 PYTHONPATH="$PWD/$build/python" \
-      guarded timeout 300 python3 -m pytest -q -s -p no:cacheprovider --durations=5 $tests 2>&1 | tail -n 60
-    ((PIPESTATUS[0] == 0)) || rc=1
+      guarded timeout 300 python3 -m pytest -q -s -p no:cacheprovider --durations=5 $tests >"$log" 2>&1 || rc=1
+    tail -n 60 "$log"
   done
   # The examples of docs/python.md, as a user runs them (2 ranks; with one GPU they share it).
   [[ -n ${GPU_CHECK_PYTESTS:-} ]] && return $rc  # (a focused run: those groups only)

@@ -24,10 +24,12 @@ class RanksDied(RuntimeError):
 
 
 def _rank_main(target, args, stack_path):
-    """A rank's process: target(*args), with its Python stacks written to stack_path on SIGUSR1, so
-    that the parent can say where a rank that reports nothing in time is waiting."""
+    """A rank's process: target(*args), with its Python stacks written to stack_path on SIGUSR1 and
+    on a fatal signal (SIGSEGV, SIGABRT, ...), so that the parent can say where a rank that reports
+    nothing in time is waiting, or where one that crashed was."""
     with open(stack_path, "w") as stacks:
         faulthandler.register(signal.SIGUSR1, file=stacks, all_threads=True)
+        faulthandler.enable(file=stacks, all_threads=True)
         target(*args)
 
 
@@ -40,21 +42,26 @@ def _exit_reason(code):
 
 
 def _stacks_of(procs, paths, lines=120):
-    """The stacks of every thread of each rank still running (the first `lines` lines of a SIGUSR1
-    dump, the innermost frame of each thread first): rank -> text, indented."""
+    """The stacks of every thread of each silent rank (the first `lines` lines of a faulthandler
+    dump, the innermost frame of each thread first): those still running are asked for theirs
+    (SIGUSR1); those that crashed wrote theirs as they died. rank -> text, indented."""
     asked = {}
     for r, p in procs.items():
+        if not p.is_alive():
+            asked[r] = None  # a fatal signal's dump, if it died of one
+            continue
         try:
             os.kill(p.pid, signal.SIGUSR1)
             asked[r] = None
         except OSError as e:
             asked[r] = f"    (no stack: {e})"
-    time.sleep(1.0)  # the dump is written from the rank's signal handler
+    if any(p.is_alive() for p in procs.values()):
+        time.sleep(1.0)  # the dump is written from the rank's signal handler
     for r, note in asked.items():
         if note is None:
             try:
                 with open(paths[r]) as f:
-                    asked[r] = "\n".join("    " + line for line in f.read().splitlines()[:lines])
+                    asked[r] = "\n".join("    " + line for line in f.read().splitlines()[:lines]) or "    (no stack)"
             except OSError as e:
                 asked[r] = f"    (no stack: {e})"
     return asked
@@ -111,7 +118,7 @@ def run_ranks(target, n, args_of, *, method="fork", timeout=60):
             named = _named(got)
             # How each ended, before the signal that asks the living for their stacks.
             ended = {r: _exit_reason(procs[r].exitcode) for r in silent}
-            stacks_of = _stacks_of({r: procs[r] for r in silent if procs[r].is_alive()}, paths)
+            stacks_of = _stacks_of({r: procs[r] for r in silent}, paths)
             lines = [f"  rank {r}: {ended[r]}" + (f":\n{stacks_of[r]}" if r in stacks_of else "") for r in silent]
             for p in procs:
                 if p.is_alive():

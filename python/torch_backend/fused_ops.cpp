@@ -87,6 +87,13 @@ at::Tensor onWire(const at::Tensor& t) {
   return wire.element_size() == 1 && at::isFloatingType(wire.scalar_type()) ? wire.view(at::kByte) : wire;
 }
 
+// A synchronous collective's work, waited where the backend returns one: gloo's runs on its own
+// thread; NCCL's backend has already ordered the caller's stream and returns none (a null work, as
+// torch.distributed's Python expects of backends that "sync at the C++ level").
+void waitIfAny(const c10::intrusive_ptr<c10d::Work>& work) {
+  if (work) work->wait();
+}
+
 // The shards of every rank, concatenated along dim in rank order (the backend's all-gather, on the
 // caller's stream).
 at::Tensor allGatherRows(c10d::Backend& backend, const at::Tensor& shard, int64_t dim) {
@@ -98,7 +105,7 @@ at::Tensor allGatherRows(c10d::Backend& backend, const at::Tensor& shard, int64_
   at::Tensor flat = at::empty(gathered, wire.options());
   c10d::AllgatherOptions opts;
   opts.asyncOp = false;  // on the caller's stream, as the matmuls after it
-  backend._allgather_base(flat, wire, opts)->wait();  // gloo's run on its thread; others order the stream
+  waitIfAny(backend._allgather_base(flat, wire, opts));
   // flat stacks the ranks' shards along a new leading dim; move it next to `dim` and merge.
   std::vector<int64_t> stacked{size};
   stacked.insert(stacked.end(), shard.sizes().begin(), shard.sizes().end());
@@ -122,7 +129,7 @@ at::Tensor reduceScatterRows(c10d::Backend& backend, const char* op, const at::T
   std::vector<int64_t> equal;  // no splits: equal blocks
   c10d::AllToAllOptions opts;
   opts.asyncOp = false;
-  backend.alltoall_base(got, wire, equal, equal, opts)->wait();
+  waitIfAny(backend.alltoall_base(got, wire, equal, equal, opts));
   at::Tensor blocks = got.view(product.scalar_type()).view({size, -1});
   // ATen sums 16-bit floats in float32 and rounds once: a sum is one kernel, with no float32
   // temporary; a mean divides before its one rounding.
