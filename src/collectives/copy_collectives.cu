@@ -48,32 +48,47 @@ __global__ void __launch_bounds__(kThreads) copyLL(CollectiveContext c, CopyPlan
   const unsigned sendMask = plan.sendMask(r), recvMask = plan.recvMask(r);
   const std::uint64_t bytes = plan.bytes;
   const Range part = splitRange((bytes + 7) / 8, gridDim.x, blockIdx.x, 1);
-  // The word for the first peer is loaded at the call's start (allreduce.cu, allReduceLL).
+  // What goes to the i-th peer after this rank ((r + i) % R, an order that differs on every rank, so
+  // that no rank is every sender's first): word i of a thread's round. Every peer's word is loaded
+  // before any is stored (an all-to-all's lie in different lines: loaded between the stores, each
+  // would wait for the one before), the first round's at the call's start with its ticket
+  // (allreduce.cu, allReduceLL).
   const std::uint64_t w0 = part.begin + threadIdx.x;
-  const int p0 = (r + 1) % R;
-  std::uint64_t first = 0;
+  std::uint64_t out[kMaxRanks] = {};
+  const auto loadRound = [&](std::uint64_t w) {
+#pragma unroll
+    for (int i = 1; i < kMaxRanks; ++i)
+      if (i < R && (sendMask >> ((r + i) % R) & 1)) out[i] = loadWord(plan.source((r + i) % R), w, bytes);
+  };
   const CallStart call = beginCall(c, [&] {
-    if (sendMask && w0 < part.end) first = loadWord(plan.source(p0), w0, bytes);
+    if (sendMask && w0 < part.end) loadRound(w0);
   });
   const std::uint64_t m = call.m;
   const auto flag = static_cast<std::uint32_t>(m);
   if (sendMask) awaitPeersStarted(c, call, sendMask);
-  for (std::uint64_t w = w0; w < part.end; w += kThreads)
-    for (int i = 1; i < R; ++i) {
+  for (std::uint64_t w = w0; w < part.end; w += kThreads) {
+    if (w != w0) loadRound(w);
+#pragma unroll
+    for (int i = 1; i < kMaxRanks; ++i) {
       const int p = (r + i) % R;
-      if (sendMask >> p & 1)
-        slotPackets(c.peerLl[p], c, m, r)[w].write(i == 1 && w == w0 ? first : loadWord(plan.source(p), w, bytes),
-                                                   flag);
+      if (i < R && (sendMask >> p & 1)) slotPackets(c.peerLl[p], c, m, r)[w].write(out[i], flag);
     }
+  }
   if (plan.copiesOwn(r)) {
     const std::uint64_t b = part.begin * 8, e = min(part.end * 8, bytes);
     if (e > b) copy(plan.dest(r) + b, plan.source(r) + b, e - b, threadIdx.x, kThreads);
   }
-  for (std::uint64_t w = part.begin + threadIdx.x; w < part.end; w += kThreads)
-    for (int i = 1; i < R; ++i) {
-      const int q = (r + i) % R;
-      if (recvMask >> q & 1)
-        storeWord(plan.dest(q), w, bytes, slotPackets(c.ll, c, m, q)[w].read(flag, waitContext(c, q)));
+  // Every sender's packet of a word at once (readPackets).
+  const std::uint32_t senders = recvMask & ((1u << R) - 1) & ~(1u << r);
+  if (senders != 0)
+    for (std::uint64_t w = part.begin + threadIdx.x; w < part.end; w += kThreads) {
+      std::uint64_t in[kMaxRanks] = {};
+      readPackets(
+          senders, flag, in, [&](int q) { return &slotPackets(c.ll, c, m, q)[w]; },
+          [&](int q) { return waitContext(c, q); });
+#pragma unroll
+      for (int q = 0; q < kMaxRanks; ++q)
+        if (senders >> q & 1) storeWord(plan.dest(q), w, bytes, in[q]);
     }
   endCall(c, m);
 }

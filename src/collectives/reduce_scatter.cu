@@ -23,30 +23,43 @@ __global__ void __launch_bounds__(kThreads)
     reduceScatterLL(CollectiveContext c, const char* send, char* recv, std::uint64_t bytes) {
   const int R = c.nranks, r = c.rank;
   const Range part = splitRange((bytes + 7) / 8, gridDim.x, blockIdx.x, 1);
-  // The word for the first peer is loaded at the call's start (allreduce.cu, allReduceLL).
+  // Block p of the input goes to rank p, the i-th peer after this rank ((r + i) % R): word i of a
+  // thread's round. Every peer's word is loaded before any is stored, the first round's at the
+  // call's start (copy_collectives.cu, copyLL).
   const std::uint64_t w0 = part.begin + threadIdx.x;
-  const int p0 = (r + 1) % R;
-  std::uint64_t first = 0;
+  std::uint64_t out[kMaxRanks] = {};
+  const auto loadRound = [&](std::uint64_t w) {
+#pragma unroll
+    for (int i = 1; i < kMaxRanks; ++i)
+      if (i < R) out[i] = loadWord(send + ((r + i) % R) * bytes, w, bytes);
+  };
   const CallStart call = beginCall(c, [&] {
-    if (w0 < part.end) first = loadWord(send + p0 * bytes, w0, bytes);
+    if (w0 < part.end) loadRound(w0);
   });
   const std::uint64_t m = call.m;
   const auto flag = static_cast<std::uint32_t>(m);
   awaitPeersStarted(c, call);
   for (std::uint64_t w = w0; w < part.end; w += kThreads) {
-    for (int i = 1; i < R; ++i) {
+    if (w != w0) loadRound(w);
+#pragma unroll
+    for (int i = 1; i < kMaxRanks; ++i) {
       const int p = (r + i) % R;
-      slotPackets(c.peerLl[p], c, m, r)[w].write(i == 1 && w == w0 ? first : loadWord(send + p * bytes, w, bytes),
-                                                 flag);
+      if (i < R) slotPackets(c.peerLl[p], c, m, r)[w].write(out[i], flag);
     }
   }
-  for (std::uint64_t w = part.begin + threadIdx.x; w < part.end; w += kThreads) {
-    std::uint64_t acc = 0;
-    for (int q = 0; q < R; ++q) {
-      const std::uint64_t v = q == r ? loadWord(send + r * bytes, w, bytes)
-                                     : slotPackets(c.ll, c, m, q)[w].read(flag, waitContext(c, q));
-      acc = q == 0 ? v : reduceWord<T, Op>(acc, v);
-    }
+  // Every peer's packet of a word at once (readPackets), reduced in rank order with this rank's
+  // own block, so that every rank rounds alike.
+  const std::uint32_t peers = ((1u << R) - 1) & ~(1u << r);
+  for (std::uint64_t w = w0; w < part.end; w += kThreads) {
+    std::uint64_t v[kMaxRanks] = {};
+    const std::uint64_t own = loadWord(send + r * bytes, w, bytes);
+    readPackets(
+        peers, flag, v, [&](int q) { return &slotPackets(c.ll, c, m, q)[w]; },
+        [&](int q) { return waitContext(c, q); });
+    std::uint64_t acc = r == 0 ? own : v[0];
+#pragma unroll
+    for (int q = 1; q < kMaxRanks; ++q)
+      if (q < R) acc = reduceWord<T, Op>(acc, q == r ? own : v[q]);
     storeWord(recv, w, bytes, finishWord<T, Op>(acc, R));
   }
   endCall(c, m);

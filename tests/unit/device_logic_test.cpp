@@ -88,6 +88,65 @@ TEST(DevicePackets, StaleFlagIsNotData) {
   EXPECT_FALSE(p.tryRead(8, v));
 }
 
+// readPackets: the packets of several senders, arriving in any order and late, each with its own
+// data; a sender outside the mask is never read; a round later, over the same slots, a new flag.
+TEST(DevicePackets, ReadPacketsWaitsForEverySenderOfTheMask) {
+  constexpr int kMax = 8;
+  std::vector<LL16Packet> slots(kMax);
+  const std::uint32_t from = 0b10110110;  // senders 1, 2, 4, 5, 7
+  for (std::uint32_t flag : {1u, 2u}) {
+    std::vector<std::thread> senders;
+    std::mt19937 rng(flag);
+    for (int q = 0; q < kMax; ++q) {
+      if ((from >> q & 1u) == 0) continue;
+      const auto delay = std::chrono::microseconds(rng() % 3000);
+      senders.emplace_back([&, q, delay] {
+        std::this_thread::sleep_for(delay);
+        slots[q].write(0x0101010101010101ull * static_cast<std::uint64_t>(q) + flag, flag);
+      });
+    }
+    std::uint64_t data[kMax] = {};
+    data[0] = data[3] = 77;
+    int contexts = 0;
+    readPackets(
+        from, flag, data, [&](int q) { return &slots[q]; },
+        [&](int q) {
+          ++contexts;
+          return WaitContext{0, q, 5'000'000'000ull};
+        });
+    for (auto& t : senders) t.join();
+    for (int q = 0; q < kMax; ++q) {
+      const std::uint64_t want = (from >> q & 1u) != 0 ? 0x0101010101010101ull * static_cast<std::uint64_t>(q) + flag
+                                 : q == 0 || q == 3    ? 77u
+                                                       : 0u;
+      EXPECT_EQ(data[q], want) << "sender " << q << " flag " << flag;
+    }
+    EXPECT_LE(contexts, 5);  // one bounded wait at most per late sender
+  }
+}
+
+TEST(DevicePackets, ReadPacketsReturnsOnAbort) {
+  LL16Packet slots[2] = {};
+  slots[0].write(5, 9);  // sender 1 never writes
+  const std::uint32_t aborted = 1;
+  std::uint64_t data[2] = {};
+  readPackets(
+      0b11u, 9, data, [&](int q) { return &slots[q]; },
+      [&](int q) { return WaitContext{0, q, 5'000'000'000ull, &aborted}; });
+  EXPECT_EQ(data[0], 5u);
+}
+
+TEST(DevicePacketsDeathTest, ReadPacketsNamesTheSenderStillMissing) {
+  LL16Packet slots[4] = {};
+  slots[1].write(1, 3);
+  slots[3].write(3, 3);  // sender 2 never writes
+  std::uint64_t data[4] = {};
+  EXPECT_DEATH(readPackets(
+                   0b1110u, 3, data, [&](int q) { return &slots[q]; },
+                   [&](int q) { return WaitContext{0, q, 50'000'000ull}; }),
+               "rank 0: LL16 packet read waiting for rank 2 timed out");
+}
+
 // Two "GPUs" (threads), each with its counters, signalling through each other's inbound token:
 // every wait sees the data written before the matching signal, over many rounds.
 TEST(DeviceSemaphore, SignalOrdersDataAndCountsEveryRound) {

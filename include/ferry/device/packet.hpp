@@ -101,6 +101,43 @@ struct alignas(8) LL8Packet {
   }
 };
 
+// Waits (bounded) for one LL16 packet from each sender of `from` (bit q: sender q, q < kMax) and
+// returns sender q's data in data[q]; packetOf(q) is where its packet lands, contextOf(q) the wait's
+// who-for-whom. Each pass issues the loads of every packet still missing before it looks at any of
+// them, so packets that have arrived cost one memory round trip together, where reading them one
+// after the other costs one each (the flag's compare stands between one load and the next). A wait
+// that runs out names the lowest sender still missing; an abort (WaitContext::abortFlag) returns
+// with the missing senders' data undefined, as a single packet's read does.
+template <int kMax, class PacketOf, class ContextOf>
+FERRY_HOST_DEVICE FERRY_INLINE void readPackets(std::uint32_t from, std::uint32_t flag, std::uint64_t (&data)[kMax],
+                                                PacketOf&& packetOf, ContextOf&& contextOf) {
+  static_assert(kMax > 0 && kMax <= 32);
+  std::uint32_t missing = from;
+  const auto pass = [&] {
+    const std::uint32_t want = missing;  // (the pass's loads depend on this, not on each other)
+    std::uint32_t got = 0;
+#if FERRY_DEVICE_CODE
+#pragma unroll
+#endif
+    for (int q = 0; q < kMax; ++q)
+      if ((want >> q & 1u) != 0)
+        got |= static_cast<std::uint32_t>(packetOf(q)->tryRead(flag, data[q])) << q;
+    missing = want & ~got;
+  };
+  pass();
+  while (missing != 0) {
+    int late = 0;
+    while ((missing >> late & 1u) == 0) ++late;
+    spinUntil(
+        [&] {
+          pass();
+          return (missing >> late & 1u) == 0;
+        },
+        contextOf(late), "LL16 packet read", flag);
+    if ((missing >> late & 1u) != 0) return;  // aborted: the call runs to its end with garbage
+  }
+}
+
 static_assert(sizeof(LL16Packet) == 16 && std::is_trivially_copyable_v<LL16Packet>);
 static_assert(sizeof(LL8Packet) == 8 && std::is_trivially_copyable_v<LL8Packet>);
 
