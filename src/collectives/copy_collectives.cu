@@ -53,31 +53,33 @@ __global__ void __launch_bounds__(kThreads) copyLL(CollectiveContext c, CopyPlan
   // before any is stored (an all-to-all's lie in different lines: loaded between the stores, each
   // would wait for the one before), the first round's at the call's start with its ticket
   // (allreduce.cu, allReduceLL).
+  // This rank's own block (word 0 of a round, where it is copied: not in place) goes into its output
+  // from the same round of loads, so its copy adds no round trip of its own before the receives.
   const std::uint64_t w0 = part.begin + threadIdx.x;
+  const bool own = plan.copiesOwn(r);
   std::uint64_t out[kMaxRanks] = {};
   const auto loadRound = [&](std::uint64_t w) {
+    if (own) out[0] = loadWord(plan.source(r), w, bytes);
 #pragma unroll
     for (int i = 1; i < kMaxRanks; ++i)
       if (i < R && (sendMask >> ((r + i) % R) & 1)) out[i] = loadWord(plan.source((r + i) % R), w, bytes);
   };
   const CallStart call = beginCall(c, [&] {
-    if (sendMask && w0 < part.end) loadRound(w0);
+    if ((sendMask || own) && w0 < part.end) loadRound(w0);
   });
   const std::uint64_t m = call.m;
   const auto flag = static_cast<std::uint32_t>(m);
   if (sendMask) awaitPeersStarted(c, call, sendMask);
-  for (std::uint64_t w = w0; w < part.end; w += kThreads) {
-    if (w != w0) loadRound(w);
+  if (sendMask || own)
+    for (std::uint64_t w = w0; w < part.end; w += kThreads) {
+      if (w != w0) loadRound(w);
 #pragma unroll
-    for (int i = 1; i < kMaxRanks; ++i) {
-      const int p = (r + i) % R;
-      if (i < R && (sendMask >> p & 1)) slotPackets(c.peerLl[p], c, m, r)[w].write(out[i], flag);
+      for (int i = 1; i < kMaxRanks; ++i) {
+        const int p = (r + i) % R;
+        if (i < R && (sendMask >> p & 1)) slotPackets(c.peerLl[p], c, m, r)[w].write(out[i], flag);
+      }
+      if (own) storeWord(plan.dest(r), w, bytes, out[0]);
     }
-  }
-  if (plan.copiesOwn(r)) {
-    const std::uint64_t b = part.begin * 8, e = min(part.end * 8, bytes);
-    if (e > b) copy(plan.dest(r) + b, plan.source(r) + b, e - b, threadIdx.x, kThreads);
-  }
   // Every sender's packet of a word at once (readPackets).
   const std::uint32_t senders = recvMask & ((1u << R) - 1) & ~(1u << r);
   if (senders != 0)
