@@ -24,6 +24,8 @@ struct CopyPlan {
   bool inPlace;
 
   FERRY_HOST_DEVICE bool isBroadcast() const { return collective == static_cast<int>(Collective::Broadcast); }
+  // Whether each peer gets a block of its own (all-to-all); else every peer gets the same one.
+  FERRY_HOST_DEVICE bool perPeer() const { return collective == static_cast<int>(Collective::AllToAll); }
   // What this rank sends to rank p, and where rank q's block lands here.
   FERRY_HOST_DEVICE const char* source(int p) const {
     return collective == static_cast<int>(Collective::AllToAll) ? send + p * bytes : send;
@@ -48,17 +50,21 @@ __global__ void __launch_bounds__(kThreads) copyLL(CollectiveContext c, CopyPlan
   const unsigned sendMask = plan.sendMask(r), recvMask = plan.recvMask(r);
   const std::uint64_t bytes = plan.bytes;
   const Range part = splitRange((bytes + 7) / 8, gridDim.x, blockIdx.x, 1);
-  // What goes to the i-th peer after this rank ((r + i) % R, an order that differs on every rank, so
-  // that no rank is every sender's first): word i of a thread's round. Every peer's word is loaded
-  // before any is stored (an all-to-all's lie in different lines: loaded between the stores, each
-  // would wait for the one before), the first round's at the call's start with its ticket
-  // (allreduce.cu, allReduceLL).
-  // This rank's own block (word 0 of a round, where it is copied: not in place) goes into its output
-  // from the same round of loads, so its copy adds no round trip of its own before the receives.
+  // A thread's round of loads: word i (i >= 1) goes to the i-th peer after this rank ((r + i) % R, an
+  // order that differs on every rank, so that no rank is every sender's first); word 0 is this rank's
+  // own block, which goes into its output from the same loads (not in place), so that its copy adds
+  // no round trip of its own before the receives. An all-to-all's words lie in different lines and
+  // are all loaded before any is stored (loaded between the stores, each would wait for the one
+  // before); an all-gather's or a broadcast's peers all get word 0: one load. The first round is
+  // loaded at the call's start, with its ticket (allreduce.cu, allReduceLL).
   const std::uint64_t w0 = part.begin + threadIdx.x;
-  const bool own = plan.copiesOwn(r);
+  const bool own = plan.copiesOwn(r), perPeer = plan.perPeer();
   std::uint64_t out[kMaxRanks] = {};
   const auto loadRound = [&](std::uint64_t w) {
+    if (!perPeer) {
+      out[0] = loadWord(plan.send, w, bytes);
+      return;
+    }
     if (own) out[0] = loadWord(plan.source(r), w, bytes);
 #pragma unroll
     for (int i = 1; i < kMaxRanks; ++i)
@@ -76,22 +82,25 @@ __global__ void __launch_bounds__(kThreads) copyLL(CollectiveContext c, CopyPlan
 #pragma unroll
       for (int i = 1; i < kMaxRanks; ++i) {
         const int p = (r + i) % R;
-        if (i < R && (sendMask >> p & 1)) slotPackets(c.peerLl[p], c, m, r)[w].write(out[i], flag);
+        if (i < R && (sendMask >> p & 1))
+          slotPackets(c.peerLl[p], c, m, r)[w].write(perPeer ? out[i] : out[0], flag);
       }
       if (own) storeWord(plan.dest(r), w, bytes, out[0]);
     }
   // Every sender's packet of a word at once (readPackets).
   const std::uint32_t senders = recvMask & ((1u << R) - 1) & ~(1u << r);
   if (senders != 0)
-    for (std::uint64_t w = part.begin + threadIdx.x; w < part.end; w += kThreads) {
-      std::uint64_t in[kMaxRanks] = {};
-      readPackets(
-          senders, flag, in, [&](int q) { return &slotPackets(c.ll, c, m, q)[w]; },
-          [&](int q) { return waitContext(c, q); });
+    withRankCapacity(R, [&]<int kCap>() {
+      for (std::uint64_t w = part.begin + threadIdx.x; w < part.end; w += kThreads) {
+        std::uint64_t in[kCap] = {};
+        readPackets(
+            senders, flag, in, [&](int q) { return &slotPackets(c.ll, c, m, q)[w]; },
+            [&](int q) { return waitContext(c, q); });
 #pragma unroll
-      for (int q = 0; q < kMaxRanks; ++q)
-        if (senders >> q & 1) storeWord(plan.dest(q), w, bytes, in[q]);
-    }
+        for (int q = 0; q < kCap; ++q)
+          if (senders >> q & 1) storeWord(plan.dest(q), w, bytes, in[q]);
+      }
+    });
   endCall(c, m);
 }
 

@@ -50,18 +50,20 @@ __global__ void __launch_bounds__(kThreads)
   // Every peer's packet of a word at once (readPackets), reduced in rank order with this rank's
   // own block, so that every rank rounds alike.
   const std::uint32_t peers = ((1u << R) - 1) & ~(1u << r);
-  for (std::uint64_t w = w0; w < part.end; w += kThreads) {
-    std::uint64_t v[kMaxRanks] = {};
-    const std::uint64_t own = loadWord(send + r * bytes, w, bytes);
-    readPackets(
-        peers, flag, v, [&](int q) { return &slotPackets(c.ll, c, m, q)[w]; },
-        [&](int q) { return waitContext(c, q); });
-    std::uint64_t acc = r == 0 ? own : v[0];
+  withRankCapacity(R, [&]<int kCap>() {
+    for (std::uint64_t w = w0; w < part.end; w += kThreads) {
+      std::uint64_t v[kCap] = {};
+      const std::uint64_t own = loadWord(send + r * bytes, w, bytes);
+      readPackets(
+          peers, flag, v, [&](int q) { return &slotPackets(c.ll, c, m, q)[w]; },
+          [&](int q) { return waitContext(c, q); });
+      std::uint64_t acc = r == 0 ? own : v[0];
 #pragma unroll
-    for (int q = 1; q < kMaxRanks; ++q)
-      if (q < R) acc = reduceWord<T, Op>(acc, q == r ? own : v[q]);
-    storeWord(recv, w, bytes, finishWord<T, Op>(acc, R));
-  }
+      for (int q = 1; q < kCap; ++q)
+        if (q < R) acc = reduceWord<T, Op>(acc, q == r ? own : v[q]);
+      storeWord(recv, w, bytes, finishWord<T, Op>(acc, R));
+    }
+  });
   endCall(c, m);
 }
 

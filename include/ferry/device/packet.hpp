@@ -43,23 +43,34 @@ struct alignas(16) LL16Packet {
 #endif
   }
 
-  // True and the data if both halves carry `flag`.
-  FERRY_HOST_DEVICE FERRY_INLINE bool tryRead(std::uint32_t flag, std::uint64_t& data) const {
+  // The packet as it is now, in one load (a flag is never seen without the data beside it).
+  struct Loaded {
     std::uint32_t d1, f1, d2, f2;
+    FERRY_HOST_DEVICE FERRY_INLINE std::uint64_t data() const { return detail::pack(d1, d2); }
+    FERRY_HOST_DEVICE FERRY_INLINE bool carries(std::uint32_t flag) const { return f1 == flag && f2 == flag; }
+  };
+  FERRY_HOST_DEVICE FERRY_INLINE Loaded load() const {
+    Loaded l;
 #if FERRY_DEVICE_CODE
     asm volatile("ld.volatile.global.v4.u32 {%0,%1,%2,%3}, [%4];"
-                 : "=r"(d1), "=r"(f1), "=r"(d2), "=r"(f2)
+                 : "=r"(l.d1), "=r"(l.f1), "=r"(l.d2), "=r"(l.f2)
                  : "l"(this)
                  : "memory");
 #else
     const auto* words = reinterpret_cast<const std::uint64_t*>(this);
     std::uint64_t a = atomicLoad(words, memory_order_relaxed),
                   b = atomicLoad(words + 1, memory_order_relaxed);
-    d1 = static_cast<std::uint32_t>(a), f1 = static_cast<std::uint32_t>(a >> 32);
-    d2 = static_cast<std::uint32_t>(b), f2 = static_cast<std::uint32_t>(b >> 32);
+    l.d1 = static_cast<std::uint32_t>(a), l.f1 = static_cast<std::uint32_t>(a >> 32);
+    l.d2 = static_cast<std::uint32_t>(b), l.f2 = static_cast<std::uint32_t>(b >> 32);
 #endif
-    data = detail::pack(d1, d2);
-    return f1 == flag && f2 == flag;
+    return l;
+  }
+
+  // True and the data if both halves carry `flag`.
+  FERRY_HOST_DEVICE FERRY_INLINE bool tryRead(std::uint32_t flag, std::uint64_t& data) const {
+    const Loaded l = load();
+    data = l.data();
+    return l.carries(flag);
   }
 
   // Waits (bounded) for the packet carrying `flag` and returns its data.
@@ -103,26 +114,47 @@ struct alignas(8) LL8Packet {
 
 // Waits (bounded) for one LL16 packet from each sender of `from` (bit q: sender q, q < kMax) and
 // returns sender q's data in data[q]; packetOf(q) is where its packet lands, contextOf(q) the wait's
-// who-for-whom. Each pass issues the loads of every packet still missing before it looks at any of
-// them, so packets that have arrived cost one memory round trip together, where reading them one
-// after the other costs one each (the flag's compare stands between one load and the next). A wait
-// that runs out names the lowest sender still missing; an abort (WaitContext::abortFlag) returns
-// with the missing senders' data undefined, as a single packet's read does.
+// who-for-whom. Each pass loads a packet for every q < kMax before it compares any flag, so packets
+// that have arrived cost one memory round trip together, where reading them one after the other
+// costs one each (each flag's compare stood between one load and the next). The loads are
+// unconditional (a q that is no sender loads a sender's packet again), because the compiler
+// interleaves predicated loads with the compares; so the caller picks kMax near its rank count
+// (withRankCapacity), not kMaxRanks, or each pass loads what it does not need. A wait that runs
+// out names the lowest sender still missing; an abort (WaitContext::abortFlag) returns with the
+// missing senders' data undefined, as a single packet's read does.
 template <int kMax, class PacketOf, class ContextOf>
 FERRY_HOST_DEVICE FERRY_INLINE void readPackets(std::uint32_t from, std::uint32_t flag, std::uint64_t (&data)[kMax],
                                                 PacketOf&& packetOf, ContextOf&& contextOf) {
-  static_assert(kMax > 0 && kMax <= 32);
-  std::uint32_t missing = from;
+  static_assert(kMax > 0 && kMax < 32);
+  const std::uint32_t senders = from & ((1u << kMax) - 1);
+  if (senders == 0) return;
+  int any = 0;
+  while ((senders >> any & 1u) == 0) ++any;
+  // Where each load goes, once: every pass loads them all (a packet that has arrived keeps its flag
+  // for the whole call: its sender rewrites the slot two calls later, after this rank has started
+  // the next one), so the addresses stay out of the loop that polls.
+  const LL16Packet* at[kMax];
+#if FERRY_DEVICE_CODE
+#pragma unroll
+#endif
+  for (int q = 0; q < kMax; ++q) at[q] = packetOf((senders >> q & 1u) != 0 ? q : any);
+  std::uint32_t missing = senders;
   const auto pass = [&] {
-    const std::uint32_t want = missing;  // (the pass's loads depend on this, not on each other)
+    typename LL16Packet::Loaded seen[kMax];
+#if FERRY_DEVICE_CODE
+#pragma unroll
+#endif
+    for (int q = 0; q < kMax; ++q) seen[q] = at[q]->load();
     std::uint32_t got = 0;
 #if FERRY_DEVICE_CODE
 #pragma unroll
 #endif
     for (int q = 0; q < kMax; ++q)
-      if ((want >> q & 1u) != 0)
-        got |= static_cast<std::uint32_t>(packetOf(q)->tryRead(flag, data[q])) << q;
-    missing = want & ~got;
+      if ((senders >> q & 1u) != 0 && seen[q].carries(flag)) {
+        data[q] = seen[q].data();
+        got |= 1u << q;
+      }
+    missing = senders & ~got;
   };
   pass();
   while (missing != 0) {
@@ -136,6 +168,18 @@ FERRY_HOST_DEVICE FERRY_INLINE void readPackets(std::uint32_t from, std::uint32_
         contextOf(late), "LL16 packet read", flag);
     if ((missing >> late & 1u) != 0) return;  // aborted: the call runs to its end with garbage
   }
+}
+
+// Calls f.template operator()<kCap>() with the smallest of 2, 4 and 8 that is at least `ranks`: the
+// capacity of readPackets' pass for a kernel of that many ranks.
+template <class F>
+FERRY_HOST_DEVICE FERRY_INLINE void withRankCapacity(int ranks, F&& f) {
+  if (ranks <= 2)
+    f.template operator()<2>();
+  else if (ranks <= 4)
+    f.template operator()<4>();
+  else
+    f.template operator()<8>();
 }
 
 static_assert(sizeof(LL16Packet) == 16 && std::is_trivially_copyable_v<LL16Packet>);
