@@ -22,14 +22,23 @@ FERRY_DEVICE FERRY_INLINE bool aligned(const void* p, std::uintptr_t to) {
   return reinterpret_cast<std::uintptr_t>(p) % to == 0;
 }
 
+// The byte-wise forms of loadWord and storeWord, for a word the end cuts or a buffer that is not
+// 8-byte aligned: out of line, so that a kernel that loads a word for each of several peers carries
+// one copy of the loop, not one a peer (the rare path; the common one is a single access).
+FERRY_DEVICE inline __noinline__ std::uint64_t loadBytes(const char* p, std::uint64_t n) {
+  std::uint64_t v = 0;
+  for (std::uint64_t i = 0; i < n; ++i) v |= static_cast<std::uint64_t>(static_cast<unsigned char>(p[i])) << (8 * i);
+  return v;
+}
+FERRY_DEVICE inline __noinline__ void storeBytes(char* p, std::uint64_t n, std::uint64_t v) {
+  for (std::uint64_t i = 0; i < n; ++i) p[i] = static_cast<char>(v >> (8 * i));
+}
+
 // Word w (8 bytes) of a buffer of `bytes` bytes; past the end reads as zero.
 FERRY_DEVICE FERRY_INLINE std::uint64_t loadWord(const char* base, std::uint64_t w, std::uint64_t bytes) {
   const char* p = base + w * 8;
   if ((w + 1) * 8 <= bytes && aligned(p, 8)) return *reinterpret_cast<const std::uint64_t*>(p);
-  std::uint64_t v = 0;
-  for (std::uint64_t i = 0; i < 8 && w * 8 + i < bytes; ++i)
-    v |= static_cast<std::uint64_t>(static_cast<unsigned char>(p[i])) << (8 * i);
-  return v;
+  return w * 8 < bytes ? loadBytes(p, bytes - w * 8 < 8 ? bytes - w * 8 : 8) : 0;
 }
 
 // Stores the bytes of word w that lie within `bytes`.
@@ -39,7 +48,7 @@ FERRY_DEVICE FERRY_INLINE void storeWord(char* base, std::uint64_t w, std::uint6
     *reinterpret_cast<std::uint64_t*>(p) = v;
     return;
   }
-  for (std::uint64_t i = 0; i < 8 && w * 8 + i < bytes; ++i) p[i] = static_cast<char>(v >> (8 * i));
+  if (w * 8 < bytes) storeBytes(p, bytes - w * 8 < 8 ? bytes - w * 8 : 8, v);
 }
 
 // Element-wise op over the elements packed in two words (W: std::uint64_t or Vec16).
