@@ -38,6 +38,7 @@ struct FERRY_API Env {
   std::string tuningFile;                          // FERRY_TUNING_FILE
   std::string planDir;                             // FERRY_PLAN_DIR
   std::int64_t planLanes;                          // FERRY_PLAN_LANES
+  bool planFuse;                                   // FERRY_PLAN_FUSE
   std::string planPorts;                           // FERRY_PLAN_PORTS
   std::string partnerScratch;                      // FERRY_PARTNER_SCRATCH
   std::string partnerNet;                          // FERRY_PARTNER_NET

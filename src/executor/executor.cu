@@ -137,6 +137,91 @@ FERRY_DEVICE FERRY_INLINE void gridBarrier(const CollectiveContext& c, const Exe
   __syncthreads();
 }
 
+// Calls f.template operator()<kCap>() with 2 or 4 (kMaxFusedRun), the smallest at least `n`: a fused
+// op's loop unrolled over its run (registers: docs/executor.md, "Fused ops").
+template <class F>
+FERRY_DEVICE FERRY_INLINE void withFusedCapacity(int n, F&& f) {
+  static_assert(kMaxFusedRun == 4, "a capacity for each run length up to kMaxFusedRun");
+  if (n <= 2)
+    f.template operator()<2>();
+  else
+    f.template operator()<4>();
+}
+
+// The fused ops (rank_program.hpp, FusedKind), out of line: their unrolled loops would otherwise
+// raise the register count and the spills of the whole interpreter, which every op pays for.
+FERRY_DEVICE __noinline__ void putPacketsToMany(const ExecOp& op, const ExecArgs& a, const Bases& b,
+                                                const CollectiveContext& c, std::uint64_t m) {
+  const std::uint32_t tid = threadIdx.x, nt = blockDim.x;
+  const std::uint64_t es = a.elementBytes;
+  const ExecRef* refs[1 + kMaxFusedRun];
+  refs[0] = &op.src;
+  for (int i = 0; i < op.nsends; ++i) refs[1 + i] = &a.program.refs[op.firstRef + i];
+  forPieces(a, refs, 1 + op.nsends, op.src.count, [&](std::uint64_t j, std::uint64_t at, std::uint64_t n) {
+    const char* src = chunkAt(b, a, c, op.src, j) + at * es;
+    const std::uint64_t bytes = n * es;
+    // Over a capacity, unrolled, so that the destinations stay in registers.
+    withFusedCapacity(op.nsends, [&]<int kCap>() {
+      LL16Packet* to[kCap];
+#pragma unroll
+      for (int i = 0; i < kCap; ++i)
+        to[i] = reinterpret_cast<LL16Packet*>(chunkAt(b, a, c, *refs[1 + (i < op.nsends ? i : 0)], j)) + at * es / 8;
+      for (std::uint64_t w = tid; w < (bytes + 7) / 8; w += nt) {
+        const std::uint64_t v = loadWord(src, w, bytes);
+#pragma unroll
+        for (int i = 0; i < kCap; ++i)
+          if (i < op.nsends) to[i][w].write(v, static_cast<std::uint32_t>(m));
+      }
+    });
+  });
+}
+
+template <class T, ReduceOp Op>
+FERRY_DEVICE __noinline__ void reducePacketsFromMany(const ExecOp& op, const ExecArgs& a, const Bases& b,
+                                                     const CollectiveContext& c, std::uint64_t m) {
+  const std::uint32_t tid = threadIdx.x, nt = blockDim.x;
+  const std::uint64_t es = a.elementBytes;
+  // refs: dst (its chunks measure the pieces), the starting value, then the packets.
+  const ExecRef* refs[2 + kMaxFusedRun];
+  ExecRef packetRefs[kMaxFusedRun];
+  refs[0] = &op.dst;
+  refs[1] = &op.src;
+  for (int i = 0; i < op.nsrcs; ++i) {
+    packetRefs[i] = a.program.refs[op.firstRef + i];
+    packetRefs[i].rank = kLocal;  // the packets lie in this rank's scratch (rank held the sender)
+    refs[2 + i] = &packetRefs[i];
+  }
+  const std::uint32_t flag = static_cast<std::uint32_t>(m);
+  forPieces(a, refs, 2 + op.nsrcs, op.dst.count, [&](std::uint64_t j, std::uint64_t at, std::uint64_t n) {
+    const char* start = chunkAt(b, a, c, op.src, j) + at * es;
+    char* dst = chunkAt(b, a, c, op.dst, j) + at * es;
+    const std::uint64_t bytes = n * es;
+    withFusedCapacity(op.nsrcs, [&]<int kCap>() {
+      // Every slot of the capacity names a source (the first one past nsrcs), unrolled, so that
+      // readPackets' addresses stay in registers; only the first nsrcs are reduced.
+      const LL16Packet* from[kCap];
+      int sender[kCap];
+#pragma unroll
+      for (int q = 0; q < kCap; ++q) {
+        const int i = q < op.nsrcs ? q : 0;
+        from[q] = reinterpret_cast<const LL16Packet*>(chunkAt(b, a, c, packetRefs[i], j)) + at * es / 8;
+        sender[q] = a.program.refs[op.firstRef + i].rank;
+      }
+      for (std::uint64_t w = tid; w < (bytes + 7) / 8; w += nt) {
+        std::uint64_t v[kCap] = {};
+        readPackets(
+            (1u << kCap) - 1, flag, v, [&](int q) { return from[q] + w; },
+            [&](int q) { return waitContext(c, sender[q]); });
+        std::uint64_t acc = loadWord(start, w, bytes);
+#pragma unroll
+        for (int q = 0; q < kCap; ++q)
+          if (q < op.nsrcs) acc = reduceWord<T, Op>(acc, v[q]);
+        storeWord(dst, w, bytes, acc);
+      }
+    });
+  });
+}
+
 // `fenced`: the op before this one was a signal on a memory channel, made as a release fence and a
 // relaxed store. A signal right after it needs no fence of its own: nothing was written or acquired
 // since, and a strong store after that fence forms a release with it (PTX: a release pattern is a
@@ -159,6 +244,19 @@ FERRY_DEVICE FERRY_INLINE void runOp(const ExecOp& op, const ExecArgs& a, const 
   const auto packetsAt = [&](const ExecRef& r, std::uint64_t j, std::uint64_t at) {
     return reinterpret_cast<LL16Packet*>(chunkAt(b, a, c, r, j)) + at * es / 8;
   };
+  switch (static_cast<FusedKind>(op.kind)) {  // (docs/executor.md, "Fused ops")
+    case FusedKind::PutPacketsToMany:
+      putPacketsToMany(op, a, b, c, m);
+      fenced = false;
+      __syncthreads();
+      return;
+    case FusedKind::ReducePacketsFromMany:
+      reducePacketsFromMany<T, Op>(op, a, b, c, m);
+      fenced = false;
+      __syncthreads();
+      return;
+    default: break;
+  }
   switch (kind) {
     case OpKind::Put:
       if (op.proxy && a.ports != nullptr) {  // one thread asks the proxy; the block goes on

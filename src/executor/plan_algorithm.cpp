@@ -42,6 +42,7 @@ void PlanAlgorithm::add(Plan plan, const std::string& source) {
   for (RankProgram& p : e.programs) {
     p.touchesPeerBuffers = direct;
     p.finalExchange = finalExchange;
+    if (env().planFuse) fuseRankProgram(p);  // runs of data ops as one op each (rank_program.hpp)
   }
   e.plan = std::move(plan);
   byWorld_.emplace(w, std::move(e));

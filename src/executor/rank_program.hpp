@@ -33,7 +33,7 @@ struct ExecOp {
   ExecRef src, dst;
   std::uint32_t firstRef = 0;  // reduce/read_reduce_copy_send: refs[firstRef, +nsrcs) are the
   std::uint16_t nsrcs = 0;     // sources, then refs[firstRef + nsrcs, +nsends) the sends' peer
-  std::uint16_t nsends = 0;    // destinations
+  std::uint16_t nsends = 0;    // destinations; the fused kinds (FusedKind, below) use them too
   std::uint8_t proxy = 0;      // put/signal/flush on a port channel: through the Comm's PortChannel to the peer
 };
 
@@ -45,6 +45,9 @@ inline constexpr int kFinalSlot = 127;
 inline constexpr int kMaxOpSources = 8;
 inline constexpr int kMaxOpDestinations = 9;
 inline constexpr int kMaxThreadBlocks = 128;
+// The most ops one fused op stands for (fuseRankProgram): the executor unrolls a fused op over its
+// run, and a longer run costs registers (docs/executor.md, "Fused ops").
+inline constexpr int kMaxFusedRun = 4;
 
 // Lanes: a plan's thread block may run as several CUDA blocks (lanes), lane l doing part l of every
 // chunk each op touches (roundPart of the chunk, in whole 16-byte grains) and signalling and waiting
@@ -95,6 +98,27 @@ struct RankProgram {
 // and alltoall plans took 1.8 and 3.4 times their one-lane time at 1 GiB (allreduce 0.24 times:
 // docs/executor.md, "Port channels on one host").
 int planLanes(const RankProgram& program, std::uint64_t bytes, int maxLanes, int maxBlocks, bool portsOnProxy);
+
+// Kinds the executor makes of runs of a plan's ops (fuseRankProgram), past the format's OpKind.
+enum class FusedKind : std::uint8_t {
+  // src's words as packets into every ref of refs[firstRef, +nsends) (peers' scratch): each word is
+  // loaded once for all of them.
+  PutPacketsToMany = 32,
+  // dst = src reduced, in order, with the packets of refs[firstRef, +nsrcs), which lie in this
+  // rank's scratch; each such ref's `rank` is the packets' sender (for the wait's error), not the
+  // buffer's owner. Every sender's packet of a word is waited for at once (readPackets).
+  ReducePacketsFromMany = 33,
+};
+
+// Runs of ops of one thread block made one op each, with the same effect on every element as the
+// run; the block barrier between the run's ops goes with them, and an LL plan's packets from many
+// peers cost one memory round trip, not one each (docs/executor.md, "Fused ops"):
+// - put_packets of one source (the same reference) to several peers' scratch, at most kMaxFusedRun;
+// - a copy between the same chunks (index and count) of two local buffers, or nothing, then at most
+//   kMaxFusedRun reduce_packets into that copy's destination (a run without a copy: at least two).
+// Signals, waits, barriers and every other op stay as they are, as does what peersWaitOutAccesses
+// finds (a fused run touches the buffers the run touched). Applied where FERRY_PLAN_FUSE=1.
+void fuseRankProgram(RankProgram& program);
 
 // Rules beyond the format, each refused with a PlanError naming rank, thread block and op:
 // - a channel end is signalled from one thread block only and waited on from one thread block only

@@ -249,6 +249,160 @@ TEST(RankProgram, NoPacketsInASimplePlan) {
 // One lane per 256 KiB of the call (8 KiB for LL plans), within FERRY_PLAN_LANES, the Comm's blocks (for
 // the rank with the most thread blocks) and kMaxLanes; plans whose port channels go through the proxy
 // run as written, those whose port channels run as memory channels in lanes.
+// R ranks, allreduce in one shot with LL packets, as python/ferry/programs/allreduce_allpairs_packets.py
+// writes it: rank r puts its input into every peer's scratch, copies it to its output, then reduces
+// the peers' packets into it one peer at a time. Rank r's scratch chunk for sender s: s, or s - 1
+// past r.
+Json allPairsPackets(int R) {
+  Json ranks = Json::array();
+  for (int r = 0; r < R; ++r) {
+    Json ops = Json::array(), channels = Json::array();
+    for (int p = 0, ch = 0; p < R; ++p) {
+      if (p == r) continue;
+      channels.push_back({{"type", "memory"}, {"peer", p}});
+      ops.push_back({{"op", "put_packets"}, {"channel", ch++}, {"src", ref("input", 0)},
+                     {"dst", ref("scratch", r < p ? r : r - 1)}});
+    }
+    ops.push_back({{"op", "copy"}, {"src", ref("input", 0)}, {"dst", ref("output", 0)}});
+    for (int p = 0; p < R; ++p)
+      if (p != r) ops.push_back({{"op", "reduce_packets"}, {"src", ref("scratch", p < r ? p : p - 1)}, {"dst", ref("output", 0)}});
+    ranks.push_back({{"rank", r}, {"channels", channels}, {"thread_blocks", {{{"id", 0}, {"ops", ops}}}}});
+  }
+  return {{"format", "ferry-plan"}, {"version", 1},     {"name", "ap"},        {"collective", "allreduce"},
+          {"protocol", "LL"},       {"inplace", false}, {"world_size", R},     {"chunks", {{"input", 1}, {"output", 1}, {"scratch", R - 1}}},
+          {"min_bytes", 0},         {"max_bytes", 1 << 16}, {"ranks", ranks}};
+}
+
+std::uint8_t fused(FusedKind k) { return static_cast<std::uint8_t>(k); }
+
+TEST(FusedOps, AllPairsPacketsBecomeOnePutAndOneReduce) {
+  RankProgram p = compileRankProgram(loadPlan(allPairsPackets(4).dump()), 1);
+  ASSERT_EQ(p.ops.size(), 7u);
+  fuseRankProgram(p);
+  ASSERT_EQ(p.ops.size(), 2u);
+  EXPECT_EQ(p.tbFirst, (std::vector<std::uint32_t>{0, 2}));
+  const ExecOp& put = p.ops[0];
+  EXPECT_EQ(put.kind, fused(FusedKind::PutPacketsToMany));
+  EXPECT_EQ(put.src.buffer, static_cast<std::int8_t>(BufferKind::Input));
+  ASSERT_EQ(put.nsends, 3);
+  for (int i = 0; i < 3; ++i) {  // peers 0, 2, 3, each into its chunk for sender 1: 0 at rank 0, 1 past it
+    const ExecRef& to = p.refs[put.firstRef + i];
+    EXPECT_EQ(to.rank, i == 0 ? 0 : i + 1);
+    EXPECT_EQ(to.buffer, static_cast<std::int8_t>(BufferKind::Scratch));
+    EXPECT_EQ(to.index, i == 0 ? 0 : 1);
+  }
+  const ExecOp& reduce = p.ops[1];
+  EXPECT_EQ(reduce.kind, fused(FusedKind::ReducePacketsFromMany));
+  EXPECT_EQ(reduce.src.buffer, static_cast<std::int8_t>(BufferKind::Input));  // the copy's source
+  EXPECT_EQ(reduce.dst.buffer, static_cast<std::int8_t>(BufferKind::Output));
+  ASSERT_EQ(reduce.nsrcs, 3);
+  for (int i = 0; i < 3; ++i) {  // in the plan's order: senders 0, 2, 3 from chunks 0, 1, 2
+    const ExecRef& from = p.refs[reduce.firstRef + i];
+    EXPECT_EQ(from.rank, i == 0 ? 0 : i + 1) << "the sender";
+    EXPECT_EQ(from.index, i);
+  }
+}
+
+TEST(FusedOps, OnlyRunsThatOneOpCanDo) {
+  // A Simple plan: nothing to fuse, nothing changes.
+  RankProgram two = compileRankProgram(loadPlan(twoShot().dump()), 1);
+  const std::vector<ExecOp> before = two.ops;
+  fuseRankProgram(two);
+  ASSERT_EQ(two.ops.size(), before.size());
+  for (std::size_t i = 0; i < before.size(); ++i) EXPECT_EQ(two.ops[i].kind, before[i].kind) << i;
+  // One put: kept; a copy and one reduce into its destination: one op.
+  RankProgram pk = compileRankProgram(loadPlan(packets().dump()), 0);
+  fuseRankProgram(pk);
+  ASSERT_EQ(pk.ops.size(), 2u);
+  EXPECT_EQ(pk.ops[0].kind, static_cast<std::uint8_t>(OpKind::PutPackets));
+  EXPECT_EQ(pk.ops[1].kind, fused(FusedKind::ReducePacketsFromMany));
+  EXPECT_EQ(pk.ops[1].nsrcs, 1);
+  // Puts of different sources: kept apart.
+  Json plan = allPairsPackets(3);
+  for (int r = 0; r < 3; ++r) opOf(plan, r, 0, 1)["src"] = ref("output", 0);
+  RankProgram apart = compileRankProgram(loadPlan(plan.dump()), 0);
+  fuseRankProgram(apart);
+  ASSERT_EQ(apart.ops.size(), 3u);  // put, put, then the copy and two reduces as one
+  EXPECT_EQ(apart.ops[0].kind, static_cast<std::uint8_t>(OpKind::PutPackets));
+  EXPECT_EQ(apart.ops[1].kind, static_cast<std::uint8_t>(OpKind::PutPackets));
+  EXPECT_EQ(apart.ops[2].kind, fused(FusedKind::ReducePacketsFromMany));
+  EXPECT_EQ(apart.ops[2].nsrcs, 2);
+}
+
+TEST(FusedOps, RunsOfAtMostFourAndReducesIntoOneDestination) {
+  // Two ranks: rank 0 puts its input into 9 scratch chunks of rank 1 (9 channels); rank 1 reduces
+  // 9 of them into its output (no copy), then one into another chunk of it, then copies a chunk
+  // onto another index. (Host only: no rank waits for anything.)
+  static_assert(kMaxFusedRun == 4);
+  Json ranks = Json::array();
+  Json put = Json::array(), reduce = Json::array(), channels0 = Json::array(), channels1 = Json::array();
+  for (int k = 0; k < 9; ++k) {
+    channels0.push_back({{"type", "memory"}, {"peer", 1}});
+    channels1.push_back({{"type", "memory"}, {"peer", 0}});
+    put.push_back({{"op", "put_packets"}, {"channel", k}, {"src", ref("input", 0)}, {"dst", ref("scratch", k)}});
+    reduce.push_back({{"op", "reduce_packets"}, {"src", ref("scratch", k)}, {"dst", ref("output", 0)}});
+  }
+  reduce.push_back({{"op", "reduce_packets"}, {"src", ref("scratch", 9)}, {"dst", ref("output", 1)}});
+  reduce.push_back({{"op", "copy"}, {"src", ref("input", 0)}, {"dst", ref("output", 1)}});
+  reduce.push_back({{"op", "reduce_packets"}, {"src", ref("scratch", 10)}, {"dst", ref("output", 1)}});
+  put.push_back({{"op", "put_packets"}, {"channel", 0}, {"src", ref("input", 1)}, {"dst", ref("scratch", 9)}});
+  put.push_back({{"op", "put_packets"}, {"channel", 1}, {"src", ref("input", 1)}, {"dst", ref("scratch", 10)}});
+  ranks.push_back({{"rank", 0}, {"channels", channels0}, {"thread_blocks", {{{"id", 0}, {"ops", put}}}}});
+  ranks.push_back({{"rank", 1}, {"channels", channels1}, {"thread_blocks", {{{"id", 0}, {"ops", reduce}}}}});
+  const Json plan = {{"format", "ferry-plan"}, {"version", 1},     {"name", "nine"},      {"collective", "allreduce"},
+                     {"protocol", "LL"},       {"inplace", false}, {"world_size", 2},     {"chunks", {{"input", 2}, {"output", 2}, {"scratch", 11}}},
+                     {"min_bytes", 0},         {"max_bytes", 1 << 16}, {"ranks", ranks}};
+  RankProgram sender = compileRankProgram(loadPlan(plan.dump()), 0);
+  fuseRankProgram(sender);
+  ASSERT_EQ(sender.ops.size(), 4u);  // 4 and 4 puts of input 0, the ninth, the two of input 1
+  EXPECT_EQ(sender.ops[0].kind, fused(FusedKind::PutPacketsToMany));
+  EXPECT_EQ(sender.ops[0].nsends, 4);
+  EXPECT_EQ(sender.ops[1].kind, fused(FusedKind::PutPacketsToMany));
+  EXPECT_EQ(sender.refs[sender.ops[1].firstRef].index, 4);
+  EXPECT_EQ(sender.ops[2].kind, static_cast<std::uint8_t>(OpKind::PutPackets));
+  EXPECT_EQ(sender.ops[2].dst.index, 8);
+  EXPECT_EQ(sender.ops[3].kind, fused(FusedKind::PutPacketsToMany));
+  EXPECT_EQ(sender.ops[3].src.index, 1);
+  RankProgram receiver = compileRankProgram(loadPlan(plan.dump()), 1);
+  fuseRankProgram(receiver);
+  // 4 and 4 reduces from the output itself, the ninth alone, the one into output 1 alone, and the
+  // copy of input 0 onto output 1 (another index) kept apart from the reduce after it.
+  ASSERT_EQ(receiver.ops.size(), 6u);
+  for (int k = 0; k < 2; ++k) {
+    EXPECT_EQ(receiver.ops[k].kind, fused(FusedKind::ReducePacketsFromMany));
+    EXPECT_EQ(receiver.ops[k].nsrcs, 4);
+    EXPECT_EQ(receiver.ops[k].src.buffer, static_cast<std::int8_t>(BufferKind::Output));  // starts from itself
+  }
+  EXPECT_EQ(receiver.refs[receiver.ops[1].firstRef].index, 4);
+  EXPECT_EQ(receiver.ops[2].kind, static_cast<std::uint8_t>(OpKind::ReducePackets));
+  EXPECT_EQ(receiver.ops[3].kind, static_cast<std::uint8_t>(OpKind::ReducePackets));
+  EXPECT_EQ(receiver.ops[3].dst.index, 1);
+  EXPECT_EQ(receiver.ops[4].kind, static_cast<std::uint8_t>(OpKind::Copy));
+  EXPECT_EQ(receiver.ops[5].kind, static_cast<std::uint8_t>(OpKind::ReducePackets));
+}
+
+TEST(FusedOps, AReduceRunStopsAtAnotherOp) {
+  // A wait between two reduces: each stays on its side of it. (Host only: the inserted signal and
+  // wait do not pair up across the ranks.)
+  Json plan = allPairsPackets(3);
+  for (int r = 0; r < 3; ++r) {
+    Json& ops = plan["ranks"][r]["thread_blocks"][0]["ops"];
+    ops.insert(ops.begin() + 4, Json{{"op", "wait"}, {"channel", 0}});
+    ops.insert(ops.begin() + 2, Json{{"op", "signal"}, {"channel", 1}});
+  }
+  RankProgram p = compileRankProgram(loadPlan(plan.dump()), 2);
+  fuseRankProgram(p);
+  // the two puts (one op), the signal, the copy and the first reduce (one op), the wait, the reduce
+  ASSERT_EQ(p.ops.size(), 5u);
+  EXPECT_EQ(p.ops[0].kind, fused(FusedKind::PutPacketsToMany));
+  EXPECT_EQ(p.ops[1].kind, static_cast<std::uint8_t>(OpKind::Signal));
+  EXPECT_EQ(p.ops[2].kind, fused(FusedKind::ReducePacketsFromMany));
+  EXPECT_EQ(p.ops[2].nsrcs, 1);
+  EXPECT_EQ(p.ops[3].kind, static_cast<std::uint8_t>(OpKind::Wait));
+  EXPECT_EQ(p.ops[4].kind, static_cast<std::uint8_t>(OpKind::ReducePackets));
+  EXPECT_EQ(p.ops[4].peer, 1);
+}
+
 TEST(PlanLanes, FollowTheSizeWithinEveryBound) {
   const RankProgram plan = compileRankProgram(loadPlan(twoShot().dump()), 0);  // one thread block a rank
   EXPECT_EQ(planLanes(plan, 1 << 10, 32, 128, true), 1);
@@ -504,6 +658,21 @@ TEST(CompiledPlans, EveryShippedProgramRunsOnTheExecutor) {
       EXPECT_EQ(e->programs.size(), static_cast<std::size_t>(w));
       // Every shipped direct program waits out its peers' accesses itself.
       for (const RankProgram& p : e->programs) EXPECT_FALSE(p.finalExchange) << w << " ranks";
+      // The all-pairs packet allreduce fuses into two ops (FERRY_PLAN_FUSE): its puts, and its copy
+      // and reduces.
+      if (std::string(a->name()) == "plan:allreduce_allpairs_packets")
+        for (RankProgram p : e->programs) {
+          if (p.ops.size() != 2u) fuseRankProgram(p);  // (fused as loaded where FERRY_PLAN_FUSE=1)
+          ASSERT_EQ(p.ops.size(), 2u) << w << " ranks";
+          if (w == 2) {  // one put: nothing to fuse it with
+            EXPECT_EQ(p.ops[0].kind, static_cast<std::uint8_t>(OpKind::PutPackets));
+          } else {
+            EXPECT_EQ(p.ops[0].kind, static_cast<std::uint8_t>(FusedKind::PutPacketsToMany));
+            EXPECT_EQ(p.ops[0].nsends, w - 1);
+          }
+          EXPECT_EQ(p.ops[1].kind, static_cast<std::uint8_t>(FusedKind::ReducePacketsFromMany));
+          EXPECT_EQ(p.ops[1].nsrcs, w - 1);
+        }
     }
   }
 }
