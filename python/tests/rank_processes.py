@@ -6,7 +6,7 @@ Each rank runs target(*args_of(rank), results) and puts what the test checks on 
 multiprocessing queue), errors included, so that the parent reports them instead of a hang. A rank
 that reports nothing in time is killed, with every other rank still running: a hung rank must fail
 the test, not keep pytest (which joins its children at exit) waiting forever; the error says where
-each silent rank was waiting (its Python stacks), or how it ended if it crashed.
+each silent rank was waiting (its Python stacks), or how it ended and where it was if it crashed.
 """
 
 import faulthandler
