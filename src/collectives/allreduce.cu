@@ -20,6 +20,7 @@
 #include "collectives/builtin.hpp"
 #include "kernels/kernel_util.cuh"
 #include "kernels/launch.hpp"
+#include "kernels/packet_reduce.cuh"
 #include "ferry/device/copy.hpp"
 #include "ferry/device/packet.hpp"
 
@@ -63,20 +64,13 @@ __global__ void __launch_bounds__(kThreads)
     endCall(c, m);
     return;
   }
-  // Every peer's packet of a word is loaded at once (readPackets), then reduced in rank order, so
-  // that every rank rounds alike.
-  const std::uint32_t peers = ((1u << R) - 1) & ~(1u << r);
+  // Every peer's packet of a word at once, reduced in rank order with this rank's own word
+  // (reduceInRankOrder).
   withRankCapacity(R, [&]<int kCap>() {
     for (std::uint64_t w = w0; w < part.end; w += kThreads) {
-      std::uint64_t v[kCap] = {};
       const std::uint64_t own = w == w0 ? first : loadWord(send, w, bytes);
-      readPackets(
-          peers, flag, v, [&](int q) { return &slotPackets(c.ll, c, m, q)[w]; },
-          [&](int q) { return waitContext(c, q); });
-      std::uint64_t acc = r == 0 ? own : v[0];
-#pragma unroll
-      for (int q = 1; q < kCap; ++q)
-        if (q < R) acc = reduceWord<T, Op>(acc, q == r ? own : v[q]);
+      const std::uint64_t acc = reduceInRankOrder<T, Op, kCap>(
+          c, flag, own, [&](int q) { return &slotPackets(c.ll, c, m, q)[w]; });
       storeWord(recv, w, bytes, finishWord<T, Op>(acc, R));
     }
   });
