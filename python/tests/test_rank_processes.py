@@ -1,6 +1,6 @@
 """rank_processes.run_ranks, the harness of the multi-process tests: a rank that hangs fails the
 test in time and the error shows where it waits; ranks that crash fail it at once, with how they
-ended; ranks that report come back with their exit codes."""
+ended and where; ranks that report come back with their exit codes."""
 import os
 import time
 
@@ -28,6 +28,14 @@ def _rank_0_reports_and_lingers(rank, results):
         report(results, (0, "done"))
         time.sleep(600)  # (a teardown that takes its time)
     os._exit(3)
+
+
+def _segfaults(rank, results):
+    if rank == 1:
+        import ctypes
+
+        ctypes.string_at(0)  # a read of address 0: SIGSEGV
+    report(results, (rank, "done"))
 
 
 def test_every_rank_reports():
@@ -61,3 +69,11 @@ def test_a_crash_is_seen_at_once_while_a_rank_that_reported_lingers():
         run_ranks(_rank_0_reports_and_lingers, 2, lambda r: (r,), timeout=60)
     assert time.monotonic() - start < 20
     assert "silent: [1]" in str(info.value) and "rank 1: exited with code 3" in str(info.value)
+
+
+def test_a_crashed_rank_shows_where_it_was():
+    with pytest.raises(RanksDied) as info:
+        run_ranks(_segfaults, 2, lambda r: (r,), method="spawn", timeout=60)
+    text = str(info.value)
+    assert "rank 1: killed by signal 11 (SIGSEGV)" in text
+    assert "Segmentation fault" in text and "in _segfaults" in text
