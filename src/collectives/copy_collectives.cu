@@ -28,7 +28,7 @@ struct CopyPlan {
   FERRY_HOST_DEVICE bool perPeer() const { return collective == static_cast<int>(Collective::AllToAll); }
   // What this rank sends to rank p, and where rank q's block lands here.
   FERRY_HOST_DEVICE const char* source(int p) const {
-    return collective == static_cast<int>(Collective::AllToAll) ? send + p * bytes : send;
+    return perPeer() ? send + p * bytes : send;
   }
   FERRY_HOST_DEVICE char* dest(int q) const { return isBroadcast() ? recv : recv + q * bytes; }
   // Peers this rank sends to / receives from (bit p).

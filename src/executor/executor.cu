@@ -75,6 +75,17 @@ FERRY_DEVICE FERRY_INLINE char* chunkAt(const Bases& b, const ExecArgs& a, const
   return base + a.geometry.offset(k) * a.elementBytes;
 }
 
+// Element `at` of chunk j of a reference; for packets, the packet that carries it (lanes start on
+// 16-byte grains, so on a whole packet).
+FERRY_DEVICE FERRY_INLINE char* elementOf(const Bases& b, const ExecArgs& a, const CollectiveContext& c,
+                                          const ExecRef& r, std::uint64_t j, std::uint64_t at) {
+  return chunkAt(b, a, c, r, j) + at * a.elementBytes;
+}
+FERRY_DEVICE FERRY_INLINE LL16Packet* packetsOf(const Bases& b, const ExecArgs& a, const CollectiveContext& c,
+                                                const ExecRef& r, std::uint64_t j, std::uint64_t at) {
+  return reinterpret_cast<LL16Packet*>(chunkAt(b, a, c, r, j)) + at * a.elementBytes / 8;
+}
+
 // Elements of piece [j, j + n) of an op's chunks: input and output chunks say how long they are;
 // an op on scratch alone moves whole chunks.
 FERRY_DEVICE FERRY_INLINE std::uint64_t pieceElements(const ExecArgs& a, const ExecRef* const* refs, int nrefs,
@@ -158,14 +169,13 @@ FERRY_DEVICE __noinline__ void putPacketsToMany(const ExecOp& op, const ExecArgs
   refs[0] = &op.src;
   for (int i = 0; i < op.nsends; ++i) refs[1 + i] = &a.program.refs[op.firstRef + i];
   forPieces(a, refs, 1 + op.nsends, op.src.count, [&](std::uint64_t j, std::uint64_t at, std::uint64_t n) {
-    const char* src = chunkAt(b, a, c, op.src, j) + at * es;
+    const char* src = elementOf(b, a, c, op.src, j, at);
     const std::uint64_t bytes = n * es;
     // Over a capacity, unrolled, so that the destinations stay in registers.
     withFusedCapacity(op.nsends, [&]<int kCap>() {
       LL16Packet* to[kCap];
 #pragma unroll
-      for (int i = 0; i < kCap; ++i)
-        to[i] = reinterpret_cast<LL16Packet*>(chunkAt(b, a, c, *refs[1 + (i < op.nsends ? i : 0)], j)) + at * es / 8;
+      for (int i = 0; i < kCap; ++i) to[i] = packetsOf(b, a, c, *refs[1 + (i < op.nsends ? i : 0)], j, at);
       for (std::uint64_t w = tid; w < (bytes + 7) / 8; w += nt) {
         const std::uint64_t v = loadWord(src, w, bytes);
 #pragma unroll
@@ -193,8 +203,8 @@ FERRY_DEVICE __noinline__ void reducePacketsFromMany(const ExecOp& op, const Exe
   }
   const std::uint32_t flag = static_cast<std::uint32_t>(m);
   forPieces(a, refs, 2 + op.nsrcs, op.dst.count, [&](std::uint64_t j, std::uint64_t at, std::uint64_t n) {
-    const char* start = chunkAt(b, a, c, op.src, j) + at * es;
-    char* dst = chunkAt(b, a, c, op.dst, j) + at * es;
+    const char* start = elementOf(b, a, c, op.src, j, at);
+    char* dst = elementOf(b, a, c, op.dst, j, at);
     const std::uint64_t bytes = n * es;
     withFusedCapacity(op.nsrcs, [&]<int kCap>() {
       // Every slot of the capacity names a source (the first one past nsrcs), unrolled, so that
@@ -204,7 +214,7 @@ FERRY_DEVICE __noinline__ void reducePacketsFromMany(const ExecOp& op, const Exe
 #pragma unroll
       for (int q = 0; q < kCap; ++q) {
         const int i = q < op.nsrcs ? q : 0;
-        from[q] = reinterpret_cast<const LL16Packet*>(chunkAt(b, a, c, packetRefs[i], j)) + at * es / 8;
+        from[q] = packetsOf(b, a, c, packetRefs[i], j, at);
         sender[q] = a.program.refs[op.firstRef + i].rank;
       }
       for (std::uint64_t w = tid; w < (bytes + 7) / 8; w += nt) {
@@ -236,13 +246,11 @@ FERRY_DEVICE FERRY_INLINE void runOp(const ExecOp& op, const ExecArgs& a, const 
   const int row = laneFlagRow(op.slot, static_cast<int>(blockIdx.x % static_cast<unsigned>(a.lanes)));
   const std::uint64_t es = a.elementBytes;
   const auto kind = static_cast<OpKind>(op.kind);
-  // Element `at` of chunk j of a reference; for packets, the packet that carries it (lanes start on
-  // 16-byte grains, so on a whole packet).
   const auto elementAt = [&](const ExecRef& r, std::uint64_t j, std::uint64_t at) {
-    return chunkAt(b, a, c, r, j) + at * es;
+    return elementOf(b, a, c, r, j, at);
   };
   const auto packetsAt = [&](const ExecRef& r, std::uint64_t j, std::uint64_t at) {
-    return reinterpret_cast<LL16Packet*>(chunkAt(b, a, c, r, j)) + at * es / 8;
+    return packetsOf(b, a, c, r, j, at);
   };
   switch (static_cast<FusedKind>(op.kind)) {  // (docs/executor.md, "Fused ops")
     case FusedKind::PutPacketsToMany:
