@@ -5,6 +5,12 @@
 #
 # Here (after `cmake --build --preset default`, which compiles every CUDA source for sm_90):
 #   scripts/gpu-bundle.sh pack [PRESET]        # -> .gpu-bin/bundle.tar.xz (git-ignored), about 9 MB
+# Or there, from the GPU check's own build, when no bundle was carried (the tests' lanes and the
+# tables' parts then run as they would on one; `ctest --test-dir build-gpu -L unit -R plan_compile`
+# first, for the compiled plans):
+#   GPU_BUNDLE_FAST=1 scripts/gpu-bundle.sh pack build-gpu   # a build folder (a name with a /, or
+#                                             # one that exists); fast compression, about 70 MB,
+#                                             # for that machine only
 # On the GPU machine (carry .gpu-bin):
 #   scripts/gpu-bundle.sh run CMD [ARGS...]   # unpacks into build-bundle/, proves the multicast
 #                                             # guard there, then runs CMD from build-bundle/ under it
@@ -42,6 +48,7 @@ bundle=.gpu-bin/bundle.tar.xz
 
 pack() {
   local build=build/${1:-default}
+  if [[ -n ${1:-} && -d $1 ]]; then build=$1; fi
   [[ -d $build ]] || { echo "gpu-bundle.sh: $build is missing; build it first" >&2; exit 1; }
   stage=$(mktemp -d)
   trap 'rm -rf "$stage"' EXIT
@@ -65,7 +72,9 @@ pack() {
   # Every test program links the library's device code: one dictionary larger than the whole tar,
   # one thread (threads split it into blocks), and each program after the first costs little
   # (420 MB into 8.6 MB on 2026-11-27, where -T0 -6 made 66 MB; about 2.5 minutes on 2 cores).
-  tar -C "$stage" -cf - . | xz -T1 --lzma2=preset=6,dict=192MiB >"$bundle"
+  local xzArgs=(-T1 --lzma2=preset=6,dict=192MiB)
+  [[ ${GPU_BUNDLE_FAST:-0} != 1 ]] || xzArgs=(-T0 -1)  # seconds on the GPU machine's cores
+  tar -C "$stage" -cf - . | xz "${xzArgs[@]}" >"$bundle"
   echo "gpu-bundle.sh: $n programs and $soname in $bundle ($(du -h "$bundle" | cut -f1));" \
     "carry .gpu-bin"
 }

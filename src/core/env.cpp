@@ -106,10 +106,10 @@ const Var kVars[] = {
      "Most thread blocks that run each thread block of a plan, each on its own part of every chunk (one "
      "per 256 KiB of the call, 8 KiB for LL plans, at most 64); 1 runs plans as written. The smallest "
      "value of any rank applies."},
-    {"FERRY_PLAN_FUSE", &Env::planFuse, "0",
+    {"FERRY_PLAN_FUSE", &Env::planFuse, "1",
      "1: runs of a plan's ops that one op can do run as one (put_packets of one source to several peers; "
      "a copy then reduce_packets into its destination: docs/executor.md, \"Fused ops\"); 0: every op as "
-     "written. Off by default until the GPU tests have run with it."},
+     "written (to compare, or to rule the fused ops out)."},
     {"FERRY_PLAN_PORTS", &Env::planPorts, "memory",
      "How a plan's port channels move data between the GPUs of one host: memory (the thread blocks' own "
      "stores over NVLink, as on a memory channel, in lanes; the signals and waits are the same) or proxy "
