@@ -8,29 +8,18 @@
 
 namespace ferry {
 
-namespace {
-
-// The collectives that have an across_hosts_pipelined form.
-bool pipelines(Collective c) {
-  return c != Collective::Reduce;
-}
-
-}  // namespace
-
 const char* toString(AcrossHostsAlgorithm a) {
   return a == AcrossHostsAlgorithm::Pipelined ? "across_hosts_pipelined" : "across_hosts";
 }
 
-std::optional<AcrossHostsAlgorithm> parseAcrossHostsAlgorithm(std::string_view name, Collective c) {
+std::optional<AcrossHostsAlgorithm> parseAcrossHostsAlgorithm(std::string_view name) {
   if (name == toString(AcrossHostsAlgorithm::Phases)) return AcrossHostsAlgorithm::Phases;
-  if (name == toString(AcrossHostsAlgorithm::Pipelined) && pipelines(c)) return AcrossHostsAlgorithm::Pipelined;
+  if (name == toString(AcrossHostsAlgorithm::Pipelined)) return AcrossHostsAlgorithm::Pipelined;
   return std::nullopt;
 }
 
-std::string acrossHostsAlgorithmNames(Collective c) {
-  std::string names = toString(AcrossHostsAlgorithm::Phases);
-  if (pipelines(c)) names += std::string(", ") + toString(AcrossHostsAlgorithm::Pipelined);
-  return names;
+std::string acrossHostsAlgorithmNames() {
+  return std::string(toString(AcrossHostsAlgorithm::Phases)) + ", " + toString(AcrossHostsAlgorithm::Pipelined);
 }
 
 std::uint64_t acrossHostsUnit(std::uint64_t elementBytes, int perHost) {
@@ -52,14 +41,13 @@ AcrossHostsPieces acrossHostsPieces(std::uint64_t count, std::uint64_t elementBy
 
 std::string whyNotAcrossHosts(AcrossHostsAlgorithm a, const CollectiveCall& call, const HostLayout& layout) {
   if (a == AcrossHostsAlgorithm::Phases) return {};
-  if (!pipelines(call.collective)) return "it runs every collective but reduce";
   if (!layout.even) return "its hosts have different numbers of ranks";
   if (!layout.contiguous) return "a host's ranks are not consecutive world ranks";
   if (layout.columns < 2) return "its hosts have one rank each (no phase on a host to overlap with the exchange)";
   if (call.collective == Collective::AllGather || call.collective == Collective::AllToAll) return {};
-  // reduceScatter cuts each rank's chunk into pieces of whole 16 bytes; allReduce and broadcast
-  // cut each piece into a part of whole 16 bytes a rank of a host.
-  const bool chunks = call.collective == Collective::ReduceScatter;
+  // reduceScatter cuts each rank's chunk, and reduce the buffer, into pieces of whole 16 bytes;
+  // allReduce and broadcast cut each piece into a part of whole 16 bytes a rank of a host.
+  const bool chunks = call.collective == Collective::ReduceScatter || call.collective == Collective::Reduce;
   const std::uint64_t unit = acrossHostsUnit(sizeOf(call.type), chunks ? 1 : layout.columns);
   if (call.count == 0 || call.count % unit != 0)
     return "its count (" + std::to_string(call.count) + ") is not a positive multiple of " + std::to_string(unit) +
@@ -71,9 +59,8 @@ AcrossHostsAlgorithm selectAcrossHosts(const std::vector<TuningRow>& rows, const
                                        const CollectiveCall& call, const HostLayout& layout, int rank,
                                        const char* operation) {
   if (!forced.empty()) {
-    const auto a = parseAcrossHostsAlgorithm(forced, call.collective);
-    const std::string why = a ? whyNotAcrossHosts(*a, call, layout)
-                              : "it is not one of " + acrossHostsAlgorithmNames(call.collective);
+    const auto a = parseAcrossHostsAlgorithm(forced);
+    const std::string why = a ? whyNotAcrossHosts(*a, call, layout) : "it is not one of " + acrossHostsAlgorithmNames();
     if (!why.empty()) {
       const std::string who = (rank >= 0 ? "rank " + std::to_string(rank) + ": " : std::string()) +
                               (operation != nullptr ? std::string(operation) + ": " : std::string());
@@ -88,7 +75,7 @@ AcrossHostsAlgorithm selectAcrossHosts(const std::vector<TuningRow>& rows, const
   const std::uint64_t bytes = call.bytes();
   for (const TuningRow& row : rows) {
     if (!row.matchesAcrossHosts(call, layout.hosts, layout.columns) || bytes > row.maxBytes) continue;
-    const auto a = parseAcrossHostsAlgorithm(row.algorithm, call.collective);
+    const auto a = parseAcrossHostsAlgorithm(row.algorithm);
     if (a && whyNotAcrossHosts(*a, call, layout).empty()) return *a;
   }
   return AcrossHostsAlgorithm::Phases;

@@ -27,6 +27,9 @@
 //                           allToAll (any count): the exchange with the partners on that stream
 //                           while the host exchanges its own ranks' chunks, then the host
 //                           exchanges what the other hosts sent.
+//                           reduce, in pieces of the buffer (counts of whole 16 bytes): each host
+//                           reduces piece k + 1 to the rank carrying the root's column while that
+//                           rank sends its partial sum of piece k to the root.
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -42,10 +45,10 @@ namespace ferry {
 enum class AcrossHostsAlgorithm : std::uint8_t { Phases, Pipelined };
 
 const char* toString(AcrossHostsAlgorithm a);
-// The algorithm of that name that runs collective c; nullopt where none does.
-std::optional<AcrossHostsAlgorithm> parseAcrossHostsAlgorithm(std::string_view name, Collective c);
-// The names of collective c's algorithms across hosts, separated by ", " (for errors).
-std::string acrossHostsAlgorithmNames(Collective c);
+// The algorithm of that name (every collective has both); nullopt where none is.
+std::optional<AcrossHostsAlgorithm> parseAcrossHostsAlgorithm(std::string_view name);
+// The names of the algorithms across hosts, separated by ", " (for errors).
+std::string acrossHostsAlgorithmNames();
 
 // Where the pipelined allReduce's pieces and parts lie: `pieces` pieces of `pieceCount` elements
 // (the last one shorter), each cut into one part a rank of a host.

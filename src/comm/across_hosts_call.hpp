@@ -230,6 +230,7 @@ struct AcrossHosts {
   void reduceScatterPipelined();
   void allToAllOverlapped();
   void broadcastPipelined();
+  void reducePipelined();
 };
 
 }  // namespace ferry

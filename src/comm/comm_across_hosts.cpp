@@ -3,8 +3,8 @@
 // partners on the other hosts (HostPartners: Ethernet PortChannels, nothing mapped). A call runs in
 // phases on the caller's stream, each a call of this host's Comm or partner exchanges
 // (collectives/partner_exchange.hpp). These are the phases of the algorithm across_hosts; where the
-// tuning table or a forced choice says so, every collective but reduce runs as
-// across_hosts_pipelined instead (across_hosts_algorithms.hpp; comm_across_hosts_pipelined.cpp).
+// tuning table or a forced choice says so, a collective runs as across_hosts_pipelined instead
+// (across_hosts_algorithms.hpp; comm_across_hosts_pipelined.cpp).
 // With H hosts of L ranks, rank (h, l) does:
 //   allReduce      on the host, the whole buffer (op, or sum for an average); across the partners,
 //                  part l of it, in host order (the average divides there, by the world's ranks);
@@ -198,6 +198,7 @@ void AcrossHosts::broadcast() {
 }
 
 void AcrossHosts::reduce() {
+  if (algorithm == AcrossHostsAlgorithm::Pipelined) return reducePipelined();
   const int rootHost = layout.hostOf[call.root], rootLocal = layout.localOf[call.root];
   const bool root = impl.world->rank() == call.root;
   const ReduceOp op = call.op;

@@ -292,4 +292,68 @@ void AcrossHosts::reduceScatterPipelined() {
   }
 }
 
+// reduce as across_hosts_pipelined (hosts of one size of 2 ranks or more, consecutive), in pieces of
+// the buffer (counts of whole 16 bytes): on each host, piece k reduced to the rank that carries the
+// root's column (phases' reduce, a piece at a time); across that column's partners, on the side
+// stream, each other host's partial sum of piece k to the root, which sums them into piece k of its
+// recv in host order. The caller's stream reduces piece k + 1 while the side stream sends piece k:
+//   caller's:  R0 R1 R2 ... R(P-1) [X(P-1)]         (on the carriers; the other ranks: R0 ... R(P-1))
+//   side:          [R0] X0 [R1] X1 ...              ([..]: waits for it)
+// Pieces are disjoint, so the exchange of piece k reads (or, at the root, sums into) memory that the
+// reduce of piece k + 1 does not touch.
+void AcrossHosts::reducePipelined() {
+  const int rootHost = layout.hostOf[call.root], column = layout.localOf[call.root];
+  const bool root = impl.world->rank() == call.root;
+  const ReduceOp op = call.op, onHostOp = op == ReduceOp::Avg ? ReduceOp::Sum : op;
+  const int carrier = layout.holder(host, column);
+  // As phases' reduce: only the root's recv is the caller's; the other carriers' partial sums go to
+  // the Comm's memory (reserved on every rank alike).
+  char* partial = temp(call.count * es);
+  char* sums = root ? recv() : local == carrier ? partial : nullptr;
+  const AcrossHostsPieces cut = acrossHostsPieces(call.count, es, 1, impl.acrossHostsPiece);
+  const auto piece = [&](std::uint64_t k) { return pieceOf(cut, k); };
+  const auto reduceOnHost = [&](std::uint64_t k) {
+    const Range p = piece(k);
+    onHost(Collective::Reduce, send() + p.begin * es, sums != nullptr ? sums + p.begin * es : nullptr, p.size(),
+           onHostOp, carrier, /*unregistered=*/host != rootHost);
+  };
+  const auto exchange = [&](std::uint64_t k, cudaStream_t side) {
+    const Range p = piece(k);
+    PartnerExchange x;
+    x.src = x.dst = sums + p.begin * es;
+    x.count = p.size();
+    if (host == rootHost)
+      x.recvFrom = othersThan(host, hosts);
+    else
+      x.sendTo = 1u << rootHost;
+    x.reduce = true;
+    x.divisor = impl.world->size();
+    acrossPartners(x, op, column, static_cast<int>(k), side);
+  };
+  if (local != carrier || cut.pieces == 1) {
+    for (std::uint64_t k = 0; k < cut.pieces; ++k) reduceOnHost(k);
+    if (local == carrier) exchange(0, nullptr);
+    return;
+  }
+  SideStream& side = *impl.acrossHostsSide;
+  DeviceGuard scope(impl.device);
+  const auto reduced = [](std::uint64_t k) { return static_cast<int>(2 * k); };
+  constexpr int kExchanged = 1;  // (as reduceScatter's: the mark after the last exchange)
+  bool forked = false;
+  try {
+    for (std::uint64_t k = 0; k < cut.pieces; ++k) {
+      reduceOnHost(k);
+      forkSide(reduced(k));
+      forked = true;
+      exchange(k, side.stream());
+    }
+    side.record(kExchanged, side.stream());
+    side.wait(call.stream, kExchanged);
+    impl.work->note(call.stream);  // (so that destroying the Comm, or a call on another stream, waits for them)
+  } catch (...) {
+    if (forked) joinSideOnError();
+    throw;
+  }
+}
+
 }  // namespace ferry

@@ -12,7 +12,7 @@ namespace ferry {
 void Comm::setAlgorithm(Collective c, std::string_view name) {
   // An algorithm across hosts names a way of composing the phases of a Comm across hosts; on one
   // host there is none to force.
-  if (!impl_->partners && parseAcrossHostsAlgorithm(name, c))
+  if (!impl_->partners && parseAcrossHostsAlgorithm(name))
     throw Error(ErrorCode::InvalidUsage, impl_->who("setAlgorithm") + ": '" + std::string(name) +
                                              "' is an algorithm of a Comm across hosts; this one's ranks share a host");
   impl_->selector.force(c, name);

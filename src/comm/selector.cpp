@@ -51,18 +51,11 @@ namespace {
 // hosts, into `out`.
 void forceAcrossHosts(const std::string& name, std::optional<Collective> coll,
                       std::array<std::string, kCollectiveCount>& out) {
-  Collective c = Collective::AllReduce;
-  if (coll) {
-    if (!parseAcrossHostsAlgorithm(name, *coll))
-      throw Error(ErrorCode::InvalidUsage, "FERRY_ALGO: '" + name + "' is no algorithm across hosts of " +
-                                               std::string(toString(*coll)) + " (its: " +
-                                               acrossHostsAlgorithmNames(*coll) + ")");
-    c = *coll;
-  } else {
+  if (!coll)
     throw Error(ErrorCode::InvalidUsage, "FERRY_ALGO: '" + name +
                                              "' runs several collectives across hosts: name the collective "
                                              "(e.g. allreduce=" + name + ")");
-  }
+  const Collective c = *coll;
   std::string& slot = out[static_cast<int>(c)];
   if (!slot.empty() && slot != name)
     throw Error(ErrorCode::InvalidUsage, "FERRY_ALGO names two algorithms across hosts of " +
@@ -83,7 +76,7 @@ std::array<std::string, kCollectiveCount> parseForcedAlgorithms(
     const auto eq = item.find('=');
     if (acrossHosts) {
       const std::string name = eq == std::string::npos ? item : trim(std::string_view(item).substr(eq + 1));
-      if (parseAcrossHostsAlgorithm(name, Collective::AllReduce)) {  // (allReduce has every one of them)
+      if (parseAcrossHostsAlgorithm(name)) {
         std::optional<Collective> coll;
         if (eq != std::string::npos) coll = parseCollective(trim(std::string_view(item).substr(0, eq)));
         if (eq != std::string::npos && !coll)
@@ -177,7 +170,7 @@ void Selector::force(Collective c, std::string_view name) {
     forced_[i] = nullptr;
     forcedNames_[i].clear();
     forcedAcrossHosts_[i].clear();
-  } else if (parseAcrossHostsAlgorithm(name, c)) {
+  } else if (parseAcrossHostsAlgorithm(name)) {
     forcedAcrossHosts_[i] = name;
   } else {
     const Algorithm& a = checkedAlgorithm(registry_, name, c, "setAlgorithm");

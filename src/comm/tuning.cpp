@@ -191,11 +191,9 @@ std::vector<TuningRow> parseTuning(std::string_view text, std::string_view sourc
     if (!r.contains("algorithm") || !r["algorithm"].is_string()) throw fail(where + ".algorithm", "missing");
     row.algorithm = r["algorithm"].get<std::string>();
     if (row.hosts) {
-      if (!parseAcrossHostsAlgorithm(row.algorithm, row.collective))
-        throw fail(where + ".algorithm", "'" + row.algorithm + "' is no algorithm across hosts of " +
-                                             std::string(toString(row.collective)) +
-                                             " (a row with \"hosts\" names one: " +
-                                             acrossHostsAlgorithmNames(row.collective) + ")");
+      if (!parseAcrossHostsAlgorithm(row.algorithm))
+        throw fail(where + ".algorithm", "'" + row.algorithm + "' is no algorithm across hosts (a row with \"hosts\" " +
+                                             "names one: " + acrossHostsAlgorithmNames() + ")");
       rows.push_back(std::move(row));
       continue;
     }

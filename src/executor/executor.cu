@@ -361,8 +361,13 @@ FERRY_DEVICE FERRY_INLINE void runOp(const ExecOp& op, const ExecArgs& a, const 
 constexpr std::uint32_t kStagedOps = 128;
 static_assert(sizeof(ExecOp) % 4 == 0 && alignof(ExecOp) <= 4, "ops are staged as 4-byte words");
 
+// The parameters are __grid_constant__: the fused ops, out of line, take them by reference, and
+// the address of a plain kernel parameter is that of a copy in each thread's local memory (1168
+// bytes a thread, written by all 512 threads of every block at the start of every call: ptxas -v,
+// sm_90); the address of a grid constant is the parameter itself.
 template <class T, ReduceOp Op>
-__global__ void __launch_bounds__(kThreads) executePlan(CollectiveContext c, ExecArgs a) {
+__global__ void __launch_bounds__(kThreads)
+    executePlan(const __grid_constant__ CollectiveContext c, const __grid_constant__ ExecArgs a) {
   __shared__ DirectBuffers direct;
   __shared__ Bases b;
   __shared__ std::uint32_t staged[kStagedOps * sizeof(ExecOp) / 4];

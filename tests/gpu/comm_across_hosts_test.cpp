@@ -151,9 +151,9 @@ class RanksEnv {
 // across_hosts_pipelined: allReduce in pieces of 64 KiB (counts of whole parts, of one piece, of
 // dozens with a short last one, and of more than the 64 a call is cut into at most) and, forced,
 // allGather (its exchange beside the host's first gather), broadcast (in the same pieces, from
-// either host), reduceScatter (in pieces of each rank's chunk) and allToAll (its exchange beside the
-// host's own); every data type x reduce op x placement, element by element. (Hosts of one rank run
-// phases: no test.)
+// either host), reduceScatter (in pieces of each rank's chunk), allToAll (its exchange beside the
+// host's own) and reduce (in pieces of the buffer, to a root on either host); every data type x
+// reduce op x placement, element by element. (Hosts of one rank run phases: no test.)
 TEST_P(CommAcrossHosts, PipelinedCollectivesEveryTypeOpPlacementAndSize) {
   const auto [n, hosts] = GetParam();
   if (n == hosts) GTEST_SKIP() << "hosts of one rank each run allReduce as phases (nothing to pipeline)";
@@ -249,6 +249,33 @@ TEST_P(CommAcrossHosts, PipelinedCollectivesEveryTypeOpPlacementAndSize) {
         EXPECT_NE(std::string(e.what()).find("pieces of whole 16 bytes"), std::string::npos) << e.what();
       }
       comm.setAlgorithm(Collective::ReduceScatter, "");
+      // reduce, forced, to a root on the first host and on the last, in turn: each host reduces
+      // piece k + 1 to the rank carrying the root's column while that rank sends its partial sum of
+      // piece k to the root.
+      comm.setAlgorithm(Collective::Reduce, "across_hosts_pipelined");
+      ASSERT_EQ(comm.algorithmFor(Collective::Reduce, 1 << 20, DataType::Float32), "across_hosts_pipelined");
+      calls = 0;
+      for (int t = 0; t < kDataTypeCount; ++t)
+        for (int o = 0; o < kReduceOpCount; ++o)
+          for (std::size_t count : {std::size_t{32}, std::size_t{32} * 6151, std::size_t{32} * 20011})
+            for (bool inPlace : {false, true}) {
+              const int root = calls % 2 == 0 ? 0 : n - 1;
+              const CallShape s{Collective::Reduce, static_cast<DataType>(t), static_cast<ReduceOp>(o), count,
+                                rank, n, root, ++seed};
+              ++calls;
+              if (!checkCall(comm, *boot, stream, s, inPlace)) return;
+            }
+      if (rank == 0) std::printf("%zu reduce calls checked\n", calls);
+      CallBuffers oddReduce(rankDevice(rank),
+                            {Collective::Reduce, DataType::Float32, ReduceOp::Sum, 1001, rank, n, 0, 1}, false);
+      try {
+        comm.reduce(oddReduce.send, oddReduce.recv, 1001, DataType::Float32, ReduceOp::Sum, 0, stream);
+        ADD_FAILURE() << "rank " << rank << ": a forced algorithm that cannot run the call ran it";
+      } catch (const Error& e) {
+        EXPECT_EQ(e.code(), ErrorCode::InvalidUsage);
+        EXPECT_NE(std::string(e.what()).find("pieces of whole 16 bytes"), std::string::npos) << e.what();
+      }
+      comm.setAlgorithm(Collective::Reduce, "");
     });
   });
 }
