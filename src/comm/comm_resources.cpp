@@ -32,8 +32,8 @@ CommResources::CommResources(Communicator& comm, std::uint64_t llSlotDataBytes, 
   const std::uint64_t scratchHalf = roundUp(std::max<std::uint64_t>(scratchBytes / 2, 16), kAlign);
 
   const std::uint64_t flagsOffset = 256;
-  const std::uint64_t buffersOffset = roundUp(flagsOffset + sizeof(std::uint64_t) * kFlagSlots * kMaxRanks, 256);
-  const std::uint64_t llOffset = roundUp(buffersOffset + sizeof(CallBuffers) * 2 * kMaxRanks, kAlign);
+  const std::uint64_t descriptorsOffset = roundUp(flagsOffset + sizeof(std::uint64_t) * kFlagSlots * kMaxRanks, 256);
+  const std::uint64_t llOffset = roundUp(descriptorsOffset + sizeof(DirectDescriptor) * 2 * kMaxRanks, kAlign);
   const std::uint64_t scratchOffset = llOffset + 2 * llHalf;
   const std::uint64_t total = scratchOffset + 2 * scratchHalf;
 
@@ -45,14 +45,14 @@ CommResources::CommResources(Communicator& comm, std::uint64_t llSlotDataBytes, 
   context_.nranks = size;
   context_.state = reinterpret_cast<CallState*>(base);
   context_.flags = reinterpret_cast<std::uint64_t*>(base + flagsOffset);
-  context_.buffers = reinterpret_cast<CallBuffers*>(base + buffersOffset);
+  context_.descriptors = reinterpret_cast<DirectDescriptor*>(base + descriptorsOffset);
   context_.ll = base + llOffset;
   context_.scratch = base + scratchOffset;
   for (int p = 0; p < size; ++p) {
     char* peerBase = memory_->peer(p);
     context_.peerState[p] = reinterpret_cast<CallState*>(peerBase);
     context_.peerFlags[p] = reinterpret_cast<std::uint64_t*>(peerBase + flagsOffset);
-    context_.peerBuffers[p] = reinterpret_cast<CallBuffers*>(peerBase + buffersOffset);
+    context_.peerDescriptors[p] = reinterpret_cast<DirectDescriptor*>(peerBase + descriptorsOffset);
     context_.peerLl[p] = peerBase + llOffset;
     context_.peerScratch[p] = peerBase + scratchOffset;
   }

@@ -5,8 +5,8 @@
 //   CallState   the calls completed and the blocks of the running call that have started, in one word
 //   flags       uint64 inbound flags: slot 0 holds "peer p started call m" (the start row: startWord),
 //               slot 1 + b is block b's signal row; flags[slot * kMaxRanks + p] is written by peer p only
-//   buffers     two halves of one CallBuffers per peer: where a direct (zero-copy) call's buffers
-//               are (registration.hpp), written by the peer before its start flag
+//   descriptors two halves of one DirectDescriptor per peer: where a direct (zero-copy) call's
+//               buffers are, as LL packets the peer writes before its start flag (registration.hpp)
 //   LL region   two halves; each holds one packet slot per sending rank
 //   scratch     two halves, for Simple-protocol algorithms
 //
@@ -63,7 +63,7 @@ FERRY_HOST_DEVICE constexpr std::uint64_t startWord(std::uint64_t m, std::uint64
 }
 FERRY_HOST_DEVICE constexpr std::uint64_t startedCall(std::uint64_t word) { return word >> kShapeBits; }
 
-struct CallBuffers;
+struct DirectDescriptor;
 struct RegTable;
 class PortPeersSource;
 struct P2PLauncher;
@@ -78,8 +78,8 @@ struct CollectiveContext {
   CallState* peerState[kMaxRanks] = {};  // for Comm::abort, which raises every rank's flag
   std::uint64_t* flags = nullptr;  // [kFlagSlots][kMaxRanks], this rank's
   std::uint64_t* peerFlags[kMaxRanks] = {};
-  CallBuffers* buffers = nullptr;  // [2][kMaxRanks], this rank's
-  CallBuffers* peerBuffers[kMaxRanks] = {};
+  DirectDescriptor* descriptors = nullptr;  // [2][kMaxRanks], this rank's
+  DirectDescriptor* peerDescriptors[kMaxRanks] = {};
   const RegTable* regs = nullptr;  // this rank's table of every rank's registered buffers
   char* ll = nullptr;              // this rank's LL region (both halves)
   char* peerLl[kMaxRanks] = {};
@@ -143,12 +143,6 @@ FERRY_DEVICE FERRY_INLINE SemaphoreDeviceHandle rowSemaphore(const CollectiveCon
   s.remoteInbound = c.peerFlags[p] + static_cast<std::uint64_t>(row) * kMaxRanks + c.rank;
   s.wait_ = waitContext(c, p);
   return s;
-}
-
-// One thread: tells peer p that this rank started call m, with this call's shape, after every
-// write this thread made before (a direct call's buffer descriptor).
-FERRY_DEVICE FERRY_INLINE void announceStart(const CollectiveContext& c, int p, std::uint64_t m) {
-  rowSemaphore(c, 0, p).signalAt(startWord(m, c.shape));
 }
 
 // Programmatic dependent launch (FERRY_LAUNCH_PDL, launchCollective): a kernel launched with it may
@@ -235,8 +229,8 @@ struct CallStart {
 // learns from it is that this rank is done with call m - 1's reads of the half that call m + 1
 // writes, and those reads belong to an earlier kernel of this stream, which had finished (its loads
 // returned) before this one began. A release would put a system-scope fence at the head of every
-// call (docs/architecture.md, "Latency"). beginDirect, whose start word does publish a descriptor,
-// keeps the release.
+// call (docs/architecture.md, "Latency"). beginDirect's start word is relaxed too: its descriptor
+// travels in packets of its own (direct_call.cuh).
 template <class Prefetch>
 FERRY_DEVICE FERRY_INLINE CallStart beginCall(const CollectiveContext& c, Prefetch&& prefetch) {
   awaitPreviousKernel();

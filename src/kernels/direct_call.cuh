@@ -2,10 +2,11 @@
 // The frame of every direct (zero-copy) kernel: the call reads and writes the peers' own send and
 // recv buffers, registered with Comm::registerBuffer, instead of going through scratch.
 //
-//   beginDirect   block 0 tells each peer where this rank's buffers are (CallBuffers, then the
-//                 start flag); every block waits until each peer has started this very call (its
-//                 stream reached the call: its buffers are ready and no longer in earlier use) and
-//                 looks the peer's buffers up in the registration table.
+//   beginDirect   block 0 tells each peer where this rank's buffers are (CallBuffers as LL packets,
+//                 then the start flag); every block waits until each peer has started this very
+//                 call (its stream reached the call: its buffers are ready and no longer in earlier
+//                 use), takes the peer's descriptor from its packets and looks the peer's buffers
+//                 up in the registration table.
 //   finishDirect  every block signals every peer and waits for all of them: no rank leaves the
 //                 call (and lets its stream reuse the buffers) while a peer may still touch them.
 //
@@ -77,6 +78,37 @@ FERRY_DEVICE FERRY_INLINE char* resolveBuffer(const CollectiveContext& c, int pe
   return reinterpret_cast<char*>(e.base) + offset;
 }
 
+// Writes `mine` into a peer's descriptor (one thread): each word a packet flagged with call m.
+FERRY_DEVICE FERRY_INLINE void writeDescriptor(DirectDescriptor& to, const CallBuffers& mine, std::uint64_t m) {
+  const std::uint64_t words[DirectDescriptor::kWords] = {mine.sendId, mine.sendOffset, mine.recvId, mine.recvOffset};
+#pragma unroll
+  for (int i = 0; i < DirectDescriptor::kWords; ++i) to.word[i].write(words[i], static_cast<std::uint32_t>(m));
+}
+
+// Reads peer p's descriptor of call m (one thread), once the peer's start word has shown call m.
+// The packets were stored before that word, so they are almost always there at the first look;
+// true once every one carries m. False if the Comm was aborted, or if they are still missing after
+// a millisecond: a peer that started call m without writing them runs it without direct (its
+// buffers are not registered), and waiting on would only trade the report for a timeout's.
+FERRY_DEVICE FERRY_INLINE bool readDescriptor(const CollectiveContext& c, const DirectDescriptor& from,
+                                              std::uint64_t m, CallBuffers& theirs) {
+  const auto flag = static_cast<std::uint32_t>(m);
+  std::uint64_t words[DirectDescriptor::kWords];
+  const std::uint64_t start = globalTimerNs();
+  for (;;) {
+    bool all = true;
+#pragma unroll
+    for (int i = 0; i < DirectDescriptor::kWords; ++i) all = from.word[i].tryRead(flag, words[i]) && all;
+    if (all) break;
+    if (abortRaised(c) || globalTimerNs() - start > 1000000) return false;
+  }
+  theirs.sendId = words[0];
+  theirs.sendOffset = words[1];
+  theirs.recvId = words[2];
+  theirs.recvOffset = words[3];
+  return true;
+}
+
 // Returns m, the call's number; fills `out` (shared memory) for the whole block.
 // recvPeers: the peers whose recv buffer the kernel writes (bit p: peer p; a reduce needs only the
 // root's); a peer without one there is an error.
@@ -94,23 +126,24 @@ FERRY_DEVICE FERRY_INLINE std::uint64_t beginDirect(const CollectiveContext& c, 
       // a call while some of a peer's blocks have yet to start (a plan without the end-of-call
       // exchange), then pass a call that waits for nothing of that peer.
       awaitPeerStarted(c, p, m);
-      CallBuffers published = mine;
-      published.epoch = m;
-      c.peerBuffers[p][(m & 1) * kMaxRanks + c.rank] = published;
-      announceStart(c, p, m);  // after the descriptor
+      writeDescriptor(c.peerDescriptors[p][(m & 1) * kMaxRanks + c.rank], mine, m);
+      // The descriptor travels in packets, so the start word publishes nothing and needs no
+      // system-scope fence (what it tells, as beginCall's: this rank's stream reached call m).
+      rowSemaphore(c, 0, p).relaxedSignalAt(startWord(m, c.shape));
     }
     const std::uint64_t word = rowSemaphore(c, 0, p).waitAt(startWord(m, 0), "collective: peer start of this call");
     checkPeerShape(c, p, word, m);  // before this rank touches the peer's buffers
-    const CallBuffers theirs = c.buffers[(m & 1) * kMaxRanks + p];
-    if (theirs.epoch != m && abortRaised(c)) {
+    CallBuffers theirs;
+    const bool described = readDescriptor(c, c.descriptors[(m & 1) * kMaxRanks + p], m, theirs);
+    if (!described && abortRaised(c)) {
       // The wait gave up (Comm::abort): the peer's descriptor is stale. This rank's own buffers,
       // which have the same sizes, stand in, so the kernel runs to its end touching valid memory.
       out.send[p] = const_cast<char*>(send != nullptr ? send : recv);
       out.recv[p] = recv;
       out.sendEntry[p] = out.recvEntry[p] = nullptr;
     } else {
-      if (theirs.epoch != m)
-        directFail(c, p, "this call is direct here but not (its buffers are not registered?) on", theirs.epoch);
+      if (!described)
+        directFail(c, p, "this call is direct here but not (its buffers are not registered?) on", m);
       out.send[p] = resolveBuffer(c, p, theirs.sendId, theirs.sendOffset, out.sendEntry[p]);
       out.recv[p] = resolveBuffer(c, p, theirs.recvId, theirs.recvOffset, out.recvEntry[p]);
       if (out.recv[p] == nullptr && (recvPeers >> p & 1))
