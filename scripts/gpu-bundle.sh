@@ -8,9 +8,9 @@
 # Or there, from the GPU check's own build, when no bundle was carried (the tests' lanes and the
 # tables' parts then run as they would on one; `ctest --test-dir build-gpu -L unit -R plan_compile`
 # first, for the compiled plans):
-#   GPU_BUNDLE_FAST=1 scripts/gpu-bundle.sh pack build-gpu   # a build folder (a name with a /, or
-#                                             # one that exists); fast compression, about 70 MB,
-#                                             # for that machine only
+#   GPU_BUNDLE_FAST=1 scripts/gpu-bundle.sh pack build-gpu   # a build folder that exists (else a
+#                                             # preset's); fast compression, about 70 MB, for that
+#                                             # machine only
 # On the GPU machine (carry .gpu-bin):
 #   scripts/gpu-bundle.sh run CMD [ARGS...]   # unpacks into build-bundle/, proves the multicast
 #                                             # guard there, then runs CMD from build-bundle/ under it
@@ -235,5 +235,5 @@ case ${1:-} in
   tables) shift; tables "$@" ;;
   run) shift; run "$@" ;;
   tests) shift; tests "$@" ;;
-  *) sed -n '2,37p' "$0" | sed 's/^# \{0,1\}//'; exit 2 ;;
+  *) sed -n '2,43p' "$0" | sed 's/^# \{0,1\}//'; exit 2 ;;
 esac

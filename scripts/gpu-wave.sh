@@ -9,7 +9,8 @@
 #   scripts/gpu-wave.sh tests   # every GPU test program of the bundle, in two lanes (the programs across
 #                               # hosts and the plans on proxy ports beside the rest: on 4 H200 about
 #                               # 7 and 6 minutes, where the times add up to 13), without gpu_memory_leak
-#                               # (one rank, 2 minutes; GPU_WAVE_LEAK=1 keeps it; GPU_WAVE_EXCLUDE and
+#                               # (2.5 minutes; it measures the GPUs' free memory, which the programs
+#                               # beside it move: run it alone; GPU_WAVE_LEAK=1 keeps it; GPU_WAVE_EXCLUDE and
 #                               # GPU_WAVE_BESIDE: other regexes for the two); meanwhile, with a
 #                               # third of the cores, the Python extensions and the NCCL shim build
 #                               # into build-gpu
@@ -49,8 +50,8 @@ part_tests() {
     OUT="$out/build" scripts/gpu-check.sh >>"$out/build.log" 2>&1 &
   local build=$! exclude=${GPU_WAVE_EXCLUDE:-'^gpu_memory_leak$'} rc=0
   [[ ${GPU_WAVE_LEAK:-0} != 1 ]] || exclude=
-  GPU_TESTS_EXCLUDE=$exclude GPU_TESTS_BESIDE=${GPU_WAVE_BESIDE:-'^gpu_comm_across_hosts$|^gpu_collectives_plans_ports_on_proxy$'} \
-    OUT="$out/tests" scripts/gpu-bundle.sh tests || rc=1
+  local beside=${GPU_WAVE_BESIDE:-'^gpu_comm_across_hosts$|^gpu_collectives_plans_ports_on_proxy$'}
+  GPU_TESTS_EXCLUDE=$exclude GPU_TESTS_BESIDE=$beside OUT="$out/tests" scripts/gpu-bundle.sh tests || rc=1
   wait "$build" || { echo "the build for the torch and python parts failed:"; tail -n 30 "$out/build.log"; rc=1; }
   return $rc
 }
@@ -76,5 +77,5 @@ part_plans() {
 
 case ${1:-} in
   tests | torch | python | bench | plans) "part_$1" ;;
-  *) sed -n '2,24p' "$0" | sed 's/^# \{0,1\}//'; exit 2 ;;
+  *) sed -n '2,27p' "$0" | sed 's/^# \{0,1\}//'; exit 2 ;;
 esac

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Where a plan's small call spends its time, beside the native algorithm of its shape (issue 24's
 # plans table: 15-17 us a call at 1 KiB on 4 H200 where the native kernels take 4-8 us). One device
-# call on the bundle (scripts/gpu-bundle.sh pack, carry .gpu-bin): each plan below and its native,
+# call on the bundle (scripts/gpu-bundle.sh pack, carry .gpu-bin; or the one `scripts/gpu-wave.sh
+# tests` packed there in an earlier call on the same machine): each plan below and its native,
 # 1 KiB-64 KiB, with the phase stamps (FERRY_PHASE_STAMPS=1: the launch gap, the start, the data,
 # the end; docs/architecture.md, "Latency"), once as the plan is written (FERRY_PLAN_FUSE=0) and
 # once fused. Rank 0's medians are printed; every run's output is in $OUT (default build-plan-latency).

@@ -230,7 +230,8 @@ struct CallStart {
 // writes, and those reads belong to an earlier kernel of this stream, which had finished (its loads
 // returned) before this one began. A release would put a system-scope fence at the head of every
 // call (docs/architecture.md, "Latency"). beginDirect's start word is relaxed too: its descriptor
-// travels in packets of its own (direct_call.cuh).
+// travels in packets of its own (direct_call.cuh), and the buffers it names were written by earlier
+// kernels of the stream, done before this one began.
 template <class Prefetch>
 FERRY_DEVICE FERRY_INLINE CallStart beginCall(const CollectiveContext& c, Prefetch&& prefetch) {
   awaitPreviousKernel();

@@ -87,20 +87,23 @@ FERRY_DEVICE FERRY_INLINE void writeDescriptor(DirectDescriptor& to, const CallB
 
 // Reads peer p's descriptor of call m (one thread), once the peer's start word has shown call m.
 // The packets were stored before that word, so they are almost always there at the first look;
-// true once every one carries m. False if the Comm was aborted, or if they are still missing after
-// a millisecond: a peer that started call m without writing them runs it without direct (its
-// buffers are not registered), and waiting on would only trade the report for a timeout's.
+// true once every one carries m. False if the Comm was aborted, or if a look that began a
+// millisecond after the first still finds one missing: a peer that started call m without writing
+// them runs it without direct (its buffers are not registered), and waiting on would only trade the
+// report for a timeout's. (The deadline is read before the look, so a thread descheduled between a
+// look and the clock cannot fail on a look made in time.)
 FERRY_DEVICE FERRY_INLINE bool readDescriptor(const CollectiveContext& c, const DirectDescriptor& from,
                                               std::uint64_t m, CallBuffers& theirs) {
   const auto flag = static_cast<std::uint32_t>(m);
   std::uint64_t words[DirectDescriptor::kWords];
-  const std::uint64_t start = globalTimerNs();
+  const std::uint64_t deadline = globalTimerNs() + 1000000;
   for (;;) {
+    const bool late = globalTimerNs() > deadline;
     bool all = true;
 #pragma unroll
     for (int i = 0; i < DirectDescriptor::kWords; ++i) all = from.word[i].tryRead(flag, words[i]) && all;
     if (all) break;
-    if (abortRaised(c) || globalTimerNs() - start > 1000000) return false;
+    if (late || abortRaised(c)) return false;
   }
   theirs.sendId = words[0];
   theirs.sendOffset = words[1];

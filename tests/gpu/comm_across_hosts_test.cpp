@@ -249,22 +249,22 @@ TEST_P(CommAcrossHosts, PipelinedCollectivesEveryTypeOpPlacementAndSize) {
         EXPECT_NE(std::string(e.what()).find("pieces of whole 16 bytes"), std::string::npos) << e.what();
       }
       comm.setAlgorithm(Collective::ReduceScatter, "");
-      // reduce, forced, to a root on the first host and on the last, in turn: each host reduces
-      // piece k + 1 to the rank carrying the root's column while that rank sends its partial sum of
-      // piece k to the root.
+      // reduce, forced, to a root on the first host and on the last: each host reduces piece k + 1
+      // to the rank carrying the root's column while that rank sends its partial sum of piece k to
+      // the root.
       comm.setAlgorithm(Collective::Reduce, "across_hosts_pipelined");
       ASSERT_EQ(comm.algorithmFor(Collective::Reduce, 1 << 20, DataType::Float32), "across_hosts_pipelined");
       calls = 0;
       for (int t = 0; t < kDataTypeCount; ++t)
         for (int o = 0; o < kReduceOpCount; ++o)
           for (std::size_t count : {std::size_t{32}, std::size_t{32} * 6151, std::size_t{32} * 20011})
-            for (bool inPlace : {false, true}) {
-              const int root = calls % 2 == 0 ? 0 : n - 1;
-              const CallShape s{Collective::Reduce, static_cast<DataType>(t), static_cast<ReduceOp>(o), count,
-                                rank, n, root, ++seed};
-              ++calls;
-              if (!checkCall(comm, *boot, stream, s, inPlace)) return;
-            }
+            for (int root : {0, n - 1})
+              for (bool inPlace : {false, true}) {
+                const CallShape s{Collective::Reduce, static_cast<DataType>(t), static_cast<ReduceOp>(o), count,
+                                  rank, n, root, ++seed};
+                ++calls;
+                if (!checkCall(comm, *boot, stream, s, inPlace)) return;
+              }
       if (rank == 0) std::printf("%zu reduce calls checked\n", calls);
       CallBuffers oddReduce(rankDevice(rank),
                             {Collective::Reduce, DataType::Float32, ReduceOp::Sum, 1001, rank, n, 0, 1}, false);
