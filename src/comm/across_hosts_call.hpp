@@ -109,6 +109,46 @@ struct AcrossHosts {
     }
   }
 
+  // The pipeline of reduceScatter and reduce across hosts: for each of `pieces` pieces, produce(k)
+  // on the caller's stream, then exchange(k, side) on the side stream once that is done, while the
+  // caller's stream produces piece k + 1; the caller's stream waits for the last exchange (the
+  // exchanges follow each other on the side stream, so the mark after the last is the mark of all).
+  template <class Produce, class Exchange>
+  void produceThenExchange(std::uint64_t pieces, Produce&& produce, Exchange&& exchange) {
+    SideStream& side = *impl.acrossHostsSide;
+    DeviceGuard scope(impl.device);
+    const auto produced = [](std::uint64_t k) { return static_cast<int>(2 * k); };
+    constexpr int kExchanged = 1;  // (an odd index, apart from every produced(k))
+    bool forked = false;
+    try {
+      for (std::uint64_t k = 0; k < pieces; ++k) {
+        produce(k);
+        forkSide(produced(k));
+        forked = true;
+        exchange(k, side.stream());
+      }
+      side.record(kExchanged, side.stream());
+      side.wait(call.stream, kExchanged);
+      impl.work->note(call.stream);  // (so that destroying the Comm, or a call on another stream, waits for them)
+    } catch (...) {
+      if (forked) joinSideOnError();
+      throw;
+    }
+  }
+  // reduce's exchange across the root's column: every other host's partial sum at `sums` (count
+  // elements) to the root's host, which sums them into its own in host order.
+  PartnerExchange towardRoot(char* sums, std::uint64_t count, int rootHost) const {
+    PartnerExchange x;
+    x.src = x.dst = sums;
+    x.count = count;
+    if (host == rootHost)
+      x.recvFrom = othersThan(host, hosts);
+    else
+      x.sendTo = 1u << rootHost;
+    x.reduce = true;
+    x.divisor = impl.world->size();
+    return x;
+  }
   // Piece k of the call's count, cut as `cut` says (across_hosts_algorithms.hpp).
   Range pieceOf(const AcrossHostsPieces& cut, std::uint64_t k) const {
     const std::uint64_t begin = k * cut.pieceCount;

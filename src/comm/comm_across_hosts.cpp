@@ -213,17 +213,7 @@ void AcrossHosts::reduce() {
   onHost(Collective::Reduce, call.send, sums, call.count, op == ReduceOp::Avg ? ReduceOp::Sum : op, carrier,
          /*unregistered=*/host != rootHost);
   if (local != carrier) return;
-  PartnerExchange x;
-  x.src = sums;
-  x.dst = sums;
-  x.count = call.count;
-  if (host == rootHost)
-    x.recvFrom = othersThan(host, hosts);
-  else
-    x.sendTo = 1u << rootHost;
-  x.reduce = true;
-  x.divisor = impl.world->size();
-  acrossPartners(x, op, column);
+  acrossPartners(towardRoot(sums, call.count, rootHost), op, column);
 }
 
 void runAcrossHosts(Comm::Impl& impl, CollectiveCall call) {

@@ -269,27 +269,7 @@ void AcrossHosts::reduceScatterPipelined() {
     exchange(0, nullptr);
     return;
   }
-  SideStream& side = *impl.acrossHostsSide;
-  DeviceGuard scope(impl.device);
-  const auto reduced = [](std::uint64_t k) { return static_cast<int>(2 * k); };
-  // (An odd index, apart from every reduced(k); the exchanges follow each other on the side
-  // stream, so the mark after the last is the mark of all.)
-  constexpr int kExchanged = 1;
-  bool forked = false;
-  try {
-    for (std::uint64_t k = 0; k < cut.pieces; ++k) {
-      reduceOnHost(k);
-      forkSide(reduced(k));
-      forked = true;
-      exchange(k, side.stream());
-    }
-    side.record(kExchanged, side.stream());
-    side.wait(call.stream, kExchanged);
-    impl.work->note(call.stream);  // (so that destroying the Comm, or a call on another stream, waits for them)
-  } catch (...) {
-    if (forked) joinSideOnError();
-    throw;
-  }
+  produceThenExchange(cut.pieces, reduceOnHost, exchange);
 }
 
 // reduce as across_hosts_pipelined (hosts of one size of 2 ranks or more, consecutive), in pieces of
@@ -319,41 +299,14 @@ void AcrossHosts::reducePipelined() {
   };
   const auto exchange = [&](std::uint64_t k, cudaStream_t side) {
     const Range p = piece(k);
-    PartnerExchange x;
-    x.src = x.dst = sums + p.begin * es;
-    x.count = p.size();
-    if (host == rootHost)
-      x.recvFrom = othersThan(host, hosts);
-    else
-      x.sendTo = 1u << rootHost;
-    x.reduce = true;
-    x.divisor = impl.world->size();
-    acrossPartners(x, op, column, static_cast<int>(k), side);
+    acrossPartners(towardRoot(sums + p.begin * es, p.size(), rootHost), op, column, static_cast<int>(k), side);
   };
   if (local != carrier || cut.pieces == 1) {
     for (std::uint64_t k = 0; k < cut.pieces; ++k) reduceOnHost(k);
     if (local == carrier) exchange(0, nullptr);
     return;
   }
-  SideStream& side = *impl.acrossHostsSide;
-  DeviceGuard scope(impl.device);
-  const auto reduced = [](std::uint64_t k) { return static_cast<int>(2 * k); };
-  constexpr int kExchanged = 1;  // (as reduceScatter's: the mark after the last exchange)
-  bool forked = false;
-  try {
-    for (std::uint64_t k = 0; k < cut.pieces; ++k) {
-      reduceOnHost(k);
-      forkSide(reduced(k));
-      forked = true;
-      exchange(k, side.stream());
-    }
-    side.record(kExchanged, side.stream());
-    side.wait(call.stream, kExchanged);
-    impl.work->note(call.stream);  // (so that destroying the Comm, or a call on another stream, waits for them)
-  } catch (...) {
-    if (forked) joinSideOnError();
-    throw;
-  }
+  produceThenExchange(cut.pieces, reduceOnHost, exchange);
 }
 
 }  // namespace ferry
