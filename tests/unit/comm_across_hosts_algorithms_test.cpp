@@ -159,6 +159,23 @@ TEST(AcrossHostsSelection, RowsKeyedByHostsAndRanksPerHost) {
   EXPECT_FALSE(rows[2].matches(big, Fabric::NvSwitch));
 }
 
+TEST(AcrossHostsSelection, ReduceRowsPipelineAndTheDefaultTableLeavesReduceToPhases) {
+  CollectiveCall reduce = allReduceOf(1 << 20, DataType::BFloat16, 4);
+  reduce.collective = Collective::Reduce;
+  TuningRow row = acrossHostsRow(0, 0, ~0ull, "across_hosts_pipelined");
+  row.collective = Collective::Reduce;
+  EXPECT_EQ(selectAcrossHosts({row}, "", reduce, evenLayout(2, 2)), AcrossHostsAlgorithm::Pipelined);
+  EXPECT_EQ(selectAcrossHosts(defaultTuning(), "", reduce, evenLayout(2, 2)), AcrossHostsAlgorithm::Phases);
+  EXPECT_EQ(selectAcrossHosts(defaultTuning(), "across_hosts_pipelined", reduce, evenLayout(2, 2)),
+            AcrossHostsAlgorithm::Pipelined);
+  reduce.count = 1001;  // (pieces of whole 16 bytes: the row is passed over, a forced choice refused)
+  EXPECT_EQ(selectAcrossHosts({row}, "", reduce, evenLayout(2, 2)), AcrossHostsAlgorithm::Phases);
+  EXPECT_CONTAINS(invalidUsageOf([&] {
+                    selectAcrossHosts(defaultTuning(), "across_hosts_pipelined", reduce, evenLayout(2, 2), 1);
+                  }),
+                  "pieces of whole 16 bytes");
+}
+
 TEST(AcrossHostsSelection, TheDefaultTablePipelinesWhereItRuns) {
   const std::vector<TuningRow> rows = defaultTuning();
   EXPECT_EQ(selectAcrossHosts(rows, "", allReduceOf(1 << 20, DataType::BFloat16, 4), evenLayout(2, 2)),
