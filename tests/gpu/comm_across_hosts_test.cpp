@@ -137,6 +137,25 @@ TEST_P(CommAcrossHosts, EveryCollectiveTypeOpPlacementAndSize) {
 
 // A variable of the ranks' environment for the scope of a test: set in this process before the
 // ranks are forked (each parses its environment afresh), removed at the end.
+// A call of 1001 floats of `collective` (root 0) that the forced algorithm across hosts cannot run:
+// refused with InvalidUsage whose text holds `why`, on every rank, before anything is queued.
+void expectRefused(Comm& comm, cudaStream_t stream, Collective collective, const char* why) {
+  const int rank = comm.rank(), n = comm.worldSize();
+  CallBuffers b(rankDevice(rank), {collective, DataType::Float32, ReduceOp::Sum, 1001, rank, n, 0, 1}, false);
+  try {
+    if (collective == Collective::AllReduce)
+      comm.allReduce(b.send, b.recv, 1001, DataType::Float32, ReduceOp::Sum, stream);
+    else if (collective == Collective::ReduceScatter)
+      comm.reduceScatter(b.send, b.recv, 1001, DataType::Float32, ReduceOp::Sum, stream);
+    else
+      comm.reduce(b.send, b.recv, 1001, DataType::Float32, ReduceOp::Sum, 0, stream);
+    ADD_FAILURE() << "rank " << rank << ": a forced algorithm that cannot run the call ran it";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::InvalidUsage);
+    EXPECT_NE(std::string(e.what()).find(why), std::string::npos) << e.what();
+  }
+}
+
 class RanksEnv {
  public:
   RanksEnv(const char* name, const char* value) : name_(name) { setenv(name, value, 1); }
@@ -181,15 +200,7 @@ TEST_P(CommAcrossHosts, PipelinedCollectivesEveryTypeOpPlacementAndSize) {
                      {Collective::AllReduce, DataType::Float32, ReduceOp::Sum, 32 * 6151, rank, n, 0, ++seed}, false))
         return;
       comm.setAlgorithm(Collective::AllReduce, "across_hosts_pipelined");
-      CallBuffers b(rankDevice(rank), {Collective::AllReduce, DataType::Float32, ReduceOp::Sum, 1001, rank, n, 0, 1},
-                    false);
-      try {
-        comm.allReduce(b.send, b.recv, 1001, DataType::Float32, ReduceOp::Sum, stream);
-        ADD_FAILURE() << "rank " << rank << ": a forced algorithm that cannot run the call ran it";
-      } catch (const Error& e) {
-        EXPECT_EQ(e.code(), ErrorCode::InvalidUsage);
-        EXPECT_NE(std::string(e.what()).find("cannot run this call"), std::string::npos) << e.what();
-      }
+      expectRefused(comm, stream, Collective::AllReduce, "cannot run this call");
       comm.setAlgorithm(Collective::AllReduce, "");
       ASSERT_EQ(comm.algorithmFor(Collective::AllReduce, 1 << 20, DataType::Float32), "across_hosts_pipelined");
       // allGather and allToAll, forced: the partners' exchange beside the host's own (allToAll's:
@@ -239,15 +250,7 @@ TEST_P(CommAcrossHosts, PipelinedCollectivesEveryTypeOpPlacementAndSize) {
               if (!checkCall(comm, *boot, stream, s, inPlace)) return;
             }
       if (rank == 0) std::printf("%zu reduceScatter calls checked\n", calls);
-      CallBuffers odd(rankDevice(rank),
-                      {Collective::ReduceScatter, DataType::Float32, ReduceOp::Sum, 1001, rank, n, 0, 1}, false);
-      try {
-        comm.reduceScatter(odd.send, odd.recv, 1001, DataType::Float32, ReduceOp::Sum, stream);
-        ADD_FAILURE() << "rank " << rank << ": a forced algorithm that cannot run the call ran it";
-      } catch (const Error& e) {
-        EXPECT_EQ(e.code(), ErrorCode::InvalidUsage);
-        EXPECT_NE(std::string(e.what()).find("pieces of whole 16 bytes"), std::string::npos) << e.what();
-      }
+      expectRefused(comm, stream, Collective::ReduceScatter, "pieces of whole 16 bytes");
       comm.setAlgorithm(Collective::ReduceScatter, "");
       // reduce, forced, to a root on the first host and on the last: each host reduces piece k + 1
       // to the rank carrying the root's column while that rank sends its partial sum of piece k to
@@ -266,15 +269,7 @@ TEST_P(CommAcrossHosts, PipelinedCollectivesEveryTypeOpPlacementAndSize) {
                 if (!checkCall(comm, *boot, stream, s, inPlace)) return;
               }
       if (rank == 0) std::printf("%zu reduce calls checked\n", calls);
-      CallBuffers oddReduce(rankDevice(rank),
-                            {Collective::Reduce, DataType::Float32, ReduceOp::Sum, 1001, rank, n, 0, 1}, false);
-      try {
-        comm.reduce(oddReduce.send, oddReduce.recv, 1001, DataType::Float32, ReduceOp::Sum, 0, stream);
-        ADD_FAILURE() << "rank " << rank << ": a forced algorithm that cannot run the call ran it";
-      } catch (const Error& e) {
-        EXPECT_EQ(e.code(), ErrorCode::InvalidUsage);
-        EXPECT_NE(std::string(e.what()).find("pieces of whole 16 bytes"), std::string::npos) << e.what();
-      }
+      expectRefused(comm, stream, Collective::Reduce, "pieces of whole 16 bytes");
       comm.setAlgorithm(Collective::Reduce, "");
     });
   });
