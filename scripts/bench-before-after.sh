@@ -6,7 +6,7 @@
 #
 #   scripts/bench-before-after.sh [BEFORE_DIR] [ferry-bench collectives...]
 #   BENCH_ARGS="-b 1K -e 1G -f 4" scripts/bench-before-after.sh .before allreduce allgather
-#   AB_VARIANTS="pdl:FERRY_LAUNCH_PDL=1" scripts/bench-before-after.sh .before all
+#   AB_VARIANTS="no_pdl:FERRY_LAUNCH_PDL=0" scripts/bench-before-after.sh .before all
 #       # also runs this tree with each NAME:VAR=VAL[,VAR=VAL...] setting, as run NAME
 #   AB_STAMPS="allreduce -b 1K -e 64K -f 4" scripts/bench-before-after.sh .before all
 #       # also runs these ferry-bench arguments with FERRY_PHASE_STAMPS=1 on both trees (no NCCL):

@@ -87,11 +87,12 @@ const Var kVars[] = {
      "1: every collective kernel records when it passes each phase (start word stored, peers started, "
      "data moved, call ended) for its last 65536 calls, and each Comm prints the medians per "
      "collective and count to stderr when it is destroyed. For finding where a call's time goes."},
-    {"FERRY_LAUNCH_PDL", &Env::launchPdl, "0",
+    {"FERRY_LAUNCH_PDL", &Env::launchPdl, "1",
      "1: collective kernels are launched with programmatic dependent launch (compute capability 9.0 and "
      "later): a call's blocks reach their SMs while the kernel before it on the stream still runs and "
-     "start the moment it ends, in CUDA graphs too; 0.3-0.5 us less per call on 2 H100. Off by default "
-     "until every GPU test has run with it (docs/architecture.md, \"Latency\")."},
+     "start the moment it ends, in CUDA graphs too; 0.3-0.8 us less per call up to 64 KiB. 0: plain "
+     "stream order, for ruling it out when a kernel of another library misbehaves beside ferry's "
+     "(docs/architecture.md, \"Latency\")."},
     {"FERRY_ALGO", &Env::algo, "",
      "Forces collective algorithms: NAME[,NAME...] or COLLECTIVE=NAME,... (e.g. allreduce=allreduce_ll); "
      "names as `ferry-bench --list` prints them. A forced algorithm that cannot run a call fails it."},
