@@ -263,6 +263,16 @@ FERRY_DEVICE FERRY_INLINE void runOp(const ExecOp& op, const ExecArgs& a, const 
       fenced = false;
       __syncthreads();
       return;
+    case FusedKind::WaitOnMany:  // thread k waits on the k-th channel; the barrier hands on what each acquired
+      if (tid < op.nsrcs) {
+        const ExecRef w = a.program.refs[op.firstRef + tid];
+        const int lane = static_cast<int>(blockIdx.x % static_cast<unsigned>(a.lanes));
+        rowSemaphore(c, laneFlagRow(w.count, lane), w.rank)
+            .waitAt(signalValue(m, static_cast<std::uint32_t>(w.index), 1), "plan: wait on a channel");
+      }
+      fenced = false;
+      __syncthreads();
+      return;
     default: break;
   }
   switch (kind) {

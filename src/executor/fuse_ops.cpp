@@ -2,7 +2,9 @@
 // each op: a block barrier after it, its references resolved again, its source loaded again; and a
 // reduce_packets waits for one sender's packets before the next op asks for the next sender's, so an
 // all-pairs packet allreduce written op by op waited R - 1 memory round trips where the native
-// kernel waits one (readPackets). A fused op does the run's work word by word, in the run's order.
+// kernel waits one (readPackets); and the waits on several peers' signals, one thread after the
+// other, cost a flag round trip each where the native kernels wait on every peer at once. A fused
+// op does the run's work word by word, in the run's order; the waits, all at once.
 #include <cstddef>
 #include <vector>
 
@@ -18,6 +20,7 @@ bool sameRef(const ExecRef& a, const ExecRef& b) {
 }
 
 bool isPutPackets(const ExecOp& op) { return kindOf(op) == OpKind::PutPackets && op.proxy == 0; }
+bool isWait(const ExecOp& op) { return kindOf(op) == OpKind::Wait; }
 
 // A reduce_packets into dst whose packets cover as many chunks as dst.
 bool reducesPacketsInto(const ExecOp& op, const ExecRef& dst) {
@@ -54,6 +57,24 @@ class Fuser {
   std::size_t next(std::size_t i, std::size_t end, std::vector<ExecOp>& out) {
     const std::vector<ExecOp>& ops = p_.ops;
     const ExecOp& op = ops[i];
+    if (isWait(op)) {
+      std::size_t j = i + 1;
+      while (j < end && j - i < static_cast<std::size_t>(kMaxWaitRun) && isWait(ops[j])) ++j;
+      if (j - i < 2) return keep(op, i, out);
+      ExecOp f;
+      f.kind = static_cast<std::uint8_t>(FusedKind::WaitOnMany);
+      f.firstRef = static_cast<std::uint32_t>(p_.refs.size());
+      f.nsrcs = static_cast<std::uint16_t>(j - i);
+      for (std::size_t k = i; k < j; ++k) {
+        ExecRef wait;  // (rank_program.hpp, WaitOnMany)
+        wait.rank = ops[k].peer;
+        wait.count = static_cast<std::int32_t>(ops[k].slot);
+        wait.index = static_cast<std::int32_t>(ops[k].seq);
+        p_.refs.push_back(wait);
+      }
+      out.push_back(f);
+      return j;
+    }
     if (isPutPackets(op)) {
       std::size_t j = i + 1;
       while (j < end && j - i < static_cast<std::size_t>(kMaxFusedRun) && isPutPackets(ops[j]) &&

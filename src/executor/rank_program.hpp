@@ -108,16 +108,23 @@ enum class FusedKind : std::uint8_t {
   // rank's scratch; each such ref's `rank` is the packets' sender (for the wait's error), not the
   // buffer's owner. Every sender's packet of a word is waited for at once (readPackets).
   ReducePacketsFromMany = 33,
+  // The waits of refs[firstRef, +nsrcs), all at once (thread k waits on the k-th): each ref is one
+  // wait, its `rank` the channel's peer, `count` its slot, `index` its seq (ExecOp's fields).
+  WaitOnMany = 34,
 };
+// The most waits one WaitOnMany stands for: a thread each, and a block has at least this many.
+inline constexpr int kMaxWaitRun = 32;
 
 // Runs of ops of one thread block made one op each, with the same effect on every element as the
 // run; the block barrier between the run's ops goes with them, and an LL plan's packets from many
 // peers cost one memory round trip, not one each (docs/executor.md, "Fused ops"):
 // - put_packets of one source (the same reference) to several peers' scratch, at most kMaxFusedRun;
 // - a copy between the same chunks (index and count) of two local buffers, or nothing, then at most
-//   kMaxFusedRun reduce_packets into that copy's destination (a run without a copy: at least two).
-// Signals, waits, barriers and every other op stay as they are, as does what peersWaitOutAccesses
-// finds (a fused run touches the buffers the run touched). Applied where FERRY_PLAN_FUSE=1.
+//   kMaxFusedRun reduce_packets into that copy's destination (a run without a copy: at least two);
+// - two to kMaxWaitRun waits, which then cost one flag round trip, not one each.
+// Signals, barriers and every other op stay as they are. What peersWaitOutAccesses finds is taken
+// before fusing (a fused run touches the buffers the run touched, and waits for what it waited
+// for). Applied where FERRY_PLAN_FUSE=1.
 void fuseRankProgram(RankProgram& program);
 
 // Rules beyond the format, each refused with a PlanError naming rank, thread block and op:

@@ -403,6 +403,43 @@ TEST(FusedOps, AReduceRunStopsAtAnotherOp) {
   EXPECT_EQ(p.ops[4].peer, 1);
 }
 
+// Waits in a row become one WaitOnMany whose refs carry each wait's peer, slot and seq (the executor
+// then waits on them all at once); a single wait stays as it is. (Host only.)
+TEST(FusedOps, WaitsInARowBecomeOneWaitOnMany) {
+  Json plan = allPairsPackets(3);
+  for (int r = 0; r < 3; ++r) {
+    Json& ops = plan["ranks"][r]["thread_blocks"][0]["ops"];
+    ops.insert(ops.begin() + 2, Json{{"op", "wait"}, {"channel", 1}});
+    ops.insert(ops.begin() + 2, Json{{"op", "wait"}, {"channel", 0}});
+    ops.insert(ops.begin() + 2, Json{{"op", "signal"}, {"channel", 1}});
+    ops.insert(ops.begin() + 2, Json{{"op", "signal"}, {"channel", 0}});
+    ops.push_back(Json{{"op", "wait"}, {"channel", 0}});
+  }
+  RankProgram p = compileRankProgram(loadPlan(plan.dump()), 2);
+  const RankProgram compiled = p;
+  ASSERT_EQ(compiled.ops.size(), 10u);
+  fuseRankProgram(p);
+  // the puts (one op), two signals, the two waits (one op), the copy and reduces (one op), the last wait
+  ASSERT_EQ(p.ops.size(), 6u);
+  EXPECT_EQ(p.ops[1].kind, static_cast<std::uint8_t>(OpKind::Signal));
+  EXPECT_EQ(p.ops[2].kind, static_cast<std::uint8_t>(OpKind::Signal));
+  const ExecOp& waits = p.ops[3];
+  EXPECT_EQ(waits.kind, fused(FusedKind::WaitOnMany));
+  ASSERT_EQ(waits.nsrcs, 2);
+  for (int i = 0; i < 2; ++i) {
+    const ExecOp& wait = compiled.ops[static_cast<std::size_t>(4 + i)];
+    ASSERT_EQ(wait.kind, static_cast<std::uint8_t>(OpKind::Wait));
+    const ExecRef& r = p.refs[waits.firstRef + static_cast<std::uint32_t>(i)];
+    EXPECT_EQ(r.rank, wait.peer);
+    EXPECT_EQ(r.count, static_cast<std::int32_t>(wait.slot));
+    EXPECT_EQ(r.index, static_cast<std::int32_t>(wait.seq));
+  }
+  EXPECT_EQ(p.refs[waits.firstRef].rank, 0);
+  EXPECT_EQ(p.refs[waits.firstRef + 1].rank, 1);
+  EXPECT_EQ(p.ops[4].kind, fused(FusedKind::ReducePacketsFromMany));
+  EXPECT_EQ(p.ops[5].kind, static_cast<std::uint8_t>(OpKind::Wait));
+}
+
 TEST(PlanLanes, FollowTheSizeWithinEveryBound) {
   const RankProgram plan = compileRankProgram(loadPlan(twoShot().dump()), 0);  // one thread block a rank
   EXPECT_EQ(planLanes(plan, 1 << 10, 32, 128, true), 1);
