@@ -128,6 +128,9 @@ struct AlgorithmInfo {
   // A reduction it runs equals the one in rank order bit for bit (NativeAlgorithm::reducesInRankOrder);
   // false for rings and plans, whose sums start elsewhere: compare their floats with a tolerance.
   bool reducesInRankOrder = true;
+  // It runs calls that ask for float32 accumulation (ferry/datatype.hpp, Accumulation::Float32);
+  // the selector keeps the others off them.
+  bool sumsInFloat32 = false;
 };
 
 }  // namespace ferry

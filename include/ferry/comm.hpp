@@ -114,6 +114,12 @@ class FERRY_API Comm {
   // In place: recv == send + rank * recvCount.
   void reduceScatter(const void* send, void* recv, std::size_t recvCount, DataType type, ReduceOp op,
                      cudaStream_t stream);
+  // With the accumulation of a sum or average of 16- and 8-bit floats chosen (ferry/datatype.hpp).
+  // Accumulation::Float32 runs on the algorithms that meet every element's terms in one place
+  // (reducescatter_ll, _push, _direct, _ce), on the ranks of one host; forcing another algorithm, or a
+  // Comm across hosts, gives Error(InvalidUsage).
+  void reduceScatter(const void* send, void* recv, std::size_t recvCount, DataType type, ReduceOp op,
+                     Accumulation accumulation, cudaStream_t stream);
   // With a PreMulSum op: the scaled input goes to a buffer of the Comm (premul scratch) that grows
   // to the largest such call, never while the stream is captured (Error(InvalidUsage) then: run a
   // call of that size once before capturing).

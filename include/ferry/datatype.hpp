@@ -37,6 +37,17 @@ enum class ReduceOp : int {
 };
 inline constexpr int kReduceOpCount = 5;
 
+// How a sum or average of 16- and 8-bit floats (half, bfloat16, fp8) adds up the ranks' terms.
+// Stepwise (the default): in the call's type, rounded after each rank's term, in rank order, as NCCL
+// does. Float32: in float32, in rank order, rounded to the type once at the end (an average divides
+// before that rounding), as torch.sum of the ranks' stacked tensors does (up to the order of its
+// float adds). It costs nothing more where the algorithm reduces every element in one place, and
+// only such algorithms run it. Other types and ops come out alike either way.
+enum class Accumulation : int {
+  Stepwise = 0,
+  Float32 = 1,
+};
+
 // NCCL's ncclRedOpCreatePreMulSum as an op of its own: a sum in which each rank's input is first
 // multiplied by a factor of that rank, recv[i] = sum over ranks r of (factor_r * send_r[i]), each
 // product rounded to the call's type (e.g. a factor of 1/worldSize everywhere gives an average that

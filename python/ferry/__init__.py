@@ -8,6 +8,7 @@ and its CPU verifier). The C++ library comes in through the extension ferry._fer
 
 try:
     from ferry._ferry import (  # noqa: F401
+        Accumulation,
         AlgorithmInfo,
         Allocation,
         Bootstrap,

@@ -19,7 +19,7 @@ import ctypes
 import struct
 
 from ferry import _ferry
-from ferry._ferry import Collective, DataType, InvalidUsage, ReduceOp
+from ferry._ferry import Accumulation, Collective, DataType, InvalidUsage, ReduceOp
 from ferry.buffers import buffer_of, stream_of, torch_pair
 from ferry.rendezvous import bootstrap_from_environment
 
@@ -167,16 +167,22 @@ class Comm:
         self._native.all_gather(i.address, o.address, i.count, i.dtype, stream_of(stream, (i, o)))
         return out
 
-    def reduce_scatter(self, tensor, out, op=ReduceOp.sum, *, stream=None):
-        """Rank r's `out` = op over ranks of block r of `tensor` (world_size blocks)."""
+    def reduce_scatter(self, tensor, out, op=ReduceOp.sum, *, accumulation=Accumulation.stepwise, stream=None):
+        """Rank r's `out` = op over ranks of block r of `tensor` (world_size blocks). A sum or average
+        of 16- and 8-bit floats adds up after each rank in their own type, as NCCL does, or with
+        `accumulation=ferry.Accumulation.float32` in float32, rounded once, as torch.sum does."""
+        accumulation = Accumulation(accumulation)
+        if isinstance(op, PreMulSum) and accumulation != Accumulation.stepwise:
+            raise InvalidUsage(f"rank {self.rank}: reduce_scatter: a PreMulSum sums stepwise; pass no accumulation")
         f = torch_pair(tensor, out, self.device) if stream is None and out is not None else None
         if f is not None and f[2] == f[3] * self.world_size and type(op) is ReduceOp:
-            self._native.reduce_scatter(f[0], f[1], f[3], f[4], op, f[5])
+            self._native.reduce_scatter(f[0], f[1], f[3], f[4], op, f[5], accumulation)
             return out
         i, o = self._pair(
             "reduce_scatter", tensor, self._required("reduce_scatter", out), scatter=self.world_size
         )
-        self._reducing("reduce_scatter", op, (i.address, o.address, o.count, i.dtype), (stream_of(stream, (i, o)),))
+        tail = (stream_of(stream, (i, o)),) + ((accumulation,) if not isinstance(op, PreMulSum) else ())
+        self._reducing("reduce_scatter", op, (i.address, o.address, o.count, i.dtype), tail)
         return out
 
     def all_to_all(self, tensor, out, *, stream=None):

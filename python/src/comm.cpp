@@ -72,6 +72,8 @@ void bindComm(nb::module_& m) {
       .def_ro("forced", &AlgorithmInfo::forced)
       .def_ro("reduces_in_rank_order", &AlgorithmInfo::reducesInRankOrder,
               "A reduction it runs equals the one in rank order bit for bit (false: rings, plans)")
+      .def_ro("sums_in_float32", &AlgorithmInfo::sumsInFloat32,
+              "It runs calls with Accumulation.float32 (the others are kept off them)")
       .def("__repr__", [](const AlgorithmInfo& a) {
         return "AlgorithmInfo(" + a.name + ", " + std::string(toString(a.kind)) +
                (a.constraints.empty() ? "" : ", " + a.constraints) + (a.forced ? ", forced" : "") + ")";
@@ -128,8 +130,11 @@ void bindComm(nb::module_& m) {
       .def(
           "reduce_scatter",
           [](Comm& c, Address send, Address recv, std::size_t recvCount, DataType type, ReduceOp op,
-             Address stream) { c.reduceScatter(in(send), out(recv), recvCount, type, op, streamOf(stream)); },
-          nb::arg("send"), nb::arg("recv"), nb::arg("recv_count"), nb::arg("dtype"), nb::arg("op"), nb::arg("stream"))
+             Address stream, Accumulation accumulation) {
+            c.reduceScatter(in(send), out(recv), recvCount, type, op, accumulation, streamOf(stream));
+          },
+          nb::arg("send"), nb::arg("recv"), nb::arg("recv_count"), nb::arg("dtype"), nb::arg("op"), nb::arg("stream"),
+          nb::arg("accumulation") = Accumulation::Stepwise)
       .def(
           "reduce_scatter_premul",
           [](Comm& c, Address send, Address recv, std::size_t recvCount, DataType type, Address factor,

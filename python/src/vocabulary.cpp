@@ -33,6 +33,11 @@ void bindVocabulary(nb::module_& m) {
       .value("min", ReduceOp::Min)
       .value("avg", ReduceOp::Avg, "The sum divided by the number of ranks (integers: truncated toward zero).");
 
+  nb::enum_<Accumulation>(m, "Accumulation", nb::is_arithmetic(),
+                          "How a sum or average of 16- and 8-bit floats adds up the ranks' terms.")
+      .value("stepwise", Accumulation::Stepwise, "In the call's type, rounded after each rank (as NCCL).")
+      .value("float32", Accumulation::Float32, "In float32, in rank order, rounded once (as a torch.sum of them).");
+
   nb::enum_<Collective>(m, "Collective", nb::is_arithmetic())
       .value("all_reduce", Collective::AllReduce)
       .value("all_gather", Collective::AllGather)

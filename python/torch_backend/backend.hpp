@@ -109,6 +109,14 @@ class FerryBackend : public c10d::Backend {
   // rank before the next op that used it.
   void deregisterTensor(int64_t id);
 
+  // The fused ops' reduce-scatter (fused_ops.cpp): `output` = the sum (or, with `average`, the
+  // mean) over ranks of block `rank` of `input` (world_size blocks), 16- and 8-bit floats added
+  // in float32 and rounded once (Accumulation::Float32), as the ops' contract says; synchronous,
+  // on the caller's stream. Only where the group's ranks share a host (sumsInFloat32Here): a Comm
+  // across hosts sums partial sums.
+  void reduceScatterInFloat32(at::Tensor& input, at::Tensor& output, bool average, const char* name);
+  bool sumsInFloat32Here() const { return bootstrap_ != nullptr && bootstrap_->numNodes() == 1; }
+
   // abort: stops the Comm on every rank at once (its kernels give up their waits; no hang), then
   // frees it. shutdown: waits for this group's work, then frees the Comm. Later ops are errors.
   void abort() override;

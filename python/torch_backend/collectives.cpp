@@ -50,6 +50,19 @@ void FerryBackend::reduceScatterInto(at::Tensor& input, at::Tensor& output, cons
     comm(name).reduceScatter(input.data_ptr(), output.data_ptr(), count(output), type, spec.premul, stream());
 }
 
+void FerryBackend::reduceScatterInFloat32(at::Tensor& input, at::Tensor& output, bool average, const char* name) {
+  Tensors in{input}, out{output};
+  run(c10d::OpType::_REDUCE_SCATTER_BASE, name, in, out, Mode::Sync, [&] {
+    check(input, name);
+    check(output, name);
+    checkSameType(input, output, name);
+    TORCH_CHECK(input.numel() == output.numel() * size_, "ferry backend: ", name, ": the input has ", input.numel(),
+                " elements, expected world_size x output = ", output.numel() * size_);
+    comm(name).reduceScatter(input.data_ptr(), output.data_ptr(), count(output), dataTypeOf(input, name),
+                             average ? ReduceOp::Avg : ReduceOp::Sum, Accumulation::Float32, stream());
+  });
+}
+
 void FerryBackend::allGatherInto(at::Tensor& input, at::Tensor& output, const char* name) {
   check(input, name);
   check(output, name);

@@ -113,8 +113,10 @@ at::Tensor allGatherRows(c10d::Backend& backend, const at::Tensor& shard, int64_
 }
 
 // This rank's part (along dim) of the sum or mean over the ranks of `product`, as the Python body
-// computes it: the rows travel in the product's own dtype (one all-to-all brings this rank the n
-// blocks of its rows), then one kernel sums them in float32 and rounds once.
+// computes it: added in float32 and rounded once. On a ferry group, ferry's reduce-scatter does
+// that where the rows meet (Accumulation::Float32): one kernel, each row read once where it lies.
+// On another backend, the rows travel in the product's own dtype (one all-to-all brings this rank
+// the n blocks of its rows), then one kernel sums them in float32 and rounds once.
 at::Tensor reduceScatterRows(c10d::Backend& backend, const char* op, const at::Tensor& product, int64_t dim,
                              c10::string_view reduceOp) {
   const bool avg = reduceOp == "avg";
@@ -124,6 +126,17 @@ at::Tensor reduceScatterRows(c10d::Backend& backend, const char* op, const at::T
   TORCH_CHECK_VALUE(product.size(dim) % size == 0, "ferry::", op, ": the result's dim ", dim, " has ",
                     product.size(dim), " rows, not a multiple of the group's ", size, " ranks");
   at::Tensor moved = product.movedim(dim, 0).contiguous();
+  std::vector<int64_t> part{moved.size(0) / size};
+  part.insert(part.end(), moved.sizes().begin() + 1, moved.sizes().end());
+  auto* ferry = dynamic_cast<FerryBackend*>(&backend);
+  const auto t = moved.scalar_type();
+  const bool ferryType = t == at::kHalf || t == at::kBFloat16 || t == at::kFloat || t == at::kDouble ||
+                         t == at::kFloat8_e4m3fn || t == at::kFloat8_e5m2;
+  if (ferry != nullptr && ferry->sumsInFloat32Here() && ferryType) {
+    at::Tensor out = at::empty(part, moved.options());
+    ferry->reduceScatterInFloat32(moved, out, avg, op);
+    return out.movedim(0, dim);
+  }
   at::Tensor wire = moved.view(-1).view(at::kByte);
   at::Tensor got = at::empty_like(wire);
   std::vector<int64_t> equal;  // no splits: equal blocks
@@ -134,8 +147,6 @@ at::Tensor reduceScatterRows(c10d::Backend& backend, const char* op, const at::T
   // ATen sums 16-bit floats in float32 and rounds once: a sum is one kernel, with no float32
   // temporary; a mean divides before its one rounding.
   at::Tensor acc = avg ? blocks.sum(0, /*keepdim=*/false, at::kFloat).div_(static_cast<double>(size)) : blocks.sum(0);
-  std::vector<int64_t> part{moved.size(0) / size};
-  part.insert(part.end(), moved.sizes().begin() + 1, moved.sizes().end());
   return acc.view(part).movedim(0, dim).to(product.scalar_type());
 }
 

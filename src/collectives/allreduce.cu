@@ -69,9 +69,9 @@ __global__ void __launch_bounds__(kThreads)
   withRankCapacity(R, [&]<int kCap>() {
     for (std::uint64_t w = w0; w < part.end; w += kThreads) {
       const std::uint64_t own = w == w0 ? first : loadWord(send, w, bytes);
-      const std::uint64_t acc = reduceInRankOrder<T, Op, kCap>(
+      const std::uint64_t sum = reduceInRankOrder<T, Op, kCap>(
           c, flag, own, [&](int q) { return &slotPackets(c.ll, c, m, q)[w]; });
-      storeWord(recv, w, bytes, finishWord<T, Op>(acc, R));
+      storeWord(recv, w, bytes, sum);
     }
   });
   endCall(c, m);

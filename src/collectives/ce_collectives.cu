@@ -170,7 +170,8 @@ FERRY_DEVICE void driveReduce(const CollectiveContext& c, PortPeers& px, CeReduc
 }
 
 // Blocks 1..G: reduce their share of this rank's piece j once the driver says its inputs are here.
-template <class T, ReduceOp Op>
+// Wide: float32 accumulation (WordAccumulator).
+template <class T, ReduceOp Op, bool Wide>
 FERRY_DEVICE void reducePieces(const CollectiveContext& c, CeReduceState& st, const char* send, char* recv,
                                const CeShape& s, std::uint64_t m) {
   constexpr std::uint64_t sz = sizeof(T);
@@ -191,14 +192,14 @@ FERRY_DEVICE void reducePieces(const CollectiveContext& c, CeReduceState& st, co
     for (int q = 0; q < R; ++q)
       src[q] = q == r ? send + (e.begin + part.begin) * sz : ceSlot(half, s, R, j, q, sz) + part.begin * sz;
     char* dst[1] = {recv + (e.begin - outFirst + part.begin) * sz};
-    reduceSources<T, Op>(dst, 1, src, R, R, part.size(), threadIdx.x, kThreads);
+    reduceSources<T, Op, Wide>(dst, 1, src, R, R, part.size(), threadIdx.x, kThreads);
     __syncthreads();
     if (threadIdx.x == 0)
       atomicFetchAdd<std::uint32_t, cuda::thread_scope_device>(&st.reduced, 1u, memory_order_release);
   }
 }
 
-template <class T, ReduceOp Op>
+template <class T, ReduceOp Op, bool Wide>
 __global__ void __launch_bounds__(kThreads)
     reduceCe(CollectiveContext c, PortPeers* ports, CeReduceState* st, CallBuffers mine, const char* send, char* recv,
              CeShape s) {
@@ -208,7 +209,7 @@ __global__ void __launch_bounds__(kThreads)
     if (threadIdx.x == 0) driveReduce<T>(c, *ports, *st, b, send, recv, s, m);
     finishCe(c, m);
   } else {
-    reducePieces<T, Op>(c, *st, send, recv, s, m);
+    reducePieces<T, Op, Wide>(c, *st, send, recv, s, m);
     endCall(c, m);
   }
 }
@@ -257,6 +258,8 @@ class ReduceCeAlgorithm final : public Algorithm {
   ReduceCeAlgorithm(const char* name, Collective c) : name_(name), collective_(c) {}
   const char* name() const override { return name_; }
   Collective collective() const override { return collective_; }
+  // A reduceScatter's output element is summed where it lands, from every rank's input.
+  bool sumsInFloat32() const override { return collective_ == Collective::ReduceScatter; }
   std::string constraints(const CommLimits&) const override {
     return "registered buffers only; " + std::to_string(1 + kReduceBlocks) + " thread blocks";
   }
@@ -285,13 +288,14 @@ class ReduceCeAlgorithm final : public Algorithm {
     const CeShape s = shape(call, limits);
     const auto* send = static_cast<const char*>(call.send);
     auto* recv = static_cast<char*>(call.recv);
-    dispatchTypeOp(call.type, call.op, [&]<class T, ReduceOp Op>() {
-      reduceCe<T, Op><<<1 + kReduceBlocks, kThreads, 0, call.stream>>>(c, ports, st, published(call), send, recv, s);
+    dispatchAccumulation(call, [&]<class T, ReduceOp Op, bool Wide>() {
+      reduceCe<T, Op, Wide>
+          <<<1 + kReduceBlocks, kThreads, 0, call.stream>>>(c, ports, st, published(call), send, recv, s);
     });
     checkLaunch(call, name_);
   }
   void preload() const override {
-    forEveryTypeOp([&]<class T, ReduceOp Op>() { preloadKernel(reduceCe<T, Op>); });
+    forEveryAccumulation([&]<class T, ReduceOp Op, bool Wide>() { preloadKernel(reduceCe<T, Op, Wide>); });
   }
 
  private:

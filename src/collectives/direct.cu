@@ -52,7 +52,8 @@ __global__ void __launch_bounds__(kThreads)
   finishDirect(c, m);
 }
 
-template <class T, ReduceOp Op>
+// Wide: float32 accumulation (WordAccumulator).
+template <class T, ReduceOp Op, bool Wide>
 __global__ void __launch_bounds__(kThreads)
     reduceScatterDirect(CollectiveContext c, CallBuffers mine, const char* send, char* recv, std::uint64_t count) {
   __shared__ DirectBuffers b;
@@ -63,7 +64,7 @@ __global__ void __launch_bounds__(kThreads)
   const char* src[kMaxRanks];
   for (int q = 0; q < R; ++q) src[q] = b.send[q] + (r * count + el.begin) * sz;
   char* dst[1] = {recv + el.begin * sz};
-  reduceSources<T, Op>(dst, 1, src, R, R, el.size(), threadIdx.x, kThreads);
+  reduceSources<T, Op, Wide>(dst, 1, src, R, R, el.size(), threadIdx.x, kThreads);
   finishDirect(c, m);
 }
 
@@ -109,6 +110,8 @@ class DirectAlgorithm : public Algorithm {
   Collective collective() const override { return collective_; }
   std::string whyNot(const CollectiveCall& call, const CommLimits&) const override { return whyNotZeroCopy(call); }
   std::string constraints(const CommLimits&) const override { return "registered buffers only"; }
+  // Every element of a reduceScatter's output is summed where it lands, from every rank's input.
+  bool sumsInFloat32() const override { return collective_ == Collective::ReduceScatter; }
   void launch(const CollectiveCall& call, const CollectiveContext& context, void*) const override {
     const CollectiveContext c = forCall(context, call);
     // A broadcast's non-root ranks may pass any send pointer; the kernel must never see it.
@@ -129,8 +132,8 @@ class DirectAlgorithm : public Algorithm {
         break;
       }
       case Collective::ReduceScatter:
-        dispatchTypeOp(call.type, call.op, [&]<class T, ReduceOp Op>() {
-          launchCollective(context.earlyLaunch, reduceScatterDirect<T, Op>, grid, kThreads, call.stream, c,
+        dispatchAccumulation(call, [&]<class T, ReduceOp Op, bool Wide>() {
+          launchCollective(context.earlyLaunch, reduceScatterDirect<T, Op, Wide>, grid, kThreads, call.stream, c,
                            published(call), send, recv, call.count);
         });
         break;
@@ -156,7 +159,8 @@ class DirectAlgorithm : public Algorithm {
         forEveryTypeOp([&]<class T, ReduceOp Op>() { preloadKernel(allReduceDirect<T, Op>); });
         break;
       case Collective::ReduceScatter:
-        forEveryTypeOp([&]<class T, ReduceOp Op>() { preloadKernel(reduceScatterDirect<T, Op>); });
+        forEveryAccumulation(
+            [&]<class T, ReduceOp Op, bool Wide>() { preloadKernel(reduceScatterDirect<T, Op, Wide>); });
         break;
       case Collective::AllGather: preloadKernel(moveDirect<Move::AllGather>); break;
       case Collective::AllToAll: preloadKernel(moveDirect<Move::AllToAll>); break;

@@ -18,8 +18,8 @@ FERRY_DEVICE FERRY_INLINE LL16Packet* slotPackets(char* region, const Collective
   return reinterpret_cast<LL16Packet*>(llHalf(region, c, m) + static_cast<std::uint64_t>(slot) * c.llSlotBytes);
 }
 
-// bytes: of one block (the output).
-template <class T, ReduceOp Op>
+// bytes: of one block (the output). Wide: float32 accumulation (WordAccumulator).
+template <class T, ReduceOp Op, bool Wide>
 __global__ void __launch_bounds__(kThreads)
     reduceScatterLL(CollectiveContext c, const char* send, char* recv, std::uint64_t bytes) {
   const int R = c.nranks, r = c.rank;
@@ -53,16 +53,16 @@ __global__ void __launch_bounds__(kThreads)
   withRankCapacity(R, [&]<int kCap>() {
     for (std::uint64_t w = w0; w < part.end; w += kThreads) {
       const std::uint64_t own = loadWord(send + r * bytes, w, bytes);
-      const std::uint64_t acc = reduceInRankOrder<T, Op, kCap>(
+      const std::uint64_t sum = reduceInRankOrder<T, Op, kCap, Wide>(
           c, flag, own, [&](int q) { return &slotPackets(c.ll, c, m, q)[w]; });
-      storeWord(recv, w, bytes, finishWord<T, Op>(acc, R));
+      storeWord(recv, w, bytes, sum);
     }
   });
   endCall(c, m);
 }
 
 // Scratch half: R slots of slotBytes; slot q holds what rank q sent for this rank's block.
-template <class T, ReduceOp Op>
+template <class T, ReduceOp Op, bool Wide>
 __global__ void __launch_bounds__(kThreads)
     reduceScatterPush(CollectiveContext c, const char* send, char* recv, std::uint64_t count,
                       std::uint64_t slotBytes) {
@@ -90,7 +90,7 @@ __global__ void __launch_bounds__(kThreads)
     for (int q = 0; q < R; ++q)
       src[q] = q == r ? send + (r * count + base + part.begin) * sz : mine + q * slotBytes + part.begin * sz;
     char* dst[1] = {recv + (base + part.begin) * sz};
-    reduceSources<T, Op>(dst, 1, src, R, R, part.size(), threadIdx.x, kThreads);
+    reduceSources<T, Op, Wide>(dst, 1, src, R, R, part.size(), threadIdx.x, kThreads);
   }
   endCall(c, m);
 }
@@ -99,6 +99,7 @@ class ReduceScatterLL final : public Algorithm {
  public:
   const char* name() const override { return "reducescatter_ll"; }
   Collective collective() const override { return Collective::ReduceScatter; }
+  bool sumsInFloat32() const override { return true; }
   std::string constraints(const CommLimits& limits) const override {
     return "up to " + std::to_string(limits.llSlotDataBytes) + " bytes per rank (FERRY_LL_BYTES)";
   }
@@ -112,15 +113,15 @@ class ReduceScatterLL final : public Algorithm {
   void launch(const CollectiveCall& call, const CollectiveContext& context, void*) const override {
     const std::uint64_t bytes = call.count * call.elementBytes();
     const unsigned grid = gridFor(context, (bytes + 7) / 8, kThreads, 1, 64);
-    dispatchTypeOp(call.type, call.op, [&]<class T, ReduceOp Op>() {
-      launchCollective(context.earlyLaunch, reduceScatterLL<T, Op>, grid, kThreads, call.stream,
+    dispatchAccumulation(call, [&]<class T, ReduceOp Op, bool Wide>() {
+      launchCollective(context.earlyLaunch, reduceScatterLL<T, Op, Wide>, grid, kThreads, call.stream,
                        forCall(context, call), static_cast<const char*>(call.send),
                        static_cast<char*>(call.recv), bytes);
     });
     checkLaunch(call, name());
   }
   void preload() const override {
-    forEveryTypeOp([&]<class T, ReduceOp Op>() { preloadKernel(reduceScatterLL<T, Op>); });
+    forEveryAccumulation([&]<class T, ReduceOp Op, bool Wide>() { preloadKernel(reduceScatterLL<T, Op, Wide>); });
   }
 };
 
@@ -128,6 +129,7 @@ class ReduceScatterPush final : public Algorithm {
  public:
   const char* name() const override { return "reducescatter_push"; }
   Collective collective() const override { return Collective::ReduceScatter; }
+  bool sumsInFloat32() const override { return true; }
   std::string whyNot(const CollectiveCall&, const CommLimits& limits) const override {
     if (slotBytes(limits.scratchHalfBytes, limits.worldSize) < 16)
       return "the scratch is too small (FERRY_SCRATCH_BYTES)";
@@ -137,15 +139,15 @@ class ReduceScatterPush final : public Algorithm {
     const std::uint64_t slot = slotBytes(context.scratchHalfBytes, context.nranks);
     const std::uint64_t blockBytes = std::min<std::uint64_t>(slot, call.count * call.elementBytes());
     const unsigned grid = gridFor(context, blockBytes, 8 << 10, 1, 64);
-    dispatchTypeOp(call.type, call.op, [&]<class T, ReduceOp Op>() {
-      launchCollective(context.earlyLaunch, reduceScatterPush<T, Op>, grid, kThreads, call.stream,
+    dispatchAccumulation(call, [&]<class T, ReduceOp Op, bool Wide>() {
+      launchCollective(context.earlyLaunch, reduceScatterPush<T, Op, Wide>, grid, kThreads, call.stream,
                        forCall(context, call), static_cast<const char*>(call.send),
                        static_cast<char*>(call.recv), call.count, slot);
     });
     checkLaunch(call, name());
   }
   void preload() const override {
-    forEveryTypeOp([&]<class T, ReduceOp Op>() { preloadKernel(reduceScatterPush<T, Op>); });
+    forEveryAccumulation([&]<class T, ReduceOp Op, bool Wide>() { preloadKernel(reduceScatterPush<T, Op, Wide>); });
   }
 
  private:

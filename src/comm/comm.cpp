@@ -117,6 +117,13 @@ void Comm::reduceScatter(const void* send, void* recv, std::size_t recvCount, Da
   run(*impl_, {Collective::ReduceScatter, send, recv, recvCount, type, op, 0, stream});
 }
 
+void Comm::reduceScatter(const void* send, void* recv, std::size_t recvCount, DataType type, ReduceOp op,
+                         Accumulation accumulation, cudaStream_t stream) {
+  CollectiveCall call{Collective::ReduceScatter, send, recv, recvCount, type, op, 0, stream};
+  call.accumulation = accumulation;
+  run(*impl_, call);
+}
+
 void Comm::reduceScatter(const void* send, void* recv, std::size_t recvCount, DataType type,
                          const PreMulSum& op, cudaStream_t stream) {
   impl_->runPreMul({Collective::ReduceScatter, send, recv, recvCount, type, ReduceOp::Sum, 0, stream}, op);

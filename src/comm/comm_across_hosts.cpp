@@ -228,6 +228,12 @@ void runAcrossHosts(Comm::Impl& impl, CollectiveCall call) {
   world.worldSize = impl.world->size();
   validateCall(world, impl.device);
   if (call.count == 0) return;
+  // Its phases sum partial sums, each rounded to the type: no element's terms meet in one place.
+  if (call.sumsInFloat32())
+    throw Error(ErrorCode::InvalidUsage, describe(world) +
+                                             ": float32 accumulation (Accumulation::Float32) runs on the ranks of "
+                                             "one host only, and this Comm spans hosts (call it with "
+                                             "Accumulation::Stepwise)");
   const AcrossHostsPhase phase(impl);
   AcrossHosts run(impl, world,
                   selectAcrossHosts(impl.selector.rows(), impl.selector.forcedAcrossHosts(call.collective), world,

@@ -26,7 +26,8 @@ std::vector<AlgorithmInfo> Comm::algorithms() const {
   for (const auto& e : impl_->selector.registry().entries()) {
     const Algorithm& a = *e.algorithm;
     out.push_back({a.name(), a.collective(), e.kind, a.constraints(limits),
-                   impl_->selector.forced(a.collective()) == a.name(), a.reducesInRankOrder()});
+                   impl_->selector.forced(a.collective()) == a.name(), a.reducesInRankOrder(),
+                   a.sumsInFloat32()});
   }
   return out;
 }

@@ -220,7 +220,8 @@ SelectionCache::Choice SelectionCache::select(const Selector& selector, const Al
   key.collective = static_cast<std::uint8_t>(call.collective);
   key.type = static_cast<std::uint8_t>(call.type);
   key.op = call.reduces() ? static_cast<std::uint8_t>(call.op) : 0;
-  key.flags = static_cast<std::uint8_t>((call.registered() ? 1 : 0) | (call.inPlace() ? 2 : 0));
+  key.flags = static_cast<std::uint8_t>((call.registered() ? 1 : 0) | (call.inPlace() ? 2 : 0) |
+                                        (call.sumsInFloat32() ? 4 : 0));
   std::uint64_t h = key.count * 0x9E3779B97F4A7C15ull;
   h ^= (static_cast<std::uint64_t>(key.collective) << 40 | static_cast<std::uint64_t>(key.type) << 32 |
         static_cast<std::uint64_t>(key.op) << 24 | static_cast<std::uint64_t>(key.flags) << 16) +

@@ -132,7 +132,7 @@ class SelectionCache {
   struct Key {
     std::uint64_t count = 0;
     std::int32_t root = 0;
-    std::uint8_t collective = 0, type = 0, op = 0, flags = 0;  // flags: registered, in place
+    std::uint8_t collective = 0, type = 0, op = 0, flags = 0;  // flags: registered, in place, float32 sums
     bool operator==(const Key&) const = default;
   };
   struct Slot {

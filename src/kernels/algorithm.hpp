@@ -61,6 +61,10 @@ class Algorithm {
   // first, as the tests' references do; false where it starts each chunk at another rank (a ring)
   // or sums in an order a program chose (a plan): the last bits of floats may then differ.
   virtual bool reducesInRankOrder() const { return true; }
+  // Whether it runs calls that ask for float32 accumulation (CollectiveCall::sumsInFloat32): true
+  // where every element's terms meet in one place, so one float sum of them rounds once. The
+  // selector keeps the others off such calls (whyNotRun).
+  virtual bool sumsInFloat32() const { return false; }
   // Loads every kernel the algorithm may launch into the current device's context (launch.hpp,
   // preloadKernel). Comm calls it once per device, when it is made.
   virtual void preload() const {}
@@ -71,6 +75,9 @@ inline std::string whyNotRun(const Algorithm& algorithm, const CollectiveCall& c
   if (limits.worldSize > algorithm.maxRanks())
     return "it runs on up to " + std::to_string(algorithm.maxRanks()) + " ranks, not " +
            std::to_string(limits.worldSize);
+  if (call.sumsInFloat32() && !algorithm.sumsInFloat32())
+    return "it rounds a sum of 16- and 8-bit floats after each rank, and the call asks for float32 "
+           "accumulation (Accumulation::Float32)";
   return algorithm.whyNot(call, limits);
 }
 

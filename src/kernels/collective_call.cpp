@@ -64,6 +64,13 @@ std::size_t CollectiveCall::bytes() const {
   return std::max(sendElements(), recvElements()) * elementBytes();
 }
 
+bool CollectiveCall::sumsInFloat32() const {
+  const bool lowFloat = type == DataType::Float16 || type == DataType::BFloat16 || type == DataType::Fp8E4M3 ||
+                        type == DataType::Fp8E5M2;
+  return accumulation == Accumulation::Float32 && reduces() && lowFloat &&
+         (op == ReduceOp::Sum || op == ReduceOp::Avg);
+}
+
 bool CollectiveCall::inPlace() const {
   const char* s = static_cast<const char*>(send);
   const char* r = static_cast<const char*>(recv);
@@ -86,6 +93,9 @@ void validateCall(const CollectiveCall& call, int device) {
     throw bad("datatype " + std::to_string(static_cast<int>(call.type)) + " is not a ferry::DataType");
   if (call.reduces() && !isValid(call.op))
     throw bad("reduce op " + std::to_string(static_cast<int>(call.op)) + " is not a ferry::ReduceOp");
+  if (call.accumulation != Accumulation::Stepwise && call.accumulation != Accumulation::Float32)
+    throw bad("accumulation " + std::to_string(static_cast<int>(call.accumulation)) +
+              " is not a ferry::Accumulation");
   if (call.rooted() && (call.root < 0 || call.root >= call.worldSize))
     throw bad("root " + std::to_string(call.root) + " is out of range [0, " + std::to_string(call.worldSize) + ")");
   const std::size_t esize = call.elementBytes();

@@ -31,6 +31,8 @@ struct CollectiveCall {
   // see their buffers differently (a phase of a Comm across hosts that gives one rank a buffer of
   // the Comm's own), since every rank of a call must choose alike.
   bool unregistered = false;
+  // How a sum of 16- and 8-bit floats accumulates (ferry/datatype.hpp).
+  Accumulation accumulation = Accumulation::Stepwise;
 
   std::size_t elementBytes() const { return sizeOf(type); }
   // The collective has a root (broadcast, reduce).
@@ -51,6 +53,9 @@ struct CollectiveCall {
     return collective == Collective::AllReduce || collective == Collective::ReduceScatter ||
            collective == Collective::Reduce;
   }
+  // The call asks for float32 accumulation where that changes its result: a sum or average of
+  // 16- or 8-bit floats (kWideSum). Only algorithms that say so run it (Algorithm::sumsInFloat32).
+  bool sumsInFloat32() const;
 };
 
 // Error(InvalidUsage) naming the rank, the collective and the argument for: a null buffer where

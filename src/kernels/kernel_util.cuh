@@ -79,11 +79,51 @@ FERRY_DEVICE FERRY_INLINE W finishWord(W a, int nranks) {
   }
 }
 
+// What a reduction over ranks holds of a word (W: std::uint64_t or Vec16) between the ranks' terms.
+// Stepwise (Wide false): the word itself, each term combined in T and rounded, as NCCL does. Wide,
+// for a sum or average of 16- and 8-bit floats (kWideSum): each element in float, rounded to T
+// once, in result() (Accumulation::Float32, docs/architecture.md, "Accumulation").
+template <class T, ReduceOp Op, bool Wide, class W>
+struct WordAccumulator {
+  W word;
+  FERRY_DEVICE FERRY_INLINE explicit WordAccumulator(W first) : word(first) {}
+  FERRY_DEVICE FERRY_INLINE void add(W next) { word = reduceWord<T, Op>(word, next); }
+  FERRY_DEVICE FERRY_INLINE W result(int nranks) const { return finishWord<T, Op>(word, nranks); }
+};
+
+template <class T, ReduceOp Op, class W>
+struct WordAccumulator<T, Op, true, W> {
+  static_assert(kWideSum<T, Op>, "float32 accumulation is for sums and averages of 16- and 8-bit floats");
+  static constexpr int n = sizeof(W) / sizeof(T);
+  float v[n];
+  FERRY_DEVICE FERRY_INLINE explicit WordAccumulator(W first) {
+    T x[n];
+    std::memcpy(x, &first, sizeof(W));
+#pragma unroll
+    for (int i = 0; i < n; ++i) v[i] = toFloat(x[i]);
+  }
+  FERRY_DEVICE FERRY_INLINE void add(W next) {
+    T x[n];
+    std::memcpy(x, &next, sizeof(W));
+#pragma unroll
+    for (int i = 0; i < n; ++i) v[i] += toFloat(x[i]);
+  }
+  FERRY_DEVICE FERRY_INLINE W result(int nranks) const {
+    T x[n];
+#pragma unroll
+    for (int i = 0; i < n; ++i) x[i] = fromFloat<T>(Op == ReduceOp::Avg ? v[i] / static_cast<float>(nranks) : v[i]);
+    W out;
+    std::memcpy(&out, x, sizeof(W));
+    return out;
+  }
+};
+
 // Up to kMaxRanks sources reduced in rank order (so every rank rounds alike) into up to
-// kMaxRanks + 1 destinations: dst[d][i] = finish(op(src[0][i], ..., src[n-1][i])) for i < count.
-// The threads [tid, nthreads) of the caller share the work. Sources and destinations may be peer
-// memory. Any element-aligned pointers work; 16-byte aligned ones go 16 bytes at a time.
-template <class T, ReduceOp Op>
+// kMaxRanks + 1 destinations: dst[d][i] = finish(op(src[0][i], ..., src[n-1][i])) for i < count,
+// accumulated as WordAccumulator<..., Wide> says. The threads [tid, nthreads) of the caller share
+// the work. Sources and destinations may be peer memory. Any element-aligned pointers work;
+// 16-byte aligned ones go 16 bytes at a time.
+template <class T, ReduceOp Op, bool Wide = false>
 FERRY_DEVICE FERRY_INLINE void reduceSources(char* const* dst, int ndst, const char* const* src, int nsrc,
                                              int nranks, std::uint64_t count, std::uint32_t tid,
                                              std::uint32_t nthreads) {
@@ -95,18 +135,18 @@ FERRY_DEVICE FERRY_INLINE void reduceSources(char* const* dst, int ndst, const c
     constexpr std::uint64_t per = sizeof(Vec16) / sizeof(T);
     const std::uint64_t nvec = count / per;
     for (std::uint64_t i = tid; i < nvec; i += nthreads) {
-      Vec16 acc = reinterpret_cast<const Vec16*>(src[0])[i];
-      for (int s = 1; s < nsrc; ++s) acc = reduceWord<T, Op>(acc, reinterpret_cast<const Vec16*>(src[s])[i]);
-      acc = finishWord<T, Op>(acc, nranks);
-      for (int d = 0; d < ndst; ++d) reinterpret_cast<Vec16*>(dst[d])[i] = acc;
+      WordAccumulator<T, Op, Wide, Vec16> acc(reinterpret_cast<const Vec16*>(src[0])[i]);
+      for (int s = 1; s < nsrc; ++s) acc.add(reinterpret_cast<const Vec16*>(src[s])[i]);
+      const Vec16 out = acc.result(nranks);
+      for (int d = 0; d < ndst; ++d) reinterpret_cast<Vec16*>(dst[d])[i] = out;
     }
     done = nvec * per;
   }
   for (std::uint64_t i = done + tid; i < count; i += nthreads) {
-    T acc = reinterpret_cast<const T*>(src[0])[i];
-    for (int s = 1; s < nsrc; ++s) acc = applyOp<Op>(acc, reinterpret_cast<const T*>(src[s])[i]);
-    acc = finishOp<Op>(acc, nranks);
-    for (int d = 0; d < ndst; ++d) reinterpret_cast<T*>(dst[d])[i] = acc;
+    WordAccumulator<T, Op, Wide, T> acc(reinterpret_cast<const T*>(src[0])[i]);
+    for (int s = 1; s < nsrc; ++s) acc.add(reinterpret_cast<const T*>(src[s])[i]);
+    const T out = acc.result(nranks);
+    for (int d = 0; d < ndst; ++d) reinterpret_cast<T*>(dst[d])[i] = out;
   }
 }
 

@@ -76,8 +76,31 @@ void forEveryTypeOp(F&& f) {
     for (int o = 0; o < kReduceOpCount; ++o) dispatchTypeOp(static_cast<DataType>(t), static_cast<ReduceOp>(o), f);
 }
 
+// f.template operator()<T, Op, Wide>() for the call's type and op, Wide where the call sums in
+// float32 (CollectiveCall::sumsInFloat32, so kWideSum<T, Op> holds): for the kernels of the
+// algorithms that run such calls (Algorithm::sumsInFloat32; WordAccumulator).
+template <class F>
+void dispatchAccumulation(const CollectiveCall& call, F&& f) {
+  dispatchTypeOp(call.type, call.op, [&]<class T, ReduceOp Op>() {
+    if constexpr (kWideSum<T, Op>) {
+      if (call.sumsInFloat32()) return f.template operator()<T, Op, true>();
+    }
+    return f.template operator()<T, Op, false>();
+  });
+}
+
+// f.template operator()<T, Op, Wide>() for every instance dispatchAccumulation may call.
+template <class F>
+void forEveryAccumulation(F&& f) {
+  forEveryTypeOp([&]<class T, ReduceOp Op>() {
+    f.template operator()<T, Op, false>();
+    if constexpr (kWideSum<T, Op>) f.template operator()<T, Op, true>();
+  });
+}
+
 // The digest of what every rank's call must agree on (device_context.hpp, startWord): the
-// collective, the count, the type, and the op and root where the collective has them. A
+// collective, the count, the type, the op and root where the collective has them, and float32
+// accumulation where it applies. A
 // mismatch shows unless the digests collide (one chance in 2^24).
 inline std::uint64_t callShape(const CollectiveCall& call) {
   std::uint64_t h = 0xcbf29ce484222325ull;  // FNV-1a over the fields, then a final mix
@@ -89,6 +112,7 @@ inline std::uint64_t callShape(const CollectiveCall& call) {
   mix(static_cast<std::uint64_t>(call.type));
   mix(call.reduces() ? static_cast<std::uint64_t>(call.op) : 0);
   mix(call.rooted() ? static_cast<std::uint64_t>(call.root) : 0);
+  if (call.sumsInFloat32()) mix(0xacc);  // ranks that accumulate differently would round differently
   return (h ^ h >> 29) & kShapeMask;
 }
 

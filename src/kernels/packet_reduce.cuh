@@ -11,18 +11,19 @@ namespace ferry {
 
 // `own`: this rank's word; packetOf(q): where peer q's packet of the word lands. Every peer's packet
 // is waited for at once (readPackets over kCap, from withRankCapacity), and the words are reduced in
-// rank order, so that every rank rounds alike. Returns the word before finishWord (avg's division).
-template <class T, ReduceOp Op, int kCap, class PacketOf>
+// rank order, so that every rank rounds alike, and accumulated as WordAccumulator<..., Wide> says.
+// Returns the word of the result (avg's division done).
+template <class T, ReduceOp Op, int kCap, bool Wide = false, class PacketOf>
 FERRY_DEVICE FERRY_INLINE std::uint64_t reduceInRankOrder(const CollectiveContext& c, std::uint32_t flag,
                                                           std::uint64_t own, PacketOf&& packetOf) {
   const int R = c.nranks, r = c.rank;
   std::uint64_t v[kCap] = {};
   readPackets(((1u << R) - 1) & ~(1u << r), flag, v, packetOf, [&](int q) { return waitContext(c, q); });
-  std::uint64_t acc = r == 0 ? own : v[0];
+  WordAccumulator<T, Op, Wide, std::uint64_t> acc(r == 0 ? own : v[0]);
 #pragma unroll
   for (int q = 1; q < kCap; ++q)
-    if (q < R) acc = reduceWord<T, Op>(acc, q == r ? own : v[q]);
-  return acc;
+    if (q < R) acc.add(q == r ? own : v[q]);
+  return acc.result(R);
 }
 
 }  // namespace ferry

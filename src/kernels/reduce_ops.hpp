@@ -21,6 +21,10 @@ template <class T>
 inline constexpr bool kIsLowFloat = std::is_same_v<T, __half> || std::is_same_v<T, __nv_bfloat16> ||
                                     std::is_same_v<T, __nv_fp8_e4m3> || std::is_same_v<T, __nv_fp8_e5m2>;
 
+// The reductions that Accumulation::Float32 changes: sums and averages of 16- and 8-bit floats.
+template <class T, ReduceOp Op>
+inline constexpr bool kWideSum = kIsLowFloat<T> && (Op == ReduceOp::Sum || Op == ReduceOp::Avg);
+
 template <class T>
 FERRY_HOST_DEVICE FERRY_INLINE float toFloat(T v) {
   return static_cast<float>(v);

@@ -38,7 +38,12 @@ inline void issue(Comm& comm, const CallShape& s, const void* send, void* recv, 
   switch (s.collective) {
     case Collective::AllReduce: comm.allReduce(send, recv, s.count, s.type, s.op, stream); break;
     case Collective::AllGather: comm.allGather(send, recv, s.count, s.type, stream); break;
-    case Collective::ReduceScatter: comm.reduceScatter(send, recv, s.count, s.type, s.op, stream); break;
+    case Collective::ReduceScatter:
+      if (s.accumulation == Accumulation::Stepwise)
+        comm.reduceScatter(send, recv, s.count, s.type, s.op, stream);
+      else
+        comm.reduceScatter(send, recv, s.count, s.type, s.op, s.accumulation, stream);
+      break;
     case Collective::AllToAll: comm.allToAll(send, recv, s.count, s.type, stream); break;
     case Collective::Broadcast: comm.broadcast(send, recv, s.count, s.type, s.root, stream); break;
     case Collective::Reduce: comm.reduce(send, recv, s.count, s.type, s.op, s.root, stream); break;

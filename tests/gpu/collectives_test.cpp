@@ -249,6 +249,91 @@ TEST_P(GpuCollectives, ManyRoundsEndingShort) {
   });
 }
 
+// Accumulation::Float32 (reduceScatter): every algorithm that says it runs it (AlgorithmInfo::
+// sumsInFloat32), forced, and the selector's choice, on the 16- and 8-bit floats with sum and avg,
+// counts past the LL limit and through several scratch rounds, in and out of place, registered
+// where the algorithm needs it; every output element bit for bit against the float32 reference.
+// The other algorithms must refuse such a call, naming the accumulation; and a float32 call of
+// float32 data is any algorithm's. On 3 or more ranks the stepwise reference must differ from the
+// float32 one somewhere, or the check could not tell the two apart.
+TEST_P(GpuCollectives, ReduceScatterSumsInFloat32) {
+  const int n = GetParam();
+  UniqueId id = UniqueId::create();
+  runRanksOk(n, [&](int rank) {
+    Rank r(id, rank, n);
+    std::size_t calls = 0, skipped = 0, refused = 0, differing = 0;
+    bool stepwiseTried = false;  // an algorithm that must refuse was among those run
+    std::vector<std::string> algos{""};  // "": the selector's choice
+    for (const AlgorithmInfo& a : r.comm->algorithms())
+      if (a.collective == Collective::ReduceScatter && !a.name.starts_with("plan:")) algos.push_back(a.name);
+    for (const std::string& algo : algos) {
+      if (!algo.empty() && !algorithmChosen(algo)) continue;
+      bool wide = algo.empty();
+      for (const AlgorithmInfo& a : r.comm->algorithms()) wide = wide || (a.name == algo && a.sumsInFloat32);
+      stepwiseTried = stepwiseTried || !wide;
+      const bool direct = algo.ends_with("_direct") || algo.ends_with("_ce");
+      r.comm->setAlgorithm(Collective::ReduceScatter, algo);
+      for (DataType t : {DataType::BFloat16, DataType::Float16, DataType::Fp8E4M3, DataType::Fp8E5M2}) {
+        for (ReduceOp op : {ReduceOp::Sum, ReduceOp::Avg}) {
+          for (std::size_t count : {1ul, 1023ul, 70001ul, 600'003ul}) {
+            for (bool inPlace : {false, true}) {
+              CallShape s{Collective::ReduceScatter, t, op, count, rank, n, 0, 7000u + calls + refused};
+              s.accumulation = Accumulation::Float32;
+              try {
+                const std::size_t wrong = runAndCheck(r, s, inPlace, {.registered = direct});
+                EXPECT_TRUE(wide) << algo << " ran a call that asks for float32 accumulation";
+                EXPECT_EQ(wrong, 0u) << label(s, algo.empty() ? "(chosen)" : algo, inPlace) << " float32 accumulation";
+                ++calls;
+              } catch (const Error& e) {
+                const std::string what = e.what();
+                EXPECT_EQ(e.code(), ErrorCode::InvalidUsage) << what;
+                if (wide) {  // too large for this algorithm's buffers, as in EveryAlgorithmTypeOpAndPlacement
+                  EXPECT_NE(what.find("cannot run this call"), std::string::npos) << what;
+                  ++skipped;
+                } else {
+                  EXPECT_NE(what.find("float32 accumulation"), std::string::npos) << what;
+                  ++refused;
+                }
+              }
+              if (wide && rank == 0 && inPlace) {  // the two references, once per shape
+                std::vector<char> a(s.recvCount() * sizeOf(t)), b(a.size());
+                tools::expectedRecv(s, a.data());
+                CallShape stepwise = s;
+                stepwise.accumulation = Accumulation::Stepwise;
+                tools::expectedRecv(stepwise, b.data());
+                differing += tools::countWrong(t, a.data(), b.data(), s.recvCount());
+              }
+              if (::testing::Test::HasFailure()) return;
+            }
+          }
+        }
+      }
+      // Float32 data: the accumulation changes nothing, so every algorithm runs it.
+      CallShape s{Collective::ReduceScatter, DataType::Float32, ReduceOp::Sum, 4099, rank, n, 0, 7999u};
+      s.accumulation = Accumulation::Float32;
+      try {
+        EXPECT_EQ(runAndCheck(r, s, false, {.reordered = reorders(*r.comm, algo), .registered = direct}), 0u)
+            << label(s, algo, false);
+      } catch (const Error& e) {
+        ADD_FAILURE() << algo << " refused float32 data with float32 accumulation: " << e.what();
+      }
+      if (::testing::Test::HasFailure()) return;
+    }
+    r.comm->setAlgorithm(Collective::ReduceScatter, "");
+    if (rank == 0)
+      std::printf("float32 accumulation: %zu calls checked, %zu too large, %zu refused; %zu elements differ from "
+                  "stepwise\n",
+                  calls, skipped, refused, differing);
+    EXPECT_GT(calls, 0u);
+    if (stepwiseTried) {
+      EXPECT_GT(refused, 0u) << "no algorithm refused float32 accumulation (a ring cannot run it)";
+    }
+    if (n >= 3 && rank == 0) {
+      EXPECT_GT(differing, 0u) << "the float32 and stepwise references never differ";
+    }
+  }, {std::chrono::seconds(600)});
+}
+
 // Every loaded plan (FERRY_PLAN_DIR: the gpu_collectives_plans test points it at the shipped
 // programs, compiled for 2 and 4 ranks), forced one at a time: every type, op and placement a plan
 // takes, on registered buffers and on unregistered ones (which plans that reach into the peers'

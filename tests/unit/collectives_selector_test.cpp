@@ -13,6 +13,7 @@
 #include <utility>
 #include <vector>
 
+#include "comm/algorithm_states.hpp"
 #include "comm/buffer_registry.hpp"
 #include "kernels/launch.hpp"
 #include "comm/across_hosts_algorithms.hpp"
@@ -335,6 +336,70 @@ TEST(Selector, SkipsARowWhoseAlgorithmCannotRunTheCall) {
   EXPECT_EQ(selected(s, callOfBytes(Collective::AllReduce, 1 << 20)), "allreduce_ll");
   // Above llSlotDataBytes LL cannot run, although its row covers the size.
   EXPECT_EQ(selected(s, callOfBytes(Collective::AllReduce, 2 << 20)), "allreduce_two_shot");
+}
+
+// Accumulation::Float32: the tuning table's choice where it sums every element in one place
+// (LL, push, direct, copy engine); never a ring, even where the table names one (1 GiB on 4 ranks); a ring
+// forced is InvalidUsage naming the accumulation. Where the accumulation changes nothing (float32
+// data, a max) every algorithm stays open.
+TEST(Selector, Float32AccumulationKeepsToTheAlgorithmsThatSumInOnePlace) {
+  const Selector s(defaultTuning());
+  std::set<std::string> wide;
+  for (const Algorithm* a : allAlgorithms())
+    if (a->sumsInFloat32()) wide.insert(a->name());
+  EXPECT_EQ(wide, (std::set<std::string>{"reducescatter_ll", "reducescatter_push", "reducescatter_direct",
+                                         "reducescatter_ce"}));
+  for (DataType t : {DataType::BFloat16, DataType::Float16, DataType::Fp8E4M3, DataType::Fp8E5M2}) {
+    for (ReduceOp op : {ReduceOp::Sum, ReduceOp::Avg}) {
+      SCOPED_TRACE(std::string(toString(t)) + " " + std::string(toString(op)));
+      CollectiveCall call = callOf(Collective::ReduceScatter, 1);
+      call.type = t;
+      call.op = op;
+      call.accumulation = Accumulation::Float32;
+      EXPECT_TRUE(call.sumsInFloat32());
+      call.count = (std::uint64_t{1} << 30) / sizeOf(t) / 4;  // 1 GiB in all: the table's ring row
+      EXPECT_EQ(selected(s, call), "reducescatter_push");
+      call.count = 1024;
+      EXPECT_EQ(selected(s, call), "reducescatter_ll");
+      call.count = (std::uint64_t{64} << 20) / sizeOf(t) / 4;
+      call.sendId = call.recvId = 1;
+      EXPECT_EQ(selected(s, call), "reducescatter_direct");
+    }
+  }
+  CollectiveCall call = callOf(Collective::ReduceScatter, (std::uint64_t{1} << 30) / 2 / 4);
+  call.type = DataType::BFloat16;
+  Selector forced(defaultTuning());
+  forced.force(Collective::ReduceScatter, "reducescatter_ring");
+  EXPECT_EQ(selected(forced, call), "reducescatter_ring");  // stepwise: the ring runs it
+  call.accumulation = Accumulation::Float32;
+  const std::string msg = invalidUsageOf([&] { forced.select(call, kLimits); });
+  EXPECT_CONTAINS(msg, "reducescatter_ring cannot run this call");
+  EXPECT_CONTAINS(msg, "float32 accumulation (Accumulation::Float32)");
+  // Nothing to widen: float32 data, or a max of bf16.
+  call.type = DataType::Float32;
+  call.count /= 2;
+  EXPECT_FALSE(call.sumsInFloat32());
+  EXPECT_EQ(selected(forced, call), "reducescatter_ring");
+  call.type = DataType::BFloat16;
+  call.op = ReduceOp::Max;
+  EXPECT_FALSE(call.sumsInFloat32());
+  EXPECT_EQ(selected(forced, call), "reducescatter_ring");
+}
+
+// The same shape with and without float32 accumulation is two shapes to the cache and to the
+// ranks' start-word check (a rank that accumulates otherwise would round otherwise).
+TEST(Selector, Float32AccumulationIsPartOfTheCallShape) {
+  CollectiveCall call = callOf(Collective::ReduceScatter, (std::uint64_t{1} << 30) / 2 / 4);
+  call.type = DataType::BFloat16;
+  const std::uint64_t stepwise = callShape(call);
+  call.accumulation = Accumulation::Float32;
+  EXPECT_NE(callShape(call), stepwise);
+  const Selector s(defaultTuning());
+  SelectionCache cache;
+  AlgorithmStates states;
+  EXPECT_STREQ(cache.select(s, states, call, kLimits).algorithm->name(), "reducescatter_push");
+  call.accumulation = Accumulation::Stepwise;
+  EXPECT_STREQ(cache.select(s, states, call, kLimits).algorithm->name(), "reducescatter_ring");
 }
 
 TEST(Selector, RowsApplyOnlyToTheirWorldSize) {

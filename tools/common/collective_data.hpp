@@ -3,8 +3,9 @@
 //
 // Rank q's send buffer holds value(q, i) at element i: random, seeded, different per rank; floats
 // are random in [-2, 2] at full precision. The reference reduces in rank order with the same
-// element operations as the kernels (collectives/reduce_ops.hpp), so a correct result matches it
-// bit for bit and any difference counts as wrong.
+// element operations as the kernels (collectives/reduce_ops.hpp), in float for a shape with
+// Accumulation::Float32 as the kernels' WordAccumulator does, so a correct result matches it bit
+// for bit and any difference counts as wrong.
 //
 //   std::vector<char> send(bytes);
 //   fillSend(type, send.data(), sendCount, rank, seed);
@@ -47,6 +48,8 @@ struct CallShape {
   std::uint64_t seed = 1;
   // A PreMulSum call (op is Sum): rank q's input counts times preMulFactor(q).
   bool preMulSum = false;
+  // How a sum of 16- and 8-bit floats adds up (Float32: in float, rounded once).
+  Accumulation accumulation = Accumulation::Stepwise;
 
   std::size_t sendCount() const {
     return collective == Collective::ReduceScatter || collective == Collective::AllToAll
@@ -150,6 +153,13 @@ inline void expectedRecv(const CallShape& s, void* out, bool inPlace = false) {
       return s.preMulSum ? applyOp<ReduceOp::Prod>(v, preMulFactor<T>(q)) : v;
     };
     auto reduceAt = [&](std::size_t index) {  // op over ranks of element `index` of their send buffers
+      if constexpr (kWideSum<T, Op>) {
+        if (s.accumulation == Accumulation::Float32) {  // in rank order in float, rounded once
+          float sum = toFloat(term(0, index));
+          for (int q = 1; q < R; ++q) sum += toFloat(term(q, index));
+          return fromFloat<T>(Op == ReduceOp::Avg ? sum / static_cast<float>(R) : sum);
+        }
+      }
       T acc = term(0, index);
       for (int q = 1; q < R; ++q) acc = applyOp<Op>(acc, term(q, index));
       return finishOp<Op>(acc, R);

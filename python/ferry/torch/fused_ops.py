@@ -11,9 +11,10 @@ PyTorch's schemas, so that code and compiler passes port by changing the namespa
 `group_name` is a process group's name (`group.group_name`). Every op runs on any device and any
 backend of that group (the CPU tests use gloo). What runs by default is the unfused composition:
 the collective on the group's backend (ferry's for CUDA tensors under "cuda:ferry"), then the
-matmuls; fused_matmul_reduce_scatter exchanges the product's rows in their own dtype (an
-all-to-all) and sums what it receives in float32, rounding once. Where the torch extension is
-built, the composition is queued by it in C++ (python/torch_backend/fused_ops.cpp); the bodies here
+matmuls; fused_matmul_reduce_scatter sums the product's rows in float32, rounding once: on a
+ferry group of one host by ferry's reduce-scatter with float32 accumulation (from C++), elsewhere
+by an all-to-all of the rows in their own dtype and one sum of what arrives. Where the torch
+extension is built, the composition is queued by it in C++ (python/torch_backend/fused_ops.cpp); the bodies here
 run the other forms and are the ops' Meta implementations, so torch.compile traces them with fake
 tensors. A matmul + reduce-scatter of a large product runs pipelined on symmetric
 memory (fused_pipeline.py: its size table; FERRY_FUSED_PIPELINE=1 pipelines every call it can, =0
