@@ -104,6 +104,9 @@ class FERRY_API Comm {
   // recv[i] = op over ranks of send[i], for i < count.
   void allReduce(const void* send, void* recv, std::size_t count, DataType type, ReduceOp op,
                  cudaStream_t stream);
+  // With the accumulation chosen (reduceScatter's of this signature says where Float32 runs).
+  void allReduce(const void* send, void* recv, std::size_t count, DataType type, ReduceOp op,
+                 Accumulation accumulation, cudaStream_t stream);
   // The same with a PreMulSum op. It runs as a scaling pass (into recv, then in place) before the sum.
   void allReduce(const void* send, void* recv, std::size_t count, DataType type, const PreMulSum& op,
                  cudaStream_t stream);
@@ -114,10 +117,11 @@ class FERRY_API Comm {
   // In place: recv == send + rank * recvCount.
   void reduceScatter(const void* send, void* recv, std::size_t recvCount, DataType type, ReduceOp op,
                      cudaStream_t stream);
-  // With the accumulation of a sum or average of 16- and 8-bit floats chosen (ferry/datatype.hpp).
-  // Accumulation::Float32 runs on the algorithms that meet every element's terms in one place
-  // (reducescatter_ll, _push, _direct, _ce), on the ranks of one host; forcing another algorithm, or a
-  // Comm across hosts, gives Error(InvalidUsage).
+  // With the accumulation of a sum or average of 16- and 8-bit floats chosen (ferry/datatype.hpp),
+  // as the allReduce and reduce of that signature. Accumulation::Float32 runs on the algorithms that
+  // meet every element's terms in one place (the _ll, _two_shot, _push, _direct and _ce ones), on
+  // the ranks of one host; forcing another algorithm, or a Comm across hosts, gives
+  // Error(InvalidUsage).
   void reduceScatter(const void* send, void* recv, std::size_t recvCount, DataType type, ReduceOp op,
                      Accumulation accumulation, cudaStream_t stream);
   // With a PreMulSum op: the scaled input goes to a buffer of the Comm (premul scratch) that grows
@@ -135,6 +139,9 @@ class FERRY_API Comm {
   // elsewhere). In place: send == recv.
   void reduce(const void* send, void* recv, std::size_t count, DataType type, ReduceOp op, int root,
               cudaStream_t stream);
+  // With the accumulation chosen (reduceScatter's of this signature says where Float32 runs).
+  void reduce(const void* send, void* recv, std::size_t count, DataType type, ReduceOp op,
+              Accumulation accumulation, int root, cudaStream_t stream);
   // With a PreMulSum op, through the premul scratch as reduceScatter's.
   void reduce(const void* send, void* recv, std::size_t count, DataType type, const PreMulSum& op, int root,
               cudaStream_t stream);

@@ -123,12 +123,21 @@ class Comm:
             )
         return i, o
 
-    def _reducing(self, name, op, head, tail):
-        """Calls the native reducing collective `name` with head + the op's arguments + tail: a
-        ReduceOp, or for a PreMulSum its _premul variant with the factor (a number goes to host
-        memory as the call's type, which the C++ call reads before it returns)."""
+    def _accumulation(self, name, op, accumulation):
+        """The call's Accumulation (a ValueError for a value outside it); a PreMulSum sums stepwise.
+        (Cheap on the default: every call's fast path goes through here.)"""
+        if type(accumulation) is not Accumulation:
+            accumulation = Accumulation(accumulation)
+        if accumulation != Accumulation.stepwise and isinstance(op, PreMulSum):
+            raise InvalidUsage(f"rank {self.rank}: {name}: a PreMulSum sums stepwise; pass no accumulation")
+        return accumulation
+
+    def _reducing(self, name, op, head, tail, accumulation=Accumulation.stepwise):
+        """Calls the native reducing collective `name` with head + the op's arguments + tail (+ the
+        accumulation): a ReduceOp, or for a PreMulSum its _premul variant with the factor (a number
+        goes to host memory as the call's type, which the C++ call reads before it returns)."""
         if not isinstance(op, PreMulSum):
-            getattr(self._native, name)(*head, op if type(op) is ReduceOp else ReduceOp(op), *tail)
+            getattr(self._native, name)(*head, op if type(op) is ReduceOp else ReduceOp(op), *tail, accumulation)
             return
         dtype, f = head[3], op.factor
         if isinstance(f, (int, float)):
@@ -145,16 +154,19 @@ class Comm:
 
     # -- collectives ----------------------------------------------------------------------------
 
-    def all_reduce(self, tensor, out=None, op=ReduceOp.sum, *, stream=None):
-        """out[i] = op over ranks of tensor[i]; in place when `out` is None. Returns the output."""
+    def all_reduce(self, tensor, out=None, op=ReduceOp.sum, *, accumulation=Accumulation.stepwise, stream=None):
+        """out[i] = op over ranks of tensor[i]; in place when `out` is None. Returns the output.
+        `accumulation`: as reduce_scatter's."""
+        accumulation = self._accumulation("all_reduce", op, accumulation)
         # Every call starts with the fast path for torch tensors on the current stream (torch_pair);
         # anything else, or anything wrong, takes the general path, which raises what is wrong.
         f = torch_pair(tensor, out, self.device) if stream is None and type(op) is ReduceOp else None
         if f is not None and f[2] == f[3]:
-            self._native.all_reduce(f[0], f[1], f[2], f[4], op, f[5])
+            self._native.all_reduce(f[0], f[1], f[2], f[4], op, f[5], accumulation)
             return tensor if out is None else out
         i, o = self._pair("all_reduce", tensor, out)
-        self._reducing("all_reduce", op, (i.address, o.address, i.count, i.dtype), (stream_of(stream, (i, o)),))
+        self._reducing("all_reduce", op, (i.address, o.address, i.count, i.dtype), (stream_of(stream, (i, o)),),
+                       accumulation)
         return tensor if out is None else out
 
     def all_gather(self, tensor, out, *, stream=None):
@@ -171,9 +183,7 @@ class Comm:
         """Rank r's `out` = op over ranks of block r of `tensor` (world_size blocks). A sum or average
         of 16- and 8-bit floats adds up after each rank in their own type, as NCCL does, or with
         `accumulation=ferry.Accumulation.float32` in float32, rounded once, as torch.sum does."""
-        accumulation = Accumulation(accumulation)
-        if isinstance(op, PreMulSum) and accumulation != Accumulation.stepwise:
-            raise InvalidUsage(f"rank {self.rank}: reduce_scatter: a PreMulSum sums stepwise; pass no accumulation")
+        accumulation = self._accumulation("reduce_scatter", op, accumulation)
         f = torch_pair(tensor, out, self.device) if stream is None and out is not None else None
         if f is not None and f[2] == f[3] * self.world_size and type(op) is ReduceOp:
             self._native.reduce_scatter(f[0], f[1], f[3], f[4], op, f[5], accumulation)
@@ -181,8 +191,8 @@ class Comm:
         i, o = self._pair(
             "reduce_scatter", tensor, self._required("reduce_scatter", out), scatter=self.world_size
         )
-        tail = (stream_of(stream, (i, o)),) + ((accumulation,) if not isinstance(op, PreMulSum) else ())
-        self._reducing("reduce_scatter", op, (i.address, o.address, o.count, i.dtype), tail)
+        self._reducing("reduce_scatter", op, (i.address, o.address, o.count, i.dtype), (stream_of(stream, (i, o)),),
+                       accumulation)
         return out
 
     def all_to_all(self, tensor, out, *, stream=None):
@@ -205,11 +215,13 @@ class Comm:
         self._native.broadcast(i.address, o.address, i.count, i.dtype, root, stream_of(stream, (i, o)))
         return tensor if out is None else out
 
-    def reduce(self, tensor, root, out=None, op=ReduceOp.sum, *, stream=None):
+    def reduce(self, tensor, root, out=None, op=ReduceOp.sum, *, accumulation=Accumulation.stepwise, stream=None):
         """The root's `out` (default: `tensor`, in place) = op over ranks of `tensor`; other ranks'
-        `out` is not written."""
+        `out` is not written. `accumulation`: as reduce_scatter's."""
+        accumulation = self._accumulation("reduce", op, accumulation)
         i, o = self._pair("reduce", tensor, out)
-        self._reducing("reduce", op, (i.address, o.address, i.count, i.dtype), (root, stream_of(stream, (i, o))))
+        self._reducing("reduce", op, (i.address, o.address, i.count, i.dtype), (root, stream_of(stream, (i, o))),
+                       accumulation)
         return tensor if out is None else out
 
     def _required(self, operation, out):

@@ -109,10 +109,12 @@ void bindComm(nb::module_& m) {
       .def_prop_ro("topology", &Comm::topology)
       .def(
           "all_reduce",
-          [](Comm& c, Address send, Address recv, std::size_t count, DataType type, ReduceOp op, Address stream) {
-            c.allReduce(in(send), out(recv), count, type, op, streamOf(stream));
+          [](Comm& c, Address send, Address recv, std::size_t count, DataType type, ReduceOp op, Address stream,
+             Accumulation accumulation) {
+            c.allReduce(in(send), out(recv), count, type, op, accumulation, streamOf(stream));
           },
-          nb::arg("send"), nb::arg("recv"), nb::arg("count"), nb::arg("dtype"), nb::arg("op"), nb::arg("stream"))
+          nb::arg("send"), nb::arg("recv"), nb::arg("count"), nb::arg("dtype"), nb::arg("op"), nb::arg("stream"),
+          nb::arg("accumulation") = Accumulation::Stepwise)
       .def(
           "all_reduce_premul",
           [](Comm& c, Address send, Address recv, std::size_t count, DataType type, Address factor, bool onDevice,
@@ -158,9 +160,11 @@ void bindComm(nb::module_& m) {
       .def(
           "reduce",
           [](Comm& c, Address send, Address recv, std::size_t count, DataType type, ReduceOp op, int root,
-             Address stream) { c.reduce(in(send), out(recv), count, type, op, root, streamOf(stream)); },
+             Address stream, Accumulation accumulation) {
+            c.reduce(in(send), out(recv), count, type, op, accumulation, root, streamOf(stream));
+          },
           nb::arg("send"), nb::arg("recv"), nb::arg("count"), nb::arg("dtype"), nb::arg("op"), nb::arg("root"),
-          nb::arg("stream"))
+          nb::arg("stream"), nb::arg("accumulation") = Accumulation::Stepwise)
       .def(
           "reduce_premul",
           [](Comm& c, Address send, Address recv, std::size_t count, DataType type, Address factor, bool onDevice,

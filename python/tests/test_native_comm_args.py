@@ -56,13 +56,13 @@ def test_each_collective_passes_addresses_counts_and_the_stream():
         c.send(a, 0, stream=5)
         c.recv(b, 2, stream=5)
     assert c._native.calls == [
-        ("all_reduce", 0x1000, 0x2000, 8, F32, ferry.ReduceOp.max, 5),
-        ("all_reduce", 0x1000, 0x1000, 8, F32, ferry.ReduceOp.sum, 5),
+        ("all_reduce", 0x1000, 0x2000, 8, F32, ferry.ReduceOp.max, 5, ferry.Accumulation.stepwise),
+        ("all_reduce", 0x1000, 0x1000, 8, F32, ferry.ReduceOp.sum, 5, ferry.Accumulation.stepwise),
         ("all_gather", 0x1000, 0x3000, 8, F32, 5),
         ("reduce_scatter", 0x3000, 0x1000, 8, F32, ferry.ReduceOp.sum, 5, ferry.Accumulation.stepwise),
         ("all_to_all", 0x1000, 0x2000, 2, F32, 5),
         ("broadcast", 0x1000, 0x1000, 8, F32, 2, 5),
-        ("reduce", 0x1000, 0x2000, 8, F32, ferry.ReduceOp.min, 3, 5),
+        ("reduce", 0x1000, 0x2000, 8, F32, ferry.ReduceOp.min, 3, 5, ferry.Accumulation.stepwise),
         ("group_start",),
         ("send", 0x1000, 8, F32, 0, 5),
         ("recv", 0x2000, 8, F32, 2, 5),
@@ -82,18 +82,25 @@ def test_a_premul_sum_passes_a_host_factor_of_the_calls_type_or_a_device_scalar(
         c.all_reduce(Array(8, 0x1000), op=ferry.PreMulSum(Array(2, 0x9000)), stream=0)
 
 
-def test_a_reduce_scatter_passes_its_accumulation_and_a_premul_sum_takes_none():
+def test_the_reductions_pass_their_accumulation_and_a_premul_sum_takes_none():
     c = comm()
-    c.reduce_scatter(Array(32, 0x3000, "<f2"), Array(8, 0x1000, "<f2"), op=ferry.ReduceOp.avg,
-                     accumulation=ferry.Accumulation.float32, stream=5)
+    f32 = ferry.Accumulation.float32
+    c.reduce_scatter(Array(32, 0x3000, "<f2"), Array(8, 0x1000, "<f2"), op=ferry.ReduceOp.avg, accumulation=f32,
+                     stream=5)
     c.reduce_scatter(Array(32, 0x3000), Array(8, 0x1000), accumulation=1, stream=5)
-    assert [call[-1] for call in c._native.calls] == [ferry.Accumulation.float32] * 2
-    with pytest.raises(ferry.InvalidUsage, match="PreMulSum sums stepwise"):
-        c.reduce_scatter(Array(32, 0x3000), Array(8, 0x1000), op=ferry.PreMulSum(0.5),
-                         accumulation=ferry.Accumulation.float32, stream=0)
+    c.all_reduce(Array(8, 0x1000, "<f2"), accumulation=f32, stream=5)
+    c.reduce(Array(8, 0x1000, "<f2"), 2, accumulation=f32, stream=5)
+    assert [call[-1] for call in c._native.calls] == [f32] * 4
+    assert c._native.calls[3] == ("reduce", 0x1000, 0x1000, 8, ferry.DataType.float16, ferry.ReduceOp.sum, 2, 5, f32)
+    for call in (lambda: c.reduce_scatter(Array(32, 0x3000), Array(8, 0x1000), op=ferry.PreMulSum(0.5),
+                                          accumulation=f32, stream=0),
+                 lambda: c.all_reduce(Array(8, 0x1000), op=ferry.PreMulSum(0.5), accumulation=f32, stream=0),
+                 lambda: c.reduce(Array(8, 0x1000), 0, op=ferry.PreMulSum(0.5), accumulation=f32, stream=0)):
+        with pytest.raises(ferry.InvalidUsage, match="PreMulSum sums stepwise"):
+            call()
     with pytest.raises(ValueError):
         c.reduce_scatter(Array(32, 0x3000), Array(8, 0x1000), accumulation=7, stream=0)
-    assert len(c._native.calls) == 2
+    assert len(c._native.calls) == 4
 
 
 def test_mismatched_sizes_and_types_are_refused_before_anything_is_queued():

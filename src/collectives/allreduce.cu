@@ -37,7 +37,8 @@ FERRY_DEVICE FERRY_INLINE unsigned receiversOf(int rank, int root) {
   return root < 0 ? ~0u : rank == root ? 0u : 1u << root;
 }
 
-template <class T, ReduceOp Op>
+// Wide: float32 accumulation (WordAccumulator).
+template <class T, ReduceOp Op, bool Wide>
 __global__ void __launch_bounds__(kThreads)
     allReduceLL(CollectiveContext c, const char* send, char* recv, std::uint64_t bytes, int root) {
   const int R = c.nranks, r = c.rank;
@@ -69,7 +70,7 @@ __global__ void __launch_bounds__(kThreads)
   withRankCapacity(R, [&]<int kCap>() {
     for (std::uint64_t w = w0; w < part.end; w += kThreads) {
       const std::uint64_t own = w == w0 ? first : loadWord(send, w, bytes);
-      const std::uint64_t sum = reduceInRankOrder<T, Op, kCap>(
+      const std::uint64_t sum = reduceInRankOrder<T, Op, kCap, Wide>(
           c, flag, own, [&](int q) { return &slotPackets(c.ll, c, m, q)[w]; });
       storeWord(recv, w, bytes, sum);
     }
@@ -79,8 +80,9 @@ __global__ void __launch_bounds__(kThreads)
 
 // Scratch half: [phase-1 slots: R x slotBytes][phase-2 slots: R x slotBytes]. Slot q of phase 1
 // holds the part of this rank's chunk that rank q sent; slot q of phase 2, rank q's reduced chunk.
-// root >= 0 (reduce): phase 2 goes to the root only, and only the root copies out.
-template <class T, ReduceOp Op>
+// root >= 0 (reduce): phase 2 goes to the root only, and only the root copies out. Wide: float32
+// accumulation (WordAccumulator): every element of a chunk is reduced in one place, from all ranks.
+template <class T, ReduceOp Op, bool Wide>
 __global__ void __launch_bounds__(kThreads)
     allReduceTwoShot(CollectiveContext c, const char* send, char* recv, std::uint64_t count,
                      std::uint64_t slotBytes, int root) {
@@ -126,7 +128,7 @@ __global__ void __launch_bounds__(kThreads)
         if (receivers >> p & 1)
           dst[nd++] = scratchHalf(c.peerScratch[p], c, m) + (R + r) * slotBytes + part.begin * sz;
       }
-      reduceSources<T, Op>(dst, nd, src, R, R, el.size(), threadIdx.x, kThreads);
+      reduceSources<T, Op, Wide>(dst, nd, src, R, R, el.size(), threadIdx.x, kThreads);
     }
     // Each receiver waits for every rank that sends it a reduced chunk.
     signalAndWait(c, signalValue(m, k, 2), receivers, outputHere ? ~0u : 0u);
@@ -222,6 +224,7 @@ class AllReduceLL final : public Algorithm {
   AllReduceLL(const char* name, Collective c) : name_(name), collective_(c) {}
   const char* name() const override { return name_; }
   Collective collective() const override { return collective_; }
+  bool sumsInFloat32() const override { return true; }
   std::string constraints(const CommLimits& limits) const override {
     return "up to " + std::to_string(limits.llSlotDataBytes) + " bytes (FERRY_LL_BYTES)";
   }
@@ -234,15 +237,15 @@ class AllReduceLL final : public Algorithm {
   void launch(const CollectiveCall& call, const CollectiveContext& context, void*) const override {
     const std::uint64_t bytes = call.bytes();
     const unsigned grid = gridFor(context, (bytes + 7) / 8, kThreads, 1, 64);
-    dispatchTypeOp(call.type, call.op, [&]<class T, ReduceOp Op>() {
-      launchCollective(context.earlyLaunch, allReduceLL<T, Op>, grid, kThreads, call.stream,
+    dispatchAccumulation(call, [&]<class T, ReduceOp Op, bool Wide>() {
+      launchCollective(context.earlyLaunch, allReduceLL<T, Op, Wide>, grid, kThreads, call.stream,
                        forCall(context, call), static_cast<const char*>(call.send),
                        static_cast<char*>(call.recv), bytes, rootOf(call));
     });
     checkLaunch(call, name());
   }
   void preload() const override {
-    forEveryTypeOp([&]<class T, ReduceOp Op>() { preloadKernel(allReduceLL<T, Op>); });
+    forEveryAccumulation([&]<class T, ReduceOp Op, bool Wide>() { preloadKernel(allReduceLL<T, Op, Wide>); });
   }
 
  private:
@@ -291,6 +294,7 @@ class AllReduceTwoShot final : public Algorithm {
   AllReduceTwoShot(const char* name, Collective c) : name_(name), collective_(c) {}
   const char* name() const override { return name_; }
   Collective collective() const override { return collective_; }
+  bool sumsInFloat32() const override { return true; }
   std::string whyNot(const CollectiveCall&, const CommLimits& limits) const override {
     if (slotBytes(limits) < 16) return "the scratch is too small (FERRY_SCRATCH_BYTES)";
     return {};
@@ -299,15 +303,16 @@ class AllReduceTwoShot final : public Algorithm {
     const std::uint64_t slot = slotBytes({context.nranks, 0, context.scratchHalfBytes});
     const std::uint64_t chunkBytes = std::min<std::uint64_t>(slot, call.bytes() / context.nranks + 16);
     const unsigned grid = gridFor(context, chunkBytes, 8 << 10, 1, 64);
-    dispatchTypeOp(call.type, call.op, [&]<class T, ReduceOp Op>() {
-      launchCollective(context.earlyLaunch, allReduceTwoShot<T, Op>, grid, kThreads, call.stream,
+    dispatchAccumulation(call, [&]<class T, ReduceOp Op, bool Wide>() {
+      launchCollective(context.earlyLaunch, allReduceTwoShot<T, Op, Wide>, grid, kThreads, call.stream,
                        forCall(context, call), static_cast<const char*>(call.send),
                        static_cast<char*>(call.recv), call.count, slot, rootOf(call));
     });
     checkLaunch(call, name());
   }
   void preload() const override {
-    forEveryTypeOp([&]<class T, ReduceOp Op>() { preloadKernel(allReduceTwoShot<T, Op>); });
+    forEveryAccumulation(
+        [&]<class T, ReduceOp Op, bool Wide>() { preloadKernel(allReduceTwoShot<T, Op, Wide>); });
   }
 
  private:

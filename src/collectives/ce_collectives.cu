@@ -258,8 +258,8 @@ class ReduceCeAlgorithm final : public Algorithm {
   ReduceCeAlgorithm(const char* name, Collective c) : name_(name), collective_(c) {}
   const char* name() const override { return name_; }
   Collective collective() const override { return collective_; }
-  // A reduceScatter's output element is summed where it lands, from every rank's input.
-  bool sumsInFloat32() const override { return collective_ == Collective::ReduceScatter; }
+  // Each element is reduced in one place (reducePieces), from every rank's input.
+  bool sumsInFloat32() const override { return true; }
   std::string constraints(const CommLimits&) const override {
     return "registered buffers only; " + std::to_string(1 + kReduceBlocks) + " thread blocks";
   }

@@ -30,8 +30,9 @@ FERRY_DEVICE FERRY_INLINE Range blockShare(std::uint64_t count, int R, int j, st
   return {min(j * chunk + part.begin, count), min(j * chunk + part.end, count)};
 }
 
-// root < 0: allreduce (every rank's output); otherwise reduce into root's output.
-template <class T, ReduceOp Op>
+// root < 0: allreduce (every rank's output); otherwise reduce into root's output. Wide: float32
+// accumulation (WordAccumulator).
+template <class T, ReduceOp Op, bool Wide>
 __global__ void __launch_bounds__(kThreads)
     allReduceDirect(CollectiveContext c, CallBuffers mine, const char* send, char* recv, std::uint64_t count,
                     int root) {
@@ -48,7 +49,7 @@ __global__ void __launch_bounds__(kThreads)
     // Null only for a reduce's root after an abort (beginDirect's stand-in): nothing to write.
     if ((root < 0 || q == root) && b.recv[q] != nullptr) dst[nd++] = b.recv[q] + el.begin * sz;
   }
-  if (nd > 0) reduceSources<T, Op>(dst, nd, src, R, R, el.size(), threadIdx.x, kThreads);
+  if (nd > 0) reduceSources<T, Op, Wide>(dst, nd, src, R, R, el.size(), threadIdx.x, kThreads);
   finishDirect(c, m);
 }
 
@@ -110,8 +111,11 @@ class DirectAlgorithm : public Algorithm {
   Collective collective() const override { return collective_; }
   std::string whyNot(const CollectiveCall& call, const CommLimits&) const override { return whyNotZeroCopy(call); }
   std::string constraints(const CommLimits&) const override { return "registered buffers only"; }
-  // Every element of a reduceScatter's output is summed where it lands, from every rank's input.
-  bool sumsInFloat32() const override { return collective_ == Collective::ReduceScatter; }
+  // Every element of a reduction's output is summed in one place, from every rank's input.
+  bool sumsInFloat32() const override {
+    return collective_ == Collective::AllReduce || collective_ == Collective::Reduce ||
+           collective_ == Collective::ReduceScatter;
+  }
   void launch(const CollectiveCall& call, const CollectiveContext& context, void*) const override {
     const CollectiveContext c = forCall(context, call);
     // A broadcast's non-root ranks may pass any send pointer; the kernel must never see it.
@@ -125,8 +129,8 @@ class DirectAlgorithm : public Algorithm {
       case Collective::AllReduce:
       case Collective::Reduce: {
         const int root = collective_ == Collective::Reduce ? call.root : -1;
-        dispatchTypeOp(call.type, call.op, [&]<class T, ReduceOp Op>() {
-          launchCollective(context.earlyLaunch, allReduceDirect<T, Op>, grid, kThreads, call.stream, c,
+        dispatchAccumulation(call, [&]<class T, ReduceOp Op, bool Wide>() {
+          launchCollective(context.earlyLaunch, allReduceDirect<T, Op, Wide>, grid, kThreads, call.stream, c,
                            published(call), send, recv, call.count, root);
         });
         break;
@@ -156,7 +160,8 @@ class DirectAlgorithm : public Algorithm {
     switch (collective_) {
       case Collective::AllReduce:
       case Collective::Reduce:
-        forEveryTypeOp([&]<class T, ReduceOp Op>() { preloadKernel(allReduceDirect<T, Op>); });
+        forEveryAccumulation(
+            [&]<class T, ReduceOp Op, bool Wide>() { preloadKernel(allReduceDirect<T, Op, Wide>); });
         break;
       case Collective::ReduceScatter:
         forEveryAccumulation(

@@ -103,6 +103,13 @@ void Comm::allReduce(const void* send, void* recv, std::size_t count, DataType t
   run(*impl_, {Collective::AllReduce, send, recv, count, type, op, 0, stream});
 }
 
+void Comm::allReduce(const void* send, void* recv, std::size_t count, DataType type, ReduceOp op,
+                     Accumulation accumulation, cudaStream_t stream) {
+  CollectiveCall call{Collective::AllReduce, send, recv, count, type, op, 0, stream};
+  call.accumulation = accumulation;
+  run(*impl_, call);
+}
+
 void Comm::allReduce(const void* send, void* recv, std::size_t count, DataType type, const PreMulSum& op,
                      cudaStream_t stream) {
   impl_->runPreMul({Collective::AllReduce, send, recv, count, type, ReduceOp::Sum, 0, stream}, op);
@@ -140,6 +147,13 @@ void Comm::broadcast(const void* send, void* recv, std::size_t count, DataType t
 void Comm::reduce(const void* send, void* recv, std::size_t count, DataType type, ReduceOp op, int root,
                   cudaStream_t stream) {
   run(*impl_, {Collective::Reduce, send, recv, count, type, op, root, stream});
+}
+
+void Comm::reduce(const void* send, void* recv, std::size_t count, DataType type, ReduceOp op,
+                  Accumulation accumulation, int root, cudaStream_t stream) {
+  CollectiveCall call{Collective::Reduce, send, recv, count, type, op, root, stream};
+  call.accumulation = accumulation;
+  run(*impl_, call);
 }
 
 void Comm::reduce(const void* send, void* recv, std::size_t count, DataType type, const PreMulSum& op,

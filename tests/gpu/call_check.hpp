@@ -35,15 +35,20 @@ inline void issue(Comm& comm, const CallShape& s, const void* send, void* recv, 
       default: FAIL() << "PreMulSum shape of a collective that does not reduce"; return;
     }
   }
+  if (s.accumulation != Accumulation::Stepwise) {  // the overloads that take it
+    switch (s.collective) {
+      case Collective::AllReduce: comm.allReduce(send, recv, s.count, s.type, s.op, s.accumulation, stream); return;
+      case Collective::ReduceScatter:
+        comm.reduceScatter(send, recv, s.count, s.type, s.op, s.accumulation, stream);
+        return;
+      case Collective::Reduce: comm.reduce(send, recv, s.count, s.type, s.op, s.accumulation, s.root, stream); return;
+      default: FAIL() << "an accumulation for a collective that does not reduce"; return;
+    }
+  }
   switch (s.collective) {
     case Collective::AllReduce: comm.allReduce(send, recv, s.count, s.type, s.op, stream); break;
     case Collective::AllGather: comm.allGather(send, recv, s.count, s.type, stream); break;
-    case Collective::ReduceScatter:
-      if (s.accumulation == Accumulation::Stepwise)
-        comm.reduceScatter(send, recv, s.count, s.type, s.op, stream);
-      else
-        comm.reduceScatter(send, recv, s.count, s.type, s.op, s.accumulation, stream);
-      break;
+    case Collective::ReduceScatter: comm.reduceScatter(send, recv, s.count, s.type, s.op, stream); break;
     case Collective::AllToAll: comm.allToAll(send, recv, s.count, s.type, stream); break;
     case Collective::Broadcast: comm.broadcast(send, recv, s.count, s.type, s.root, stream); break;
     case Collective::Reduce: comm.reduce(send, recv, s.count, s.type, s.op, s.root, stream); break;

@@ -249,89 +249,97 @@ TEST_P(GpuCollectives, ManyRoundsEndingShort) {
   });
 }
 
-// Accumulation::Float32 (reduceScatter): every algorithm that says it runs it (AlgorithmInfo::
-// sumsInFloat32), forced, and the selector's choice, on the 16- and 8-bit floats with sum and avg,
-// counts past the LL limit and through several scratch rounds, in and out of place, registered
-// where the algorithm needs it; every output element bit for bit against the float32 reference.
-// The other algorithms must refuse such a call, naming the accumulation; and a float32 call of
-// float32 data is any algorithm's. On 3 or more ranks the stepwise reference must differ from the
-// float32 one somewhere, or the check could not tell the two apart.
-TEST_P(GpuCollectives, ReduceScatterSumsInFloat32) {
+// Accumulation::Float32 (allReduce, reduceScatter, reduce): every algorithm that says it runs it
+// (AlgorithmInfo::sumsInFloat32), forced, and the selector's choice, on the 16- and 8-bit floats
+// with sum and avg, counts past the LL limit and through several scratch rounds, in and out of
+// place, registered where the algorithm needs it; every output element bit for bit against the
+// float32 reference. The other algorithms must refuse such a call, naming the accumulation; and a
+// float32 call of float32 data is any algorithm's. On 3 or more ranks the stepwise reference must
+// differ from the float32 one somewhere, or the check could not tell the two apart.
+TEST_P(GpuCollectives, ReductionsSumInFloat32) {
   const int n = GetParam();
   UniqueId id = UniqueId::create();
   runRanksOk(n, [&](int rank) {
     Rank r(id, rank, n);
     std::size_t calls = 0, skipped = 0, refused = 0, differing = 0;
     bool stepwiseTried = false;  // an algorithm that must refuse was among those run
-    std::vector<std::string> algos{""};  // "": the selector's choice
-    for (const AlgorithmInfo& a : r.comm->algorithms())
-      if (a.collective == Collective::ReduceScatter && !a.name.starts_with("plan:")) algos.push_back(a.name);
-    for (const std::string& algo : algos) {
-      if (!algo.empty() && !algorithmChosen(algo)) continue;
-      bool wide = algo.empty();
-      for (const AlgorithmInfo& a : r.comm->algorithms()) wide = wide || (a.name == algo && a.sumsInFloat32);
-      stepwiseTried = stepwiseTried || !wide;
-      const bool direct = algo.ends_with("_direct") || algo.ends_with("_ce");
-      r.comm->setAlgorithm(Collective::ReduceScatter, algo);
-      for (DataType t : {DataType::BFloat16, DataType::Float16, DataType::Fp8E4M3, DataType::Fp8E5M2}) {
-        for (ReduceOp op : {ReduceOp::Sum, ReduceOp::Avg}) {
-          for (std::size_t count : {1ul, 1023ul, 70001ul, 600'003ul}) {
-            for (bool inPlace : {false, true}) {
-              CallShape s{Collective::ReduceScatter, t, op, count, rank, n, 0, 7000u + calls + refused};
-              s.accumulation = Accumulation::Float32;
-              try {
-                const std::size_t wrong = runAndCheck(r, s, inPlace, {.registered = direct});
-                EXPECT_TRUE(wide) << algo << " ran a call that asks for float32 accumulation";
-                EXPECT_EQ(wrong, 0u) << label(s, algo.empty() ? "(chosen)" : algo, inPlace) << " float32 accumulation";
-                ++calls;
-              } catch (const Error& e) {
-                const std::string what = e.what();
-                EXPECT_EQ(e.code(), ErrorCode::InvalidUsage) << what;
-                if (wide) {  // too large for this algorithm's buffers, as in EveryAlgorithmTypeOpAndPlacement
-                  EXPECT_NE(what.find("cannot run this call"), std::string::npos) << what;
-                  ++skipped;
-                } else {
-                  EXPECT_NE(what.find("float32 accumulation"), std::string::npos) << what;
-                  ++refused;
+    for (Collective coll : {Collective::AllReduce, Collective::ReduceScatter, Collective::Reduce}) {
+      std::vector<std::string> algos{""};  // "": the selector's choice
+      for (const AlgorithmInfo& a : r.comm->algorithms())
+        if (a.collective == coll && !a.name.starts_with("plan:")) algos.push_back(a.name);
+      for (const std::string& algo : algos) {
+        if (!algo.empty() && !algorithmChosen(algo)) continue;
+        bool wide = algo.empty();
+        for (const AlgorithmInfo& a : r.comm->algorithms()) wide = wide || (a.name == algo && a.sumsInFloat32);
+        stepwiseTried = stepwiseTried || !wide;
+        const bool direct = algo.ends_with("_direct") || algo.ends_with("_ce");
+        const std::string name = algo.empty() ? std::string(toString(coll)) + " (chosen)" : algo;
+        r.comm->setAlgorithm(coll, algo);
+        for (DataType t : {DataType::BFloat16, DataType::Float16, DataType::Fp8E4M3, DataType::Fp8E5M2}) {
+          for (ReduceOp op : {ReduceOp::Sum, ReduceOp::Avg}) {
+            for (std::size_t count : {1ul, 1023ul, 70001ul, 600'003ul}) {
+              for (bool inPlace : {false, true}) {
+                CallShape s{coll, t, op, count, rank, n, static_cast<int>((count + calls) % n), 7000u + calls + refused};
+                s.accumulation = Accumulation::Float32;
+                try {
+                  const std::size_t wrong = runAndCheck(r, s, inPlace, {.registered = direct});
+                  EXPECT_TRUE(wide) << name << " ran a call that asks for float32 accumulation";
+                  EXPECT_EQ(wrong, 0u) << label(s, name, inPlace) << " float32 accumulation";
+                  ++calls;
+                } catch (const Error& e) {
+                  const std::string what = e.what();
+                  EXPECT_EQ(e.code(), ErrorCode::InvalidUsage) << what;
+                  if (wide) {  // too large for this algorithm's buffers, as in EveryAlgorithmTypeOpAndPlacement
+                    EXPECT_NE(what.find("cannot run this call"), std::string::npos) << what;
+                    ++skipped;
+                  } else {
+                    EXPECT_NE(what.find("float32 accumulation"), std::string::npos) << what;
+                    ++refused;
+                  }
                 }
+                if (wide && rank == s.root && inPlace) {  // the two references, once per shape
+                  std::vector<char> a(s.recvCount() * sizeOf(t)), b(a.size());
+                  tools::expectedRecv(s, a.data());
+                  CallShape stepwise = s;
+                  stepwise.accumulation = Accumulation::Stepwise;
+                  tools::expectedRecv(stepwise, b.data());
+                  differing += tools::countWrong(t, a.data(), b.data(), s.recvCount());
+                }
+                if (::testing::Test::HasFailure()) return;
               }
-              if (wide && rank == 0 && inPlace) {  // the two references, once per shape
-                std::vector<char> a(s.recvCount() * sizeOf(t)), b(a.size());
-                tools::expectedRecv(s, a.data());
-                CallShape stepwise = s;
-                stepwise.accumulation = Accumulation::Stepwise;
-                tools::expectedRecv(stepwise, b.data());
-                differing += tools::countWrong(t, a.data(), b.data(), s.recvCount());
-              }
-              if (::testing::Test::HasFailure()) return;
             }
           }
         }
+        // Float32 data: the accumulation changes nothing, so every algorithm runs it.
+        CallShape s{coll, DataType::Float32, ReduceOp::Sum, 4099, rank, n, 1 % n, 7999u};
+        s.accumulation = Accumulation::Float32;
+        try {
+          EXPECT_EQ(runAndCheck(r, s, false, {.reordered = reorders(*r.comm, algo), .registered = direct}), 0u)
+              << label(s, name, false);
+        } catch (const Error& e) {
+          ADD_FAILURE() << name << " refused float32 data with float32 accumulation: " << e.what();
+        }
+        if (::testing::Test::HasFailure()) return;
       }
-      // Float32 data: the accumulation changes nothing, so every algorithm runs it.
-      CallShape s{Collective::ReduceScatter, DataType::Float32, ReduceOp::Sum, 4099, rank, n, 0, 7999u};
-      s.accumulation = Accumulation::Float32;
-      try {
-        EXPECT_EQ(runAndCheck(r, s, false, {.reordered = reorders(*r.comm, algo), .registered = direct}), 0u)
-            << label(s, algo, false);
-      } catch (const Error& e) {
-        ADD_FAILURE() << algo << " refused float32 data with float32 accumulation: " << e.what();
-      }
-      if (::testing::Test::HasFailure()) return;
+      r.comm->setAlgorithm(coll, "");
     }
-    r.comm->setAlgorithm(Collective::ReduceScatter, "");
-    if (rank == 0)
-      std::printf("float32 accumulation: %zu calls checked, %zu too large, %zu refused; %zu elements differ from "
-                  "stepwise\n",
-                  calls, skipped, refused, differing);
+    std::printf("rank %d, float32 accumulation: %zu calls checked, %zu too large, %zu refused; %zu elements "
+                "differ from stepwise\n",
+                rank, calls, skipped, refused, differing);
     EXPECT_GT(calls, 0u);
     if (stepwiseTried) {
       EXPECT_GT(refused, 0u) << "no algorithm refused float32 accumulation (a ring cannot run it)";
     }
-    if (n >= 3 && rank == 0) {
-      EXPECT_GT(differing, 0u) << "the float32 and stepwise references never differ";
+    if (n >= 3) {
+      // (Summed over every rank's shapes: a reduce's root changes from call to call.)
+      std::vector<std::size_t> each(static_cast<std::size_t>(n));
+      each[static_cast<std::size_t>(rank)] = differing;
+      r.boot->allGather(each.data(), sizeof(std::size_t));
+      std::size_t all = 0;
+      for (std::size_t d : each) all += d;
+      EXPECT_GT(all, 0u) << "the float32 and stepwise references never differ";
     }
-  }, {std::chrono::seconds(600)});
+  }, {std::chrono::seconds(900)});
 }
 
 // Every loaded plan (FERRY_PLAN_DIR: the gpu_collectives_plans test points it at the shipped

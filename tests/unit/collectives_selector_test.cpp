@@ -339,16 +339,17 @@ TEST(Selector, SkipsARowWhoseAlgorithmCannotRunTheCall) {
 }
 
 // Accumulation::Float32: the tuning table's choice where it sums every element in one place
-// (LL, push, direct, copy engine); never a ring, even where the table names one (1 GiB on 4 ranks); a ring
-// forced is InvalidUsage naming the accumulation. Where the accumulation changes nothing (float32
-// data, a max) every algorithm stays open.
+// (LL, two-shot, push, direct, copy engine); never a ring or chain, even where the table names one
+// (1 GiB on 4 ranks); a ring forced is InvalidUsage naming the accumulation. Where the
+// accumulation changes nothing (float32 data, a max) every algorithm stays open.
 TEST(Selector, Float32AccumulationKeepsToTheAlgorithmsThatSumInOnePlace) {
   const Selector s(defaultTuning());
   std::set<std::string> wide;
   for (const Algorithm* a : allAlgorithms())
     if (a->sumsInFloat32()) wide.insert(a->name());
-  EXPECT_EQ(wide, (std::set<std::string>{"reducescatter_ll", "reducescatter_push", "reducescatter_direct",
-                                         "reducescatter_ce"}));
+  EXPECT_EQ(wide, (std::set<std::string>{"allreduce_ll", "allreduce_two_shot", "allreduce_direct", "allreduce_ce",
+                                         "reducescatter_ll", "reducescatter_push", "reducescatter_direct",
+                                         "reducescatter_ce", "reduce_ll", "reduce_two_shot", "reduce_direct"}));
   for (DataType t : {DataType::BFloat16, DataType::Float16, DataType::Fp8E4M3, DataType::Fp8E5M2}) {
     for (ReduceOp op : {ReduceOp::Sum, ReduceOp::Avg}) {
       SCOPED_TRACE(std::string(toString(t)) + " " + std::string(toString(op)));
@@ -365,6 +366,16 @@ TEST(Selector, Float32AccumulationKeepsToTheAlgorithmsThatSumInOnePlace) {
       call.sendId = call.recvId = 1;
       EXPECT_EQ(selected(s, call), "reducescatter_direct");
     }
+  }
+  // 1 GiB of bf16 on 4 ranks, where the table names a pipeline that passes partial sums on: the
+  // table's next choice that sums in one place.
+  for (auto [c, want] : {std::pair{Collective::AllReduce, "allreduce_two_shot"},
+                         std::pair{Collective::Reduce, "reduce_two_shot"}}) {
+    CollectiveCall call = callOf(c, (std::uint64_t{1} << 30) / 2);
+    call.type = DataType::BFloat16;
+    EXPECT_NE(selected(s, call), want);
+    call.accumulation = Accumulation::Float32;
+    EXPECT_EQ(selected(s, call), want) << toString(c);
   }
   CollectiveCall call = callOf(Collective::ReduceScatter, (std::uint64_t{1} << 30) / 2 / 4);
   call.type = DataType::BFloat16;
