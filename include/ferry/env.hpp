@@ -34,6 +34,7 @@ struct FERRY_API Env {
   std::string checkPointers;                       // FERRY_CHECK_POINTERS
   bool phaseStamps;                                // FERRY_PHASE_STAMPS
   bool launchPdl;                                  // FERRY_LAUNCH_PDL
+  std::string accumulation;                        // FERRY_ACCUMULATION
   std::string algo;                                // FERRY_ALGO
   std::string tuningFile;                          // FERRY_TUNING_FILE
   std::string planDir;                             // FERRY_PLAN_DIR

@@ -124,15 +124,18 @@ class Comm:
         return i, o
 
     def _accumulation(self, name, op, accumulation):
-        """The call's Accumulation (a ValueError for a value outside it); a PreMulSum sums stepwise.
-        (Cheap on the default: every call's fast path goes through here.)"""
+        """The call's Accumulation (a ValueError for a value outside it), or None for the Comm's
+        default (FERRY_ACCUMULATION); a PreMulSum sums stepwise. (Cheap on the default: every
+        call's fast path goes through here.)"""
+        if accumulation is None:
+            return None
         if type(accumulation) is not Accumulation:
             accumulation = Accumulation(accumulation)
         if accumulation != Accumulation.stepwise and isinstance(op, PreMulSum):
             raise InvalidUsage(f"rank {self.rank}: {name}: a PreMulSum sums stepwise; pass no accumulation")
         return accumulation
 
-    def _reducing(self, name, op, head, tail, accumulation=Accumulation.stepwise):
+    def _reducing(self, name, op, head, tail, accumulation=None):
         """Calls the native reducing collective `name` with head + the op's arguments + tail (+ the
         accumulation): a ReduceOp, or for a PreMulSum its _premul variant with the factor (a number
         goes to host memory as the call's type, which the C++ call reads before it returns)."""
@@ -154,7 +157,7 @@ class Comm:
 
     # -- collectives ----------------------------------------------------------------------------
 
-    def all_reduce(self, tensor, out=None, op=ReduceOp.sum, *, accumulation=Accumulation.stepwise, stream=None):
+    def all_reduce(self, tensor, out=None, op=ReduceOp.sum, *, accumulation=None, stream=None):
         """out[i] = op over ranks of tensor[i]; in place when `out` is None. Returns the output.
         `accumulation`: as reduce_scatter's."""
         accumulation = self._accumulation("all_reduce", op, accumulation)
@@ -179,10 +182,11 @@ class Comm:
         self._native.all_gather(i.address, o.address, i.count, i.dtype, stream_of(stream, (i, o)))
         return out
 
-    def reduce_scatter(self, tensor, out, op=ReduceOp.sum, *, accumulation=Accumulation.stepwise, stream=None):
+    def reduce_scatter(self, tensor, out, op=ReduceOp.sum, *, accumulation=None, stream=None):
         """Rank r's `out` = op over ranks of block r of `tensor` (world_size blocks). A sum or average
-        of 16- and 8-bit floats adds up after each rank in their own type, as NCCL does, or with
-        `accumulation=ferry.Accumulation.float32` in float32, rounded once, as torch.sum does."""
+        of 16- and 8-bit floats adds up after each rank in their own type, as NCCL does
+        (`accumulation=ferry.Accumulation.stepwise`), or in float32, rounded once, as torch.sum does
+        (`ferry.Accumulation.float32`); None: FERRY_ACCUMULATION's (stepwise unless set)."""
         accumulation = self._accumulation("reduce_scatter", op, accumulation)
         f = torch_pair(tensor, out, self.device) if stream is None and out is not None else None
         if f is not None and f[2] == f[3] * self.world_size and type(op) is ReduceOp:
@@ -215,7 +219,7 @@ class Comm:
         self._native.broadcast(i.address, o.address, i.count, i.dtype, root, stream_of(stream, (i, o)))
         return tensor if out is None else out
 
-    def reduce(self, tensor, root, out=None, op=ReduceOp.sum, *, accumulation=Accumulation.stepwise, stream=None):
+    def reduce(self, tensor, root, out=None, op=ReduceOp.sum, *, accumulation=None, stream=None):
         """The root's `out` (default: `tensor`, in place) = op over ranks of `tensor`; other ranks'
         `out` is not written. `accumulation`: as reduce_scatter's."""
         accumulation = self._accumulation("reduce", op, accumulation)

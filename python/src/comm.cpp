@@ -61,6 +61,9 @@ class DeviceScope {
 
 PreMulSum preMulOf(Address factor, bool onDevice) { return PreMulSum{in(factor), onDevice}; }
 
+constexpr const char* kDefaultAccumulation =
+    "accumulation: an Accumulation, or None for the Comm's default (FERRY_ACCUMULATION, stepwise unless set)";
+
 }  // namespace
 
 void bindComm(nb::module_& m) {
@@ -110,11 +113,14 @@ void bindComm(nb::module_& m) {
       .def(
           "all_reduce",
           [](Comm& c, Address send, Address recv, std::size_t count, DataType type, ReduceOp op, Address stream,
-             Accumulation accumulation) {
-            c.allReduce(in(send), out(recv), count, type, op, accumulation, streamOf(stream));
+             std::optional<Accumulation> accumulation) {
+            if (accumulation)
+              c.allReduce(in(send), out(recv), count, type, op, *accumulation, streamOf(stream));
+            else
+              c.allReduce(in(send), out(recv), count, type, op, streamOf(stream));
           },
           nb::arg("send"), nb::arg("recv"), nb::arg("count"), nb::arg("dtype"), nb::arg("op"), nb::arg("stream"),
-          nb::arg("accumulation") = Accumulation::Stepwise)
+          nb::arg("accumulation") = nb::none(), kDefaultAccumulation)
       .def(
           "all_reduce_premul",
           [](Comm& c, Address send, Address recv, std::size_t count, DataType type, Address factor, bool onDevice,
@@ -132,11 +138,14 @@ void bindComm(nb::module_& m) {
       .def(
           "reduce_scatter",
           [](Comm& c, Address send, Address recv, std::size_t recvCount, DataType type, ReduceOp op,
-             Address stream, Accumulation accumulation) {
-            c.reduceScatter(in(send), out(recv), recvCount, type, op, accumulation, streamOf(stream));
+             Address stream, std::optional<Accumulation> accumulation) {
+            if (accumulation)
+              c.reduceScatter(in(send), out(recv), recvCount, type, op, *accumulation, streamOf(stream));
+            else
+              c.reduceScatter(in(send), out(recv), recvCount, type, op, streamOf(stream));
           },
           nb::arg("send"), nb::arg("recv"), nb::arg("recv_count"), nb::arg("dtype"), nb::arg("op"), nb::arg("stream"),
-          nb::arg("accumulation") = Accumulation::Stepwise)
+          nb::arg("accumulation") = nb::none(), kDefaultAccumulation)
       .def(
           "reduce_scatter_premul",
           [](Comm& c, Address send, Address recv, std::size_t recvCount, DataType type, Address factor,
@@ -160,11 +169,14 @@ void bindComm(nb::module_& m) {
       .def(
           "reduce",
           [](Comm& c, Address send, Address recv, std::size_t count, DataType type, ReduceOp op, int root,
-             Address stream, Accumulation accumulation) {
-            c.reduce(in(send), out(recv), count, type, op, accumulation, root, streamOf(stream));
+             Address stream, std::optional<Accumulation> accumulation) {
+            if (accumulation)
+              c.reduce(in(send), out(recv), count, type, op, *accumulation, root, streamOf(stream));
+            else
+              c.reduce(in(send), out(recv), count, type, op, root, streamOf(stream));
           },
           nb::arg("send"), nb::arg("recv"), nb::arg("count"), nb::arg("dtype"), nb::arg("op"), nb::arg("root"),
-          nb::arg("stream"), nb::arg("accumulation") = Accumulation::Stepwise)
+          nb::arg("stream"), nb::arg("accumulation") = nb::none(), kDefaultAccumulation)
       .def(
           "reduce_premul",
           [](Comm& c, Address send, Address recv, std::size_t count, DataType type, Address factor, bool onDevice,

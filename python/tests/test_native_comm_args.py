@@ -56,13 +56,13 @@ def test_each_collective_passes_addresses_counts_and_the_stream():
         c.send(a, 0, stream=5)
         c.recv(b, 2, stream=5)
     assert c._native.calls == [
-        ("all_reduce", 0x1000, 0x2000, 8, F32, ferry.ReduceOp.max, 5, ferry.Accumulation.stepwise),
-        ("all_reduce", 0x1000, 0x1000, 8, F32, ferry.ReduceOp.sum, 5, ferry.Accumulation.stepwise),
+        ("all_reduce", 0x1000, 0x2000, 8, F32, ferry.ReduceOp.max, 5, None),
+        ("all_reduce", 0x1000, 0x1000, 8, F32, ferry.ReduceOp.sum, 5, None),
         ("all_gather", 0x1000, 0x3000, 8, F32, 5),
-        ("reduce_scatter", 0x3000, 0x1000, 8, F32, ferry.ReduceOp.sum, 5, ferry.Accumulation.stepwise),
+        ("reduce_scatter", 0x3000, 0x1000, 8, F32, ferry.ReduceOp.sum, 5, None),
         ("all_to_all", 0x1000, 0x2000, 2, F32, 5),
         ("broadcast", 0x1000, 0x1000, 8, F32, 2, 5),
-        ("reduce", 0x1000, 0x2000, 8, F32, ferry.ReduceOp.min, 3, 5, ferry.Accumulation.stepwise),
+        ("reduce", 0x1000, 0x2000, 8, F32, ferry.ReduceOp.min, 3, 5, None),
         ("group_start",),
         ("send", 0x1000, 8, F32, 0, 5),
         ("recv", 0x2000, 8, F32, 2, 5),
@@ -90,7 +90,8 @@ def test_the_reductions_pass_their_accumulation_and_a_premul_sum_takes_none():
     c.reduce_scatter(Array(32, 0x3000), Array(8, 0x1000), accumulation=1, stream=5)
     c.all_reduce(Array(8, 0x1000, "<f2"), accumulation=f32, stream=5)
     c.reduce(Array(8, 0x1000, "<f2"), 2, accumulation=f32, stream=5)
-    assert [call[-1] for call in c._native.calls] == [f32] * 4
+    c.all_reduce(Array(8, 0x1000), accumulation=ferry.Accumulation.stepwise, stream=5)
+    assert [call[-1] for call in c._native.calls] == [f32] * 4 + [ferry.Accumulation.stepwise]
     assert c._native.calls[3] == ("reduce", 0x1000, 0x1000, 8, ferry.DataType.float16, ferry.ReduceOp.sum, 2, 5, f32)
     for call in (lambda: c.reduce_scatter(Array(32, 0x3000), Array(8, 0x1000), op=ferry.PreMulSum(0.5),
                                           accumulation=f32, stream=0),
@@ -100,7 +101,7 @@ def test_the_reductions_pass_their_accumulation_and_a_premul_sum_takes_none():
             call()
     with pytest.raises(ValueError):
         c.reduce_scatter(Array(32, 0x3000), Array(8, 0x1000), accumulation=7, stream=0)
-    assert len(c._native.calls) == 4
+    assert len(c._native.calls) == 5
 
 
 def test_mismatched_sizes_and_types_are_refused_before_anything_is_queued():

@@ -96,11 +96,18 @@ void run(Comm::Impl& impl, const CollectiveCall& call) {
   impl.run(call);
 }
 
+// A reduction whose caller did not choose its accumulation: FERRY_ACCUMULATION's, on the ranks of
+// one host (a Comm across hosts adds partial sums, which cannot take float32: stepwise there).
+void runReduction(Comm::Impl& impl, CollectiveCall call) {
+  if (env().accumulation == "float32" && !impl.partners) call.accumulation = Accumulation::Float32;
+  run(impl, call);
+}
+
 }  // namespace
 
 void Comm::allReduce(const void* send, void* recv, std::size_t count, DataType type, ReduceOp op,
                      cudaStream_t stream) {
-  run(*impl_, {Collective::AllReduce, send, recv, count, type, op, 0, stream});
+  runReduction(*impl_, {Collective::AllReduce, send, recv, count, type, op, 0, stream});
 }
 
 void Comm::allReduce(const void* send, void* recv, std::size_t count, DataType type, ReduceOp op,
@@ -121,7 +128,7 @@ void Comm::allGather(const void* send, void* recv, std::size_t sendCount, DataTy
 
 void Comm::reduceScatter(const void* send, void* recv, std::size_t recvCount, DataType type, ReduceOp op,
                          cudaStream_t stream) {
-  run(*impl_, {Collective::ReduceScatter, send, recv, recvCount, type, op, 0, stream});
+  runReduction(*impl_, {Collective::ReduceScatter, send, recv, recvCount, type, op, 0, stream});
 }
 
 void Comm::reduceScatter(const void* send, void* recv, std::size_t recvCount, DataType type, ReduceOp op,
@@ -146,7 +153,7 @@ void Comm::broadcast(const void* send, void* recv, std::size_t count, DataType t
 
 void Comm::reduce(const void* send, void* recv, std::size_t count, DataType type, ReduceOp op, int root,
                   cudaStream_t stream) {
-  run(*impl_, {Collective::Reduce, send, recv, count, type, op, root, stream});
+  runReduction(*impl_, {Collective::Reduce, send, recv, count, type, op, root, stream});
 }
 
 void Comm::reduce(const void* send, void* recv, std::size_t count, DataType type, ReduceOp op,

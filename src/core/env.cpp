@@ -93,6 +93,13 @@ const Var kVars[] = {
      "start the moment it ends, in CUDA graphs too; 0.3-0.8 us less per call up to 64 KiB. 0: plain "
      "stream order, for ruling it out when a kernel of another library misbehaves beside ferry's "
      "(docs/architecture.md, \"Latency\")."},
+    {"FERRY_ACCUMULATION", &Env::accumulation, "stepwise",
+     "How a sum or average of 16- and 8-bit floats adds up the ranks' terms in a call that does not "
+     "choose (the Comm calls without an Accumulation, the NCCL API, the torch backend, ferry.Comm "
+     "without accumulation=): stepwise (rounded to the type after each rank, as NCCL does) or float32 "
+     "(added in float32 in rank order, rounded once, on the algorithms that reduce every element in one "
+     "place: docs/architecture.md, \"Accumulation\"). A Comm across hosts, and a PreMulSum, sum "
+     "stepwise. Every rank must set the same."},
     {"FERRY_ALGO", &Env::algo, "",
      "Forces collective algorithms: NAME[,NAME...] or COLLECTIVE=NAME,... (e.g. allreduce=allreduce_ll); "
      "names as `ferry-bench --list` prints them. A forced algorithm that cannot run a call fails it."},
@@ -276,6 +283,8 @@ Env Env::parse(const std::function<const char*(const char*)>& lookup) {
   if (e.checkPointers != "cached" && e.checkPointers != "always" && e.checkPointers != "never")
     bad("FERRY_CHECK_POINTERS", e.checkPointers, "cached, always or never");
   if (e.planPorts != "proxy" && e.planPorts != "memory") bad("FERRY_PLAN_PORTS", e.planPorts, "proxy or memory");
+  if (e.accumulation != "stepwise" && e.accumulation != "float32")
+    bad("FERRY_ACCUMULATION", e.accumulation, "stepwise or float32");
   if (e.partnerNet != "auto" && e.partnerNet != "ferry" && e.partnerNet != "nccl")
     bad("FERRY_PARTNER_NET", e.partnerNet, "auto, ferry or nccl");
   if (e.partnerScratch != "device" && e.partnerScratch != "host")

@@ -242,6 +242,15 @@ TEST(EnvPartnerNet, DefaultsToAutoAndTakesFerryAndNccl) {
   EXPECT_CONTAINS(what, "auto, ferry or nccl");
 }
 
+// How calls that do not choose accumulate 16- and 8-bit float sums (docs/architecture.md).
+TEST(EnvAccumulation, DefaultsToStepwiseAndTakesFloat32) {
+  EXPECT_EQ(parseMap({}).accumulation, "stepwise");
+  EXPECT_EQ(parseMap({{"FERRY_ACCUMULATION", "float32"}}).accumulation, "float32");
+  const std::string what = parseError("FERRY_ACCUMULATION", "fp32");
+  EXPECT_CONTAINS(what, "FERRY_ACCUMULATION='fp32'");
+  EXPECT_CONTAINS(what, "stepwise or float32");
+}
+
 struct NvlsCase {
   const char* name;
   Vars vars;
