@@ -103,6 +103,12 @@ void runReduction(Comm::Impl& impl, CollectiveCall call) {
   run(impl, call);
 }
 
+// A reduction with the accumulation its caller chose.
+void runReduction(Comm::Impl& impl, CollectiveCall call, Accumulation accumulation) {
+  call.accumulation = accumulation;
+  run(impl, call);
+}
+
 }  // namespace
 
 void Comm::allReduce(const void* send, void* recv, std::size_t count, DataType type, ReduceOp op,
@@ -112,9 +118,7 @@ void Comm::allReduce(const void* send, void* recv, std::size_t count, DataType t
 
 void Comm::allReduce(const void* send, void* recv, std::size_t count, DataType type, ReduceOp op,
                      Accumulation accumulation, cudaStream_t stream) {
-  CollectiveCall call{Collective::AllReduce, send, recv, count, type, op, 0, stream};
-  call.accumulation = accumulation;
-  run(*impl_, call);
+  runReduction(*impl_, {Collective::AllReduce, send, recv, count, type, op, 0, stream}, accumulation);
 }
 
 void Comm::allReduce(const void* send, void* recv, std::size_t count, DataType type, const PreMulSum& op,
@@ -133,9 +137,7 @@ void Comm::reduceScatter(const void* send, void* recv, std::size_t recvCount, Da
 
 void Comm::reduceScatter(const void* send, void* recv, std::size_t recvCount, DataType type, ReduceOp op,
                          Accumulation accumulation, cudaStream_t stream) {
-  CollectiveCall call{Collective::ReduceScatter, send, recv, recvCount, type, op, 0, stream};
-  call.accumulation = accumulation;
-  run(*impl_, call);
+  runReduction(*impl_, {Collective::ReduceScatter, send, recv, recvCount, type, op, 0, stream}, accumulation);
 }
 
 void Comm::reduceScatter(const void* send, void* recv, std::size_t recvCount, DataType type,
@@ -158,9 +160,7 @@ void Comm::reduce(const void* send, void* recv, std::size_t count, DataType type
 
 void Comm::reduce(const void* send, void* recv, std::size_t count, DataType type, ReduceOp op,
                   Accumulation accumulation, int root, cudaStream_t stream) {
-  CollectiveCall call{Collective::Reduce, send, recv, count, type, op, root, stream};
-  call.accumulation = accumulation;
-  run(*impl_, call);
+  runReduction(*impl_, {Collective::Reduce, send, recv, count, type, op, root, stream}, accumulation);
 }
 
 void Comm::reduce(const void* send, void* recv, std::size_t count, DataType type, const PreMulSum& op,
