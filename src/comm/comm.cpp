@@ -99,7 +99,8 @@ void run(Comm::Impl& impl, const CollectiveCall& call) {
 // A reduction whose caller did not choose its accumulation: FERRY_ACCUMULATION's, on the ranks of
 // one host (a Comm across hosts adds partial sums, which cannot take float32: stepwise there).
 void runReduction(Comm::Impl& impl, CollectiveCall call) {
-  if (env().accumulation == "float32" && !impl.partners) call.accumulation = Accumulation::Float32;
+  static const bool float32 = env().accumulation == "float32";  // (the environment is read once)
+  if (float32 && !impl.partners) call.accumulation = Accumulation::Float32;
   run(impl, call);
 }
 
