@@ -1,5 +1,6 @@
 """AllToAll, all pairs: rank r puts input chunk p into rank p's output chunk r, one thread block per
-peer, and copies its own chunk locally; a signal/wait per pair marks arrival."""
+peer, and copies its own chunk locally while the first put is on its way; a signal/wait per pair
+marks arrival."""
 
 from ferry.dsl import CollectiveProgram, MemoryChannel
 
@@ -10,9 +11,10 @@ def program(world_size: int) -> CollectiveProgram:
         ch = {(r, p): MemoryChannel(r, p) for r in range(w) for p in range(w) if r != p}
         for r in range(w):
             me = prog.rank(r)
-            me.copy(me.input[r], me.output[r], tb=0)
             for tb, p in enumerate(p for p in range(w) if p != r):
                 ch[r, p].put(me.input[p], prog.rank(p).output[r], tb=tb)
                 ch[r, p].signal(tb=tb)
+                if tb == 0:  # the own chunk while the put is on its way, not ahead of it
+                    me.copy(me.input[r], me.output[r], tb=0)
                 ch[p, r].pair.wait(tb=tb)
     return prog
