@@ -279,7 +279,8 @@ TEST_P(GpuCollectives, ReductionsSumInFloat32) {
           for (ReduceOp op : {ReduceOp::Sum, ReduceOp::Avg}) {
             for (std::size_t count : {1ul, 1023ul, 70001ul, 600'003ul}) {
               for (bool inPlace : {false, true}) {
-                CallShape s{coll, t, op, count, rank, n, static_cast<int>((count + calls) % n), 7000u + calls + refused};
+                const int root = static_cast<int>((count + calls) % n);
+                CallShape s{coll, t, op, count, rank, n, root, 7000u + calls + refused};
                 s.accumulation = Accumulation::Float32;
                 try {
                   const std::size_t wrong = runAndCheck(r, s, inPlace, {.registered = direct});
