@@ -59,12 +59,19 @@ def test_the_size_table_pipelines_only_large_reduce_scatters(monkeypatch):
         monkeypatch.setenv("FERRY_FUSED_PIPELINE", env)
         assert fused_pipeline.chosen_for_reduce_scatter(*big, "sum", 0, 4, "ferry-group") is want_big, env
         assert fused_pipeline.chosen_for_reduce_scatter(*small, "avg", 0, 4, "ferry-group") is want_small, env
-        assert fused_pipeline.chosen_for_all_gather(big[0], 0, 4) is want_ag, env
+        assert fused_pipeline.chosen_for_all_gather(big[0], 0, 4, [big[1]], "ferry-group") is want_ag, env
         # Not what the pipelined form reduces, or rows it cannot split evenly: the composition.
         assert not fused_pipeline.chosen_for_reduce_scatter(*big, "max", 0, 4, "ferry-group")
         assert not fused_pipeline.chosen_for_reduce_scatter(*big, "sum", 0, 3, "ferry-group")
         # The size table stays on ferry's groups (symmetric memory needs the ranks on one host).
         assert fused_pipeline.chosen_for_reduce_scatter(*big, "sum", 0, 4, "nccl-group") is (env == "1"), env
+    # An all-gather's threshold counts the gathered A's products with every B, on ferry's groups only.
+    monkeypatch.setenv("FERRY_FUSED_PIPELINE", "")
+    monkeypatch.setattr(fused_pipeline, "AG_AUTO_MIN_FLOPS", 1.5e12)
+    shard = big[0][:2048]  # 4 ranks x 2048 rows x 7168 x 8192 x 2: 9.6e11 flops a B
+    assert fused_pipeline.chosen_for_all_gather(shard, 0, 4, [big[1], big[1]], "ferry-group")
+    assert not fused_pipeline.chosen_for_all_gather(shard, 0, 4, [big[1]], "ferry-group")
+    assert not fused_pipeline.chosen_for_all_gather(shard, 0, 4, [big[1], big[1]], "nccl-group")
 
 
 def _run(device, n):

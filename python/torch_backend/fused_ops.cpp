@@ -5,10 +5,12 @@
 // and the GPU. A Python body costs tens of microseconds of host time per call (docs/fused.md
 // measured it), more than the collective itself at the smaller shapes.
 //
-// The other forms go to the Python body, through the ops ferry::_composed_* that fused_ops.py
-// defines with the same schemas: the pipelined form (FERRY_FUSED_PIPELINE and the size table of
-// fused_pipeline.py, on ferry groups) and registered workspaces (FERRY_FUSED_REGISTERED), read per
-// call as the Python side reads them, and a group with no backend for the tensors' device.
+// On a ferry group whose ranks share a host, the pipelined form runs from here too
+// (fused_pipeline.cpp) where FERRY_FUSED_PIPELINE=1 or the size table of fused_pipeline.py picks
+// it. The other forms go to the Python body, through the ops ferry::_composed_* that fused_ops.py
+// defines with the same schemas: registered workspaces (FERRY_FUSED_REGISTERED), the pipelined form
+// on other groups (FERRY_FUSED_PIPELINE=1), read per call as the Python side reads them, and a
+// group with no backend for the tensors' device.
 #include <ATen/ATen.h>
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <ATen/core/stack.h>
@@ -20,6 +22,7 @@
 #include <atomic>
 #include <cstdlib>
 #include <cstring>
+#include <functional>
 #include <optional>
 #include <string>
 #include <tuple>
@@ -27,6 +30,7 @@
 
 #include "backend.hpp"
 #include "fused_ops.hpp"
+#include "fused_pipeline.hpp"
 
 namespace ferry::torch_backend {
 
@@ -37,9 +41,10 @@ using AllGatherMatmul = AllGatherMatmulResult(const at::Tensor&, at::TensorList,
 using MatmulReduceScatter = at::Tensor(const at::Tensor&, const at::Tensor&, c10::string_view, int64_t,
                                        c10::string_view);
 
-// fused_pipeline.RS_AUTO_MIN_FLOPS, handed over by fused_ops.py as it loads, so that the size table
-// has one source. Negative until then: no call is deferred for it.
-std::atomic<double> pipelineMinFlops{-1.0};
+// fused_pipeline.AG_AUTO_MIN_FLOPS and RS_AUTO_MIN_FLOPS, handed over by fused_ops.py as it loads,
+// so that the size table has one source. Negative until then: no call is pipelined for it.
+std::atomic<double> allGatherMinFlops{-1.0};
+std::atomic<double> reduceScatterMinFlops{-1.0};
 
 bool envIs(const char* name, const char* value) {
   const char* v = std::getenv(name);
@@ -63,16 +68,23 @@ c10::intrusive_ptr<c10d::Backend> groupBackend(const char* op, c10::string_view 
   }
 }
 
-bool isFerry(const c10d::Backend& backend) { return dynamic_cast<const FerryBackend*>(&backend) != nullptr; }
+// How a call runs: the composition from here, the pipelined form from here (fused_pipeline.cpp, on
+// a ferry group whose ranks share a host), or the Python body (ferry::_composed_*): no backend for
+// the tensors, the registered-workspace form, or FERRY_FUSED_PIPELINE=1 where this file's pipelined
+// form does not apply (another backend: the Python body pipelines on ferry.torch.symm).
+enum class Form { Composition, Pipelined, Python };
 
-// Whether the Python body runs the call: no backend for the tensors, the registered-workspace form,
-// or the pipelined one (FERRY_FUSED_PIPELINE=1; or unset, on a ferry group, a product of at least
-// pipelineMinFlops; 0 for all-gathers, which the size table never pipelines).
-bool pythonForm(const c10::intrusive_ptr<c10d::Backend>& backend, double pipelinedFlops) {
-  if (!backend || envIs("FERRY_FUSED_REGISTERED", "1") || envIs("FERRY_FUSED_PIPELINE", "1")) return true;
-  if (envIs("FERRY_FUSED_PIPELINE", "0") || !isFerry(*backend)) return false;
-  const double min = pipelineMinFlops.load(std::memory_order_relaxed);
-  return min >= 0 && pipelinedFlops > 0 && pipelinedFlops >= min;
+// `applies`: whether fused_pipeline.cpp can run the call (pipelineApplies); `flops`: the call's
+// matmul flops per rank, against the size table's threshold `min`.
+Form formOf(const c10::intrusive_ptr<c10d::Backend>& backend, const std::function<bool(const FerryBackend&)>& applies,
+            double flops, const std::atomic<double>& min) {
+  if (!backend || envIs("FERRY_FUSED_REGISTERED", "1")) return Form::Python;
+  if (envIs("FERRY_FUSED_PIPELINE", "0")) return Form::Composition;
+  const auto* ferry = dynamic_cast<const FerryBackend*>(backend.get());
+  const bool here = ferry != nullptr && applies(*ferry);
+  if (envIs("FERRY_FUSED_PIPELINE", "1")) return here ? Form::Pipelined : Form::Python;
+  const double threshold = min.load(std::memory_order_relaxed);
+  return here && threshold >= 0 && flops >= threshold ? Form::Pipelined : Form::Composition;
 }
 
 int64_t wrapDim(const char* op, const char* what, int64_t dim, int64_t ndim) {
@@ -154,11 +166,24 @@ AllGatherMatmulResult allGatherMatmul(const at::Tensor& shard, at::TensorList Bs
                                       c10::string_view groupName, bool returnA) {
   static constexpr const char* kOp = "fused_all_gather_matmul";
   const auto backend = groupBackend(kOp, groupName, shard.device().type());
-  if (pythonForm(backend, 0)) {
+  double flops = 0;  // of the gathered A's product with every B
+  for (const at::Tensor& B : Bs) flops += 2.0 * static_cast<double>(shard.numel()) * B.size(-1);
+  flops *= backend ? backend->getSize() : 1;
+  const auto applies = [&](const FerryBackend& f) {
+    return pipelineApplies(f, shard, Bs, wrapDim(kOp, "gather_dim", gatherDim, shard.dim()), false);
+  };
+  const Form form = formOf(backend, applies, flops, allGatherMinFlops);
+  if (form == Form::Python) {
     static auto composed = c10::Dispatcher::singleton()
                                .findSchemaOrThrow("ferry::_composed_all_gather_matmul", "")
                                .typed<AllGatherMatmul>();
     return composed.call(shard, Bs, gatherDim, groupName, returnA);
+  }
+  if (form == Form::Pipelined) {
+    std::optional<at::Tensor> A;
+    auto& ferry = static_cast<FerryBackend&>(*backend);
+    std::vector<at::Tensor> outs = pipelinedAllGatherMatmul(ferry, shard, Bs, returnA, A);
+    return {std::move(A), std::move(outs)};
   }
   const at::Tensor A = allGatherRows(*backend, shard, wrapDim(kOp, "gather_dim", gatherDim, shard.dim()));
   std::vector<at::Tensor> outs;
@@ -172,12 +197,20 @@ at::Tensor matmulReduceScatter(const at::Tensor& A, const at::Tensor& B, c10::st
   static constexpr const char* kOp = "fused_matmul_reduce_scatter";
   const double flops = 2.0 * static_cast<double>(A.numel()) * static_cast<double>(B.size(-1));
   const auto backend = groupBackend(kOp, groupName, A.device().type());
-  if (pythonForm(backend, flops)) {
+  const bool sumOrMean = reduceOp == "sum" || reduceOp == "avg";
+  const auto applies = [&](const FerryBackend& f) {
+    const int64_t dim = wrapDim(kOp, "scatter_dim", scatterDim, A.dim());
+    return sumOrMean && pipelineApplies(f, A, at::TensorList(B), dim, true);
+  };
+  const Form form = formOf(backend, applies, flops, reduceScatterMinFlops);
+  if (form == Form::Python) {
     static auto composed = c10::Dispatcher::singleton()
                                .findSchemaOrThrow("ferry::_composed_matmul_reduce_scatter", "")
                                .typed<MatmulReduceScatter>();
     return composed.call(A, B, reduceOp, scatterDim, groupName);
   }
+  if (form == Form::Pipelined)
+    return pipelinedMatmulReduceScatter(static_cast<FerryBackend&>(*backend), A, B, reduceOp == "avg");
   const int64_t dim = wrapDim(kOp, "scatter_dim", scatterDim, A.dim());
   return reduceScatterRows(*backend, kOp, at::matmul(A, B), dim, reduceOp);
 }
@@ -304,7 +337,10 @@ void scaledMatmulReduceScatter(const c10::OperatorHandle& /*op*/, torch::jit::St
 
 }  // namespace
 
-void setFusedPipelineMinFlops(double flops) { pipelineMinFlops.store(flops, std::memory_order_relaxed); }
+void setFusedPipelineMinFlops(double allGather, double reduceScatter) {
+  allGatherMinFlops.store(allGather, std::memory_order_relaxed);
+  reduceScatterMinFlops.store(reduceScatter, std::memory_order_relaxed);
+}
 
 }  // namespace ferry::torch_backend
 

@@ -3,8 +3,9 @@
 
 namespace ferry::torch_backend {
 
-// The size table's threshold (python/ferry/torch/fused_pipeline.py, RS_AUTO_MIN_FLOPS): a matmul +
-// reduce-scatter of at least this many flops per rank goes to the Python body, which pipelines it.
-void setFusedPipelineMinFlops(double flops);
+// The size table's thresholds (python/ferry/torch/fused_pipeline.py, AG_AUTO_MIN_FLOPS and
+// RS_AUTO_MIN_FLOPS): on a ferry group, a call whose matmuls take at least this many flops per rank
+// runs pipelined (fused_pipeline.cpp).
+void setFusedPipelineMinFlops(double allGather, double reduceScatter);
 
 }  // namespace ferry::torch_backend

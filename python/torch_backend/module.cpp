@@ -30,6 +30,7 @@ PYBIND11_MODULE(_torch, m) {
            py::call_guard<py::gil_scoped_release>())
       .def("_deregister_tensor", &FerryBackend::deregisterTensor, py::arg("id"),
            py::call_guard<py::gil_scoped_release>());
-  // fused_pipeline.RS_AUTO_MIN_FLOPS, for the fused ops' kernels (fused_ops.cpp).
-  m.def("_set_fused_pipeline_min_flops", &ferry::torch_backend::setFusedPipelineMinFlops, py::arg("flops"));
+  // fused_pipeline.AG_AUTO_MIN_FLOPS and RS_AUTO_MIN_FLOPS, for the fused ops' kernels (fused_ops.cpp).
+  m.def("_set_fused_pipeline_min_flops", &ferry::torch_backend::setFusedPipelineMinFlops, py::arg("all_gather"),
+        py::arg("reduce_scatter"));
 }

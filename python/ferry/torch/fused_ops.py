@@ -82,7 +82,7 @@ if any(NATIVE_KEYS.values()):
     from ferry import _torch as _extension
 
     # The size table's one source is fused_pipeline.py: the C++ kernels defer to it from there.
-    _extension._set_fused_pipeline_min_flops(fused_pipeline.RS_AUTO_MIN_FLOPS)
+    _extension._set_fused_pipeline_min_flops(fused_pipeline.AG_AUTO_MIN_FLOPS, fused_pipeline.RS_AUTO_MIN_FLOPS)
 
 
 def _impl(name):
@@ -187,7 +187,7 @@ def fused_all_gather_matmul(A_shard, Bs, gather_dim, group_name, *, return_A=Tru
     op = "fused_all_gather_matmul"
     size = _group_size(op, group_name)
     dim = _dim(op, "gather_dim", gather_dim, A_shard.dim())
-    if fused_pipeline.chosen_for_all_gather(A_shard, dim, size):
+    if fused_pipeline.chosen_for_all_gather(A_shard, dim, size, Bs, group_name):
         return fused_pipeline.all_gather_matmul(A_shard, Bs, group_name, return_A)
     A = _all_gather(A_shard, dim, size, group_name)
     outs = [_matmul(A, B) for B in Bs]

@@ -1,7 +1,10 @@
-"""The pipelined forms of fused_all_gather_matmul and fused_matmul_reduce_scatter, on symmetric
-memory (symm.py), for CUDA tensors: the matmul of each rank's chunk runs as soon as that chunk is
-there, while copies of the next chunks run beside it on side streams (the copy engines: a copy
-between this GPU and a peer's mapped memory).
+"""The pipelined forms of fused_all_gather_matmul and fused_matmul_reduce_scatter in Python, on
+symmetric memory (symm.py), for CUDA tensors. Where the torch extension is built, a group of ferry's
+backend runs the C++ form instead (python/torch_backend/fused_pipeline.cpp: pushed copies and a
+device-side flag per chunk, no host between the steps); this one runs on other groups (with
+FERRY_FUSED_PIPELINE=1) and without the extension. Here the matmul of each rank's chunk runs as
+soon as that chunk is there, while copies of the next chunks run beside it on side streams (the
+copy engines: a copy between this GPU and a peer's mapped memory).
 
 All-gather + matmul: every rank puts its shard in the group's symmetric workspace and the ranks
 meet once (a signal-pad barrier); then this rank multiplies its own shard at once, and each peer's
@@ -17,13 +20,15 @@ The copies to or from each peer run on a stream of their own, so that they share
 
 It applies to 2-D and 3-D A gathered or scattered along dim 0, contiguous; fused_ops.py runs the
 unfused composition everywhere else. Which form runs (the size table; docs/fused.md has the run
-that set it): FERRY_FUSED_PIPELINE=1 pipelines every call it applies to, =0 none; unset, a
-matmul + reduce-scatter whose product takes at least RS_AUTO_MIN_FLOPS per rank is pipelined and
-everything else runs the composition. The all-gather + matmul was never faster pipelined.
+that set it): FERRY_FUSED_PIPELINE=1 pipelines every call it applies to, =0 none; unset, on a
+ferry group, a matmul + reduce-scatter whose product takes at least RS_AUTO_MIN_FLOPS per rank (an
+all-gather + matmul: AG_AUTO_MIN_FLOPS) is pipelined and everything else runs the composition. The
+C++ kernels read both thresholds from here.
 """
 
 from __future__ import annotations
 
+import math
 import os
 
 import torch
@@ -34,9 +39,14 @@ _side_streams = {}  # (device index, step) -> a copy stream
 
 
 # Where the pipelined matmul + reduce-scatter wins by default: products of at least this many
-# flops per rank (2 x rows x K x N). On 4 H100 (docs/fused.md) it was the faster form at every
-# measured shape of 4.8e11 flops and more and the slower one at every shape of 1.4e11 and less.
-RS_AUTO_MIN_FLOPS = 4e11
+# flops per rank (2 x rows x K x N). Its C++ form on 2 H100 (docs/fused.md) was 1.05-1.23x the
+# composition at shapes of 2.4e11-2.7e11 flops (and even at one), and 0.53-0.67x at 6e10; the Python
+# form on 4 H100 was the faster one at every shape of 4.8e11 and more, the slower at 1.4e11 and less.
+RS_AUTO_MIN_FLOPS = 2e11
+# The same for the all-gather + matmul (the gathered A's products with every B): never by default.
+# Its C++ form on 2 H100 was 0.93-1.03x the composition at M = 4096 and 16384: the shard's copy
+# (copy engine) ran at about half the SM-driven all-gather's rate.
+AG_AUTO_MIN_FLOPS = math.inf
 
 
 def mode() -> str:
@@ -59,9 +69,18 @@ def _applies(t: torch.Tensor, dim: int, size: int) -> bool:
             and not isinstance(t, torch._subclasses.FakeTensor))
 
 
-def chosen_for_all_gather(A_shard: torch.Tensor, dim: int, size: int) -> bool:
-    """Whether fused_all_gather_matmul runs pipelined: only where FERRY_FUSED_PIPELINE=1."""
-    return mode() == "on" and _applies(A_shard, dim, size)
+def chosen_for_all_gather(A_shard: torch.Tensor, dim: int, size: int, Bs=(), group_name: str = "") -> bool:
+    """Whether fused_all_gather_matmul runs pipelined: FERRY_FUSED_PIPELINE=1, or unset, on a group of
+    ferry's backend, products of at least AG_AUTO_MIN_FLOPS."""
+    how = mode()
+    if how == "off" or not _applies(A_shard, dim, size):
+        return False
+    if how == "on":
+        return True
+    from ferry.torch import registered_workspace
+
+    flops = sum(2 * size * A_shard.numel() * B.shape[-1] for B in Bs)
+    return flops >= AG_AUTO_MIN_FLOPS and registered_workspace.is_ferry_group(group_name, A_shard.device)
 
 
 def chosen_for_reduce_scatter(A: torch.Tensor, B: torch.Tensor, reduce_op: str, dim: int, size: int,

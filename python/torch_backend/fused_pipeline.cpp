@@ -1,0 +1,207 @@
+// The pipelined fused ops on a ferry group (fused_pipeline.hpp). Every rank's workspace is the
+// group's symmetric memory (FerryBackend::fusedWorkspace): slot p of rank q's workspace holds what
+// rank p sent rank q. Data moves by copy-engine copies pushed to the peer (cudaMemcpyAsync into its
+// mapped workspace, on a side stream per peer, so that the copies to different peers run side by
+// side and the SMs stay with the matmuls); a signal-pad flag follows each copy on its stream, and
+// the receiver's matmul of that chunk waits for the flag in a one-thread kernel on the caller's
+// stream: the host never waits, and the whole call can be captured in a CUDA graph.
+//
+// A call starts with a barrier on channel 0: every rank's stream has passed it only after every
+// kernel of its previous call (the side streams are joined to it), so no peer still reads or sums
+// a slot this call's copies overwrite, and no closing barrier is needed. Channel 1 carries the data
+// signals: one per pair and call, each consumed by its wait before the next can be set.
+#include "fused_pipeline.hpp"
+
+#include <ATen/cuda/CUDAEvent.h>
+#include <c10/cuda/CUDACachingAllocator.h>
+#include <c10/cuda/CUDAGuard.h>
+#include <c10/cuda/CUDAStream.h>
+#include <c10/util/Exception.h>
+
+#include <chrono>
+#include <map>
+#include <mutex>
+#include <string>
+#include <utility>
+
+#include "ferry/errors.hpp"
+
+namespace ferry::torch_backend {
+
+namespace {
+
+constexpr int kStartChannel = 0;  // the call's opening barrier
+constexpr int kDataChannel = 1;   // "the chunk from me is in your workspace"
+
+// The copy stream of one peer step on a device: its own stream, so that the copies to different
+// peers are not queued one after another.
+c10::cuda::CUDAStream sideStream(c10::DeviceIndex device, int step) {
+  static std::mutex mu;
+  static std::map<std::pair<int, int>, c10::cuda::CUDAStream> streams;
+  std::lock_guard lock(mu);
+  const auto key = std::make_pair(static_cast<int>(device), step);
+  auto found = streams.find(key);
+  if (found == streams.end())
+    found = streams.emplace(key, c10::cuda::getStreamFromPool(/*isHighPriority=*/false, device)).first;
+  return found->second;
+}
+
+// `from`'s work so far comes before what is queued on `to` next (an event, no host wait).
+void order(const c10::cuda::CUDAStream& from, const c10::cuda::CUDAStream& to) {
+  at::cuda::CUDAEvent done;
+  done.record(from);
+  done.block(to);
+}
+
+// Every wait of these kernels gives up after FERRY_DEVICE_TIMEOUT (zero: SymmetricMemory's
+// default), as the Comm's own do, naming the rank it waited for; the host sees the error at its
+// next synchronisation.
+constexpr std::chrono::duration<double> kWaitBound{0};
+
+// rows x cols of `like`'s dtype at `address` (a slot of a workspace), owned by the workspace.
+at::Tensor slotView(void* address, int64_t rows, int64_t cols, const at::Tensor& like) {
+  return at::from_blob(address, {rows, cols}, like.options());
+}
+
+// a @ b into `out`, a view of a larger tensor (rows of the output, a workspace slot).
+void mmInto(at::Tensor out, const at::Tensor& a, const at::Tensor& b) { at::mm_out(out, a, b); }
+
+char* slotAddress(const SymmetricMemory& ws, int rank, int slot, std::size_t slotBytes) {
+  return static_cast<char*>(ws.bufferPtrs()[rank]) + static_cast<std::size_t>(slot) * slotBytes;
+}
+
+// Copies `bytes` from `src` (this GPU) into `dst` (a peer's mapped workspace) on `stream`, then
+// signals `peer` on the data channel after it; `keep`'s memory stays out of the allocator's hands
+// until the stream is done with it.
+void push(const SymmetricMemory& ws, void* dst, const at::Tensor& keep, std::size_t bytes, int peer,
+          const c10::cuda::CUDAStream& stream, std::chrono::duration<double> bound) {
+  C10_CUDA_CHECK(cudaMemcpyAsync(dst, keep.data_ptr(), bytes, cudaMemcpyDeviceToDevice, stream.stream()));
+  ws.putSignal(peer, kDataChannel, bound, stream.stream());
+  c10::cuda::CUDACachingAllocator::recordStream(keep.storage().data_ptr(), stream);
+}
+
+// Runs body; a ferry::Error (a bad signal argument, a failed launch) becomes torch's
+// DistBackendError naming the rank and the op, as the backend's other ops do.
+template <typename Body>
+auto guarded(const FerryBackend& backend, const char* op, Body&& body) {
+  try {
+    return body();
+  } catch (const Error& e) {
+    C10_THROW_ERROR(DistBackendError, "ferry backend: rank " + std::to_string(backend.getRank()) + ": " + op +
+                                          " (pipelined): " + e.what());
+  }
+}
+
+}  // namespace
+
+bool pipelineApplies(const FerryBackend& backend, const at::Tensor& a, at::TensorList Bs, int64_t dim,
+                     bool rowsSplit) {
+  const int64_t n = backend.getSize();
+  const auto t = a.scalar_type();
+  if (!a.is_cuda() || dim != 0 || (a.dim() != 2 && a.dim() != 3) || !a.is_contiguous() || a.numel() == 0 ||
+      n < 2 || !backend.sumsInFloat32Here() || (t != at::kFloat && t != at::kHalf && t != at::kBFloat16))
+    return false;
+  if (rowsSplit && a.size(0) % n != 0) return false;
+  for (const at::Tensor& B : Bs)
+    if (B.dim() != 2 || B.scalar_type() != t || B.size(0) != a.size(-1) || B.device() != a.device())
+      return false;
+  return !Bs.empty();
+}
+
+std::vector<at::Tensor> pipelinedAllGatherMatmul(FerryBackend& backend, const at::Tensor& shard,
+                                                 at::TensorList Bs, bool returnA,
+                                                 std::optional<at::Tensor>& gathered) {
+  static constexpr const char* kOp = "fused_all_gather_matmul";
+  const int n = backend.getSize(), r = backend.getRank();
+  const c10::DeviceIndex device = shard.device().index();
+  c10::cuda::CUDAGuard guard(device);
+  const int64_t k = shard.size(-1), rows = shard.numel() / k;  // a shard's rows, leading dims merged
+  const std::size_t slotBytes = shard.nbytes();
+  const SymmetricMemory& ws = backend.fusedWorkspace(static_cast<std::size_t>(n) * slotBytes, kOp);
+  const auto bound = kWaitBound;
+  const c10::cuda::CUDAStream cur = c10::cuda::getCurrentCUDAStream(device);
+  const at::Tensor a = shard.view({rows, k});
+
+  std::vector<int64_t> gatheredShape(shard.sizes().begin(), shard.sizes().end());
+  gatheredShape[0] *= n;
+  std::vector<at::Tensor> outs, flat;
+  for (const at::Tensor& B : Bs) {
+    std::vector<int64_t> shape(gatheredShape.begin(), gatheredShape.end() - 1);
+    shape.push_back(B.size(1));
+    outs.push_back(at::empty(shape, shard.options()));
+    flat.push_back(outs.back().view({n * rows, B.size(1)}));
+  }
+  at::Tensor A;
+  if (returnA) A = at::empty(gatheredShape, shard.options());
+  const at::Tensor A2 = returnA ? A.view({n * rows, k}) : at::Tensor();
+
+  guarded(backend, kOp, [&] {
+    ws.barrier(kStartChannel, bound, cur.stream());
+    // Step s sends to rank r + s, which waits for rank r at its step s: the first chunk each rank
+    // waits for is the first one sent to it.
+    std::vector<c10::cuda::CUDAStream> sides;
+    for (int step = 1; step < n; ++step) {
+      const int dst = (r + step) % n;
+      sides.push_back(sideStream(device, step));
+      order(cur, sides.back());  // after the barrier, and after whatever wrote the shard
+      push(ws, slotAddress(ws, dst, r, slotBytes), shard, slotBytes, dst, sides.back(), bound);
+    }
+    for (std::size_t i = 0; i < Bs.size(); ++i) mmInto(flat[i].narrow(0, r * rows, rows), a, Bs[i]);
+    if (returnA) A2.narrow(0, r * rows, rows).copy_(a);
+    for (int step = 1; step < n; ++step) {
+      const int src = (r - step + n) % n;
+      ws.waitSignal(src, kDataChannel, bound, cur.stream());
+      const at::Tensor chunk = slotView(slotAddress(ws, r, src, slotBytes), rows, k, shard);
+      for (std::size_t i = 0; i < Bs.size(); ++i) mmInto(flat[i].narrow(0, src * rows, rows), chunk, Bs[i]);
+      if (returnA) A2.narrow(0, src * rows, rows).copy_(chunk);
+    }
+    for (const auto& side : sides) order(side, cur);  // the shard's reads are over when the op is
+    return 0;
+  });
+  gathered = returnA ? std::optional<at::Tensor>(A) : std::nullopt;
+  return outs;
+}
+
+at::Tensor pipelinedMatmulReduceScatter(FerryBackend& backend, const at::Tensor& A, const at::Tensor& B,
+                                        bool average) {
+  static constexpr const char* kOp = "fused_matmul_reduce_scatter";
+  const int n = backend.getSize(), r = backend.getRank();
+  const c10::DeviceIndex device = A.device().index();
+  c10::cuda::CUDAGuard guard(device);
+  const int64_t k = A.size(-1), cols = B.size(1);
+  const int64_t rows = A.numel() / k / n;  // the rows each rank keeps, leading dims merged
+  const std::size_t slotBytes = static_cast<std::size_t>(rows * cols) * A.element_size();
+  const SymmetricMemory& ws = backend.fusedWorkspace(static_cast<std::size_t>(n) * slotBytes, kOp);
+  const auto bound = kWaitBound;
+  const c10::cuda::CUDAStream cur = c10::cuda::getCurrentCUDAStream(device);
+  const at::Tensor a = A.view({n * rows, k});
+
+  at::Tensor sum = guarded(backend, kOp, [&] {
+    ws.barrier(kStartChannel, bound, cur.stream());
+    std::vector<c10::cuda::CUDAStream> sides;
+    for (int step = 1; step < n; ++step) {
+      const int dst = (r + step) % n;
+      const at::Tensor product = at::mm(a.narrow(0, dst * rows, rows), B);
+      sides.push_back(sideStream(device, step));
+      order(cur, sides.back());  // the product is made, and the barrier passed
+      push(ws, slotAddress(ws, dst, r, slotBytes), product, slotBytes, dst, sides.back(), bound);
+    }
+    // This rank's own rows go straight into its own slot, while the last copies are in flight.
+    mmInto(slotView(slotAddress(ws, r, r, slotBytes), rows, cols, A), a.narrow(0, r * rows, rows), B);
+    for (int step = 1; step < n; ++step) ws.waitSignal((r - step + n) % n, kDataChannel, bound, cur.stream());
+    // The n products of this rank's rows lie side by side. ATen sums 16-bit floats in float32 and
+    // rounds once (one kernel); a mean divides before its one rounding.
+    const at::Tensor slots = at::from_blob(ws.bufferPtrs()[r], {n, rows * cols}, A.options());
+    at::Tensor total =
+        average ? slots.sum(0, /*keepdim=*/false, at::kFloat).div_(static_cast<double>(n)).to(A.scalar_type())
+                : slots.sum(0);
+    for (const auto& side : sides) order(side, cur);
+    return total;
+  });
+  std::vector<int64_t> shape(A.sizes().begin(), A.sizes().end() - 1);
+  shape[0] /= n;
+  shape.push_back(cols);
+  return sum.view(shape);
+}
+
+}  // namespace ferry::torch_backend
