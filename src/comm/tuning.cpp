@@ -49,6 +49,11 @@ std::vector<TuningRow> defaultTuning() {
       unregistered(Collective::AllGather, "allgather_p2p"),
       unregistered(Collective::AllToAll, "alltoall_p2p"),
       unregistered(Collective::Broadcast, "broadcast_p2p"),
+      // 2 H100, 2026-11-28 (docs/measurements/h100x2-2026-11-28-fd17eb7-wave-pipelined.md):
+      // reduce_chain 764 us at 256 MiB and 2994 at 1 GiB against reduce_two_shot's 778 and 3068;
+      // behind at 16 and 64 MiB (118 / 260 against 57 / 201).
+      {Collective::Reduce, 2, 128 * MiB, "reduce_two_shot", anyType, false},
+      unregistered(Collective::Reduce, "reduce_chain"),
   };
   // Four ranks: ferry-bench broadcast, bf16, 2026-11-26. Unregistered, on 4 H200 (NVSwitch):
   // broadcast_push is bound by the root's links (120 GB/s at 1 GiB); broadcast_scatter sends each

@@ -170,6 +170,8 @@ TEST(DefaultTuning, TwoRanksFollowTheirMeasurement) {
   EXPECT_EQ(selected(s, call(Collective::Broadcast, 1ull << 30, 2, false), two), "broadcast_p2p");
   EXPECT_EQ(selected(s, call(Collective::Broadcast, 32 << 20, 2, true), two), "broadcast_push");
   EXPECT_EQ(selected(s, call(Collective::Reduce, 1ull << 30, 2, true), two), "reduce_two_shot");
+  EXPECT_EQ(selected(s, call(Collective::Reduce, 64 << 20, 2, false), two), "reduce_two_shot");
+  EXPECT_EQ(selected(s, call(Collective::Reduce, 1ull << 30, 2, false), two), "reduce_chain");
 }
 
 // Four ranks broadcast large calls by scatter + all-gather, and from 64 MiB down a chain (unregistered
