@@ -44,7 +44,7 @@ __global__ void __launch_bounds__(kThreads)
   const int R = c.nranks, r = c.rank;
   const unsigned receivers = receiversOf(r, root);
   const Range part = splitRange((bytes + 7) / 8, gridDim.x, blockIdx.x, 1);
-  // This thread's first word is loaded beside the call's ticket and the peers' start words (at
+  // This thread's first word is loaded beside the call's count and the peers' start words (at
   // small sizes it is every word).
   const std::uint64_t w0 = part.begin + threadIdx.x;
   std::uint64_t first = 0;

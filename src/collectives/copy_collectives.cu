@@ -56,7 +56,7 @@ __global__ void __launch_bounds__(kThreads) copyLL(CollectiveContext c, CopyPlan
   // no round trip of its own before the receives. An all-to-all's words lie in different lines and
   // are all loaded before any is stored (loaded between the stores, each would wait for the one
   // before); an all-gather's or a broadcast's peers all get word 0: one load. The first round is
-  // loaded at the call's start, with its ticket (allreduce.cu, allReduceLL).
+  // loaded at the call's start, with its count of calls done (allreduce.cu, allReduceLL).
   const std::uint64_t w0 = part.begin + threadIdx.x;
   const bool own = plan.copiesOwn(r), perPeer = plan.perPeer();
   std::uint64_t out[kMaxRanks] = {};

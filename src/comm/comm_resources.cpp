@@ -31,7 +31,7 @@ CommResources::CommResources(Communicator& comm, std::uint64_t llSlotDataBytes, 
   const std::uint64_t llHalf = roundUp(llSlotBytes * static_cast<std::uint64_t>(size), kAlign);
   const std::uint64_t scratchHalf = roundUp(std::max<std::uint64_t>(scratchBytes / 2, 16), kAlign);
 
-  const std::uint64_t flagsOffset = 256;
+  const std::uint64_t flagsOffset = roundUp(sizeof(CallState), 256);  // the call state first
   const std::uint64_t descriptorsOffset = roundUp(flagsOffset + sizeof(std::uint64_t) * kFlagSlots * kMaxRanks, 256);
   const std::uint64_t llOffset = roundUp(descriptorsOffset + sizeof(DirectDescriptor) * 2 * kMaxRanks, kAlign);
   const std::uint64_t scratchOffset = llOffset + 2 * llHalf;

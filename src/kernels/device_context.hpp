@@ -45,14 +45,12 @@ inline constexpr int kFlagSlots = 8192;  // a plan's 64 lanes of channel rows (e
 // What every algorithm of the Comm shares: the call counter and the abort word. State of one
 // algorithm's own lives elsewhere (Algorithm::deviceStateBytes).
 struct CallState {
-  std::uint64_t tickets;  // calls completed on this rank << kTicketBits | blocks of the running call started
   std::uint32_t aborted;  // raised by Comm::abort on any rank; every wait then gives up
   std::uint32_t unused;
+  // The calls completed on this rank, once per block index: block b of a call reads calls[b] and
+  // no other (loadCallsDone), so no block of a call waits for another's count (endCall).
+  std::uint64_t calls[kMaxBlocks];
 };
-
-// A kernel's blocks (kMaxBlocks at most) fit in the low bits of CallState::tickets.
-inline constexpr int kTicketBits = 16;
-static_assert(kMaxBlocks < (1 << kTicketBits));
 
 inline constexpr int kShapeBits = 24;
 inline constexpr std::uint64_t kShapeMask = (std::uint64_t{1} << kShapeBits) - 1;
@@ -158,56 +156,21 @@ FERRY_DEVICE FERRY_INLINE void awaitPreviousKernel() {
 #endif
 }
 
-// The call's number, from CallState::tickets: the calls completed, and below them how many blocks
-// of the running call have started.
-//
-// A kernel of several blocks: each block takes a ticket at its start (thread 0, one atomic, shared
-// with the block after beginCall's barrier). The block that takes the grid's last ticket advances
-// the calls and clears the count, without waiting for that atomic to return: no block of this
-// kernel reads the word again, and the next kernel reads it only once this one has ended (stream
-// order, or awaitPreviousKernel before its ticket under FERRY_LAUNCH_PDL). So no block
-// counts itself at its end, which put an atomic's round trip (0.26 us on 2 H200) between a
-// multi-block call's last store and its end.
-//
-// A kernel of one block needs no count: every thread loads the word (no barrier), and thread 0
-// stores the next value at the end (endCall), after every thread has read it. (A ticket in every
-// kernel made a one-block call about 0.2 us slower on 2 H200: an atomic, and a barrier after it.)
-// Both are strong accesses, not loads through the SM's L1, which may hold a line an earlier
-// kernel's block read there when this kernel was launched early (FERRY_LAUNCH_PDL).
-FERRY_DEVICE FERRY_INLINE std::uint64_t loadTickets(const CollectiveContext& c) {
-  return atomicLoad<std::uint64_t, cuda::thread_scope_device>(&c.state->tickets, memory_order_relaxed);
+// The call's number: the calls completed, as block b's copy of the count holds it (CallState::calls).
+// Every copy holds the same count between kernels: every block of a call of g blocks stores the new
+// count into copies b, b + g, b + 2g, ... at its end (endCall), after its own threads have read
+// copy b; no block of the call reads another's copy, and the next kernel of the stream reads them
+// only once this one has ended (stream order, or awaitPreviousKernel under FERRY_LAUNCH_PDL). So a
+// call's start is a load, in every block: no atomic, no barrier, and no block counts the others.
+// (It replaced a ticket per block, one atomic and a barrier to share it: 0.18-0.39 us a call from
+// 16 KiB on 2 H100, docs/architecture.md, "Latency".)
+// Strong accesses, not loads through the SM's L1, which may hold a line an earlier kernel's block
+// read there when this kernel was launched early (FERRY_LAUNCH_PDL).
+FERRY_DEVICE FERRY_INLINE std::uint64_t loadCallsDone(const CollectiveContext& c) {
+  return atomicLoad<std::uint64_t, cuda::thread_scope_device>(&c.state->calls[blockIdx.x], memory_order_relaxed);
 }
-FERRY_DEVICE FERRY_INLINE std::uint64_t takeTicket(const CollectiveContext& c) {
-  return atomicFetchAdd<std::uint64_t, cuda::thread_scope_device>(&c.state->tickets, std::uint64_t{1},
-                                                                  memory_order_relaxed);
-}
-
-// The call number a ticket (or, in one block, the loaded word) gives: 1 for the first call. The
-// grid's last ticket also closes the call.
-FERRY_DEVICE FERRY_INLINE std::uint64_t callOfTicket(const CollectiveContext& c, std::uint64_t ticket) {
-  const auto started = static_cast<std::uint32_t>(ticket & ((std::uint64_t{1} << kTicketBits) - 1));
-  if (gridDim.x > 1 && threadIdx.x == 0 && started + 1 == gridDim.x)
-    atomicFetchAdd<std::uint64_t, cuda::thread_scope_device>(
-        &c.state->tickets, (std::uint64_t{1} << kTicketBits) - gridDim.x, memory_order_relaxed);
-  return (ticket >> kTicketBits) + 1;
-}
-
-// The whole block, at its start: the word its call number comes from (see loadTickets).
-FERRY_DEVICE FERRY_INLINE std::uint64_t issueTicket(const CollectiveContext& c) {
-  if (gridDim.x == 1) return loadTickets(c);
-  return threadIdx.x == 0 ? takeTicket(c) : 0;
-}
-// ... and the call number, once the block's other first loads are in flight (a barrier where
-// there are several blocks).
-FERRY_DEVICE FERRY_INLINE std::uint64_t callOfIssued(const CollectiveContext& c, std::uint64_t word) {
-  if (gridDim.x > 1) {
-    __shared__ std::uint64_t ticket;
-    if (threadIdx.x == 0) ticket = word;
-    __syncthreads();
-    word = ticket;
-  }
-  return callOfTicket(c, word);
-}
+// The call number the loaded count gives: 1 for the first call.
+FERRY_DEVICE FERRY_INLINE std::uint64_t callOfCount(std::uint64_t done) { return done + 1; }
 
 // What beginCall hands the kernel: the call's number, and in thread p (one per peer) the start
 // word of peer p as it was loaded at the kernel's start, which awaitPeersStarted checks before it
@@ -221,7 +184,7 @@ struct CallStart {
 // peers' start words it loaded (CallStart). Block 0 announces m to every peer.
 //
 // Three loads are in flight at once, so the start costs one memory round trip, not three: the
-// ticket (loadTickets), what `prefetch` loads (a kernel's first words of input, which it must not
+// count of calls done (loadCallsDone), what `prefetch` loads (a kernel's first words of input, which it must not
 // use before this returns), and each peer's start word (thread p). The start word's load is an
 // acquire, which holds back only the loads after it, so it comes last.
 //
@@ -235,12 +198,12 @@ struct CallStart {
 template <class Prefetch>
 FERRY_DEVICE FERRY_INLINE CallStart beginCall(const CollectiveContext& c, Prefetch&& prefetch) {
   awaitPreviousKernel();
-  const std::uint64_t word = issueTicket(c);
+  const std::uint64_t done = loadCallsDone(c);
   prefetch();
   const int p = static_cast<int>(threadIdx.x);
   const bool peer = p < c.nranks && p != c.rank;
   const std::uint64_t seen = peer ? rowSemaphore(c, 0, p).inboundValue() : 0;
-  const std::uint64_t m = callOfIssued(c, word);
+  const std::uint64_t m = callOfCount(done);
   stampPhase(c.stamps, m, kEntered, c.op, c.count);
   if (blockIdx.x == 0 && peer) rowSemaphore(c, 0, p).relaxedSignalAt(startWord(m, c.shape));
   stampPhase(c.stamps, m, kAnnounced);
@@ -313,20 +276,19 @@ FERRY_DEVICE FERRY_INLINE void exchangeSignals(const CollectiveContext& c, std::
   signalAndWait(c, value, ~0u, ~0u);
 }
 
-// Every block calls this last. Block 0 checks the shape of every peer still in this call (the
-// block's last threads, so they load beside thread 0's store of a one-block call's tickets). A peer
-// may already be in the next call, whose word hides this one's shape; whichever of a pair finishes
-// first sees the other's.
+// Every block calls this last: it counts the call done in its copies of the count (see
+// loadCallsDone), after the barrier that follows every read of them. Block 0 checks the shape of
+// every peer still in this call (the block's last threads, so they load beside the first threads'
+// stores). A peer may already be in the next call, whose word hides this one's shape; whichever of
+// a pair finishes first sees the other's.
 FERRY_DEVICE FERRY_INLINE void endCall(const CollectiveContext& c, std::uint64_t m) {
   __syncthreads();
   stampPhase(c.stamps, m, kDataDone);
   const int checker = static_cast<int>(blockDim.x - 1 - threadIdx.x);
   if (blockIdx.x == 0 && checker < c.nranks && checker != c.rank)
     checkPeerShape(c, checker, atomicLoad(rowSemaphore(c, 0, checker).inbound, memory_order_relaxed), m);
-  // Several blocks: the calls advanced when the last block took its ticket (loadTickets).
-  if (gridDim.x == 1 && threadIdx.x == 0)
-    atomicStore<std::uint64_t, cuda::thread_scope_device>(&c.state->tickets, m << kTicketBits,
-                                                          memory_order_relaxed);
+  for (unsigned b = blockIdx.x + threadIdx.x * gridDim.x; b < kMaxBlocks; b += blockDim.x * gridDim.x)
+    atomicStore<std::uint64_t, cuda::thread_scope_device>(&c.state->calls[b], m, memory_order_relaxed);
   stampPhase(c.stamps, m, kExited);
 }
 

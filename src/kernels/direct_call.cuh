@@ -119,7 +119,7 @@ FERRY_DEVICE FERRY_INLINE std::uint64_t beginDirect(const CollectiveContext& c, 
                                                     const char* send, char* recv, DirectBuffers& out,
                                                     unsigned recvPeers = ~0u) {
   awaitPreviousKernel();
-  const std::uint64_t m = callOfIssued(c, issueTicket(c));
+  const std::uint64_t m = callOfCount(loadCallsDone(c));
   stampPhase(c.stamps, m, kEntered, c.op, c.count);
   const int p = static_cast<int>(threadIdx.x);
   if (p < c.nranks && p != c.rank) {

@@ -3,6 +3,7 @@
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
+#include <string>
 #include <cstdint>
 #include <utility>
 
@@ -36,6 +37,10 @@ inline unsigned gridFor(const CollectiveContext& c, std::uint64_t units, std::ui
 template <class... Params, class... Args>
 void launchCollective(bool early, void (*kernel)(Params...), unsigned grid, unsigned threads,
                       cudaStream_t stream, Args&&... args) {
+  // Block b counts calls in CallState::calls[b] (device_context.hpp, loadCallsDone).
+  if (grid > static_cast<unsigned>(kMaxBlocks))
+    throw Error(ErrorCode::InternalError, "a collective kernel of " + std::to_string(grid) + " blocks: at most " +
+                                         std::to_string(kMaxBlocks) + " count calls (report this as a bug)");
   cudaLaunchConfig_t config{};
   config.gridDim = dim3(grid);
   config.blockDim = dim3(threads);
