@@ -11,7 +11,6 @@
 #include <algorithm>
 
 #include "ferry/errors.hpp"
-#include "ferry/memory.hpp"
 
 namespace ferry::torch_backend {
 
@@ -188,32 +187,27 @@ void FerryBackend::deregisterTensor(int64_t id) {
   }
 }
 
-const SymmetricMemory& FerryBackend::fusedWorkspace(std::size_t bytes, const char* name) {
+std::shared_ptr<const SymmetricMemory> FerryBackend::beginFused(std::size_t bytes, cudaStream_t stream,
+                                                                const char* name) {
   std::lock_guard lock(mu_);
   c10::cuda::CUDAGuard guard(static_cast<c10::DeviceIndex>(device_));
   Comm& c = comm(name);
-  if (workspace_ && workspace_->bufferBytes() >= bytes) return *workspace_;
   const std::string who = "ferry backend: rank " + std::to_string(rank_) + ": " + name;
   TORCH_CHECK(sumsInFloat32Here(), who, ": the pipelined form needs the group's ranks on one host");
-  cudaStreamCaptureStatus capturing = cudaStreamCaptureStatusNone;
-  const auto current = c10::cuda::getCurrentCUDAStream(static_cast<c10::DeviceIndex>(device_));
-  TORCH_CHECK(cudaStreamIsCapturing(current.stream(), &capturing) == cudaSuccess &&
-                  capturing == cudaStreamCaptureStatusNone,
-              who, ": its workspace must grow to ", bytes,
-              " bytes, which meets every rank and cannot be captured in a CUDA graph: run the op once "
-              "with these shapes before capturing it, or set FERRY_FUSED_PIPELINE=0");
-  // Half again what is asked, so that a run of growing shapes does not meet the ranks at each one.
-  const std::size_t grown = std::max(bytes, workspace_ ? workspace_->bufferBytes() + workspace_->bufferBytes() / 2 : 0);
-  try {
-    workspace_.reset();  // (waits for this GPU's work on it; every peer's puts into it have landed)
-    workspaceMemory_ = gpuAlloc(grown);
-    workspace_ = SymmetricMemory::rendezvous(c.communicator(), workspaceMemory_.get(), grown);
-  } catch (const Error& e) {
-    workspace_.reset();
-    workspaceMemory_.reset();
-    C10_THROW_ERROR(DistBackendError, who + ": making its symmetric workspace: " + e.what());
-  }
-  return *workspace_;
+  if (!fused_) fused_ = std::make_unique<FusedWorkspace>(device_);
+  return fused_->begin(c.communicator(), bytes, stream, who);
+}
+
+void FerryBackend::endFused(cudaStream_t stream) {
+  std::lock_guard lock(mu_);
+  if (fused_) fused_->end(stream);
+}
+
+c10::cuda::CUDAStream FerryBackend::fusedSide(int step) {
+  std::lock_guard lock(mu_);
+  c10::cuda::CUDAGuard guard(static_cast<c10::DeviceIndex>(device_));
+  if (!fused_) fused_ = std::make_unique<FusedWorkspace>(device_);
+  return fused_->side(step);
 }
 
 void FerryBackend::abort() {
@@ -227,8 +221,7 @@ void FerryBackend::abort() {
 void FerryBackend::shutdown() {
   std::lock_guard lock(mu_);
   if (!comm_) return;
-  workspace_.reset();  // waits for this GPU's work, which the pipelined ops' waits bound
-  workspaceMemory_.reset();
+  fused_.reset();  // waits for this GPU's work, which the pipelined ops' waits bound
   comm_.reset();  // waits for the group's queued work (bounded by FERRY_DEVICE_TIMEOUT)
   gone_ = "shut down";
 }

@@ -25,6 +25,7 @@
 #include "ferry/bootstrap.hpp"
 #include "ferry/comm.hpp"
 #include "ferry/symmetric_memory.hpp"
+#include "fused_workspace.hpp"
 #include "tensors.hpp"
 #include "work.hpp"
 
@@ -118,12 +119,15 @@ class FerryBackend : public c10d::Backend {
   void reduceScatterInFloat32(at::Tensor& input, at::Tensor& output, bool average, const char* name);
   bool sumsInFloat32Here() const { return bootstrap_ != nullptr && bootstrap_->numNodes() == 1; }
 
-  // The pipelined fused ops' workspace (fused_pipeline.cpp): symmetric memory of at least `bytes`
-  // on every rank of the group, every rank's mapped here. Collective when it grows: every rank asks
-  // for the same size at the same call (the ops' shapes agree), which is refused inside a CUDA graph
-  // capture; one that is large enough is returned as it is, captured or not. Only where the group's
-  // ranks share a host (sumsInFloat32Here: symmetric memory maps peers over CUDA IPC).
-  const SymmetricMemory& fusedWorkspace(std::size_t bytes, const char* name);
+  // The pipelined fused ops' workspace (fused_pipeline.cpp, fused_workspace.hpp): beginFused starts
+  // a call on `stream` with symmetric memory of at least `bytes` on every rank of the group
+  // (collective when it grows), endFused ends it, fusedSide(step) is peer step `step`'s copy stream.
+  // Only where the group's ranks share a host (sumsInFloat32Here: symmetric memory maps peers over
+  // CUDA IPC).
+  std::shared_ptr<const SymmetricMemory> beginFused(std::size_t bytes, cudaStream_t stream, const char* name);
+  void endFused(cudaStream_t stream);
+  c10::cuda::CUDAStream fusedSide(int step);
+  int device() const { return device_; }
 
   // abort: stops the Comm on every rank at once (its kernels give up their waits; no hang), then
   // frees it. shutdown: waits for this group's work, then frees the Comm. Later ops are errors.
@@ -156,9 +160,7 @@ class FerryBackend : public c10d::Backend {
   std::chrono::milliseconds timeout_;
   std::shared_ptr<TcpBootstrap> bootstrap_;  // kept for split
   std::unique_ptr<Comm> comm_;
-  // fusedWorkspace's memory and its rendezvous (declared after comm_: released before it).
-  std::shared_ptr<void> workspaceMemory_;
-  std::shared_ptr<SymmetricMemory> workspace_;
+  std::unique_ptr<FusedWorkspace> fused_;  // made at the first pipelined call; goes before comm_
   std::string gone_;  // why comm_ is null: "aborted", "shut down", or whyNotNative_
   std::string whyNotNative_;
   c10::cuda::CUDAStream stream_;

@@ -1,5 +1,6 @@
 // The pipelined fused ops on a ferry group (fused_pipeline.hpp). Every rank's workspace is the
-// group's symmetric memory (FerryBackend::fusedWorkspace): slot p of rank q's workspace holds what
+// group's symmetric memory (FusedWorkspace, through FerryBackend::beginFused, which also orders a
+// call made on another stream after the previous one): slot p of rank q's workspace holds what
 // rank p sent rank q. Data moves by copy-engine copies pushed to the peer (cudaMemcpyAsync into its
 // mapped workspace, on a side stream per peer, so that the copies to different peers run side by
 // side and the SMs stay with the matmuls); a signal-pad flag follows each copy on its stream, and
@@ -7,8 +8,9 @@
 // stream: the host never waits, and the whole call can be captured in a CUDA graph.
 //
 // A call starts with a barrier on channel 0: every rank's stream has passed it only after every
-// kernel of its previous call (the side streams are joined to it), so no peer still reads or sums
-// a slot this call's copies overwrite, and no closing barrier is needed. Channel 1 carries the data
+// kernel of its previous call (the side streams are joined to it, and a call on another stream
+// waits for the previous call's end), so no peer still reads or sums a slot this call's copies
+// overwrite, and no closing barrier is needed. Channel 1 carries the data
 // signals: one per pair and call, each consumed by its wait before the next can be set.
 #include "fused_pipeline.hpp"
 
@@ -19,8 +21,6 @@
 #include <c10/util/Exception.h>
 
 #include <chrono>
-#include <map>
-#include <mutex>
 #include <string>
 #include <utility>
 
@@ -33,25 +33,28 @@ namespace {
 constexpr int kStartChannel = 0;  // the call's opening barrier
 constexpr int kDataChannel = 1;   // "the chunk from me is in your workspace"
 
-// The copy stream of one peer step on a device: its own stream, so that the copies to different
-// peers are not queued one after another.
-c10::cuda::CUDAStream sideStream(c10::DeviceIndex device, int step) {
-  static std::mutex mu;
-  static std::map<std::pair<int, int>, c10::cuda::CUDAStream> streams;
-  std::lock_guard lock(mu);
-  const auto key = std::make_pair(static_cast<int>(device), step);
-  auto found = streams.find(key);
-  if (found == streams.end())
-    found = streams.emplace(key, c10::cuda::getStreamFromPool(/*isHighPriority=*/false, device)).first;
-  return found->second;
-}
-
 // `from`'s work so far comes before what is queued on `to` next (an event, no host wait).
 void order(const c10::cuda::CUDAStream& from, const c10::cuda::CUDAStream& to) {
   at::cuda::CUDAEvent done;
   done.record(from);
   done.block(to);
 }
+
+// The side streams a call forked from `cur`, joined back to it when the call's queuing ends, also
+// when it ends in an error (a failed allocation, a refused launch): a capture must not end with a
+// stream left forked, and the caller's next work must come after the copies that read its tensors.
+struct Forked {
+  const c10::cuda::CUDAStream& cur;
+  std::vector<c10::cuda::CUDAStream> sides;
+  ~Forked() {
+    for (const auto& side : sides) {
+      try {
+        order(side, cur);
+      } catch (...) {  // (already failing: the first error is the one reported)
+      }
+    }
+  }
+};
 
 // Every wait of these kernels gives up after FERRY_DEVICE_TIMEOUT (zero: SymmetricMemory's
 // default), as the Comm's own do, naming the rank it waited for; the host sees the error at its
@@ -117,7 +120,6 @@ std::vector<at::Tensor> pipelinedAllGatherMatmul(FerryBackend& backend, const at
   c10::cuda::CUDAGuard guard(device);
   const int64_t k = shard.size(-1), rows = shard.numel() / k;  // a shard's rows, leading dims merged
   const std::size_t slotBytes = shard.nbytes();
-  const SymmetricMemory& ws = backend.fusedWorkspace(static_cast<std::size_t>(n) * slotBytes, kOp);
   const auto bound = kWaitBound;
   const c10::cuda::CUDAStream cur = c10::cuda::getCurrentCUDAStream(device);
   const at::Tensor a = shard.view({rows, k});
@@ -135,16 +137,18 @@ std::vector<at::Tensor> pipelinedAllGatherMatmul(FerryBackend& backend, const at
   if (returnA) A = at::empty(gatheredShape, shard.options());
   const at::Tensor A2 = returnA ? A.view({n * rows, k}) : at::Tensor();
 
+  const auto held = backend.beginFused(static_cast<std::size_t>(n) * slotBytes, cur.stream(), kOp);
+  const SymmetricMemory& ws = *held;
   guarded(backend, kOp, [&] {
+    Forked forked{cur, {}};
     ws.barrier(kStartChannel, bound, cur.stream());
     // Step s sends to rank r + s, which waits for rank r at its step s: the first chunk each rank
     // waits for is the first one sent to it.
-    std::vector<c10::cuda::CUDAStream> sides;
     for (int step = 1; step < n; ++step) {
       const int dst = (r + step) % n;
-      sides.push_back(sideStream(device, step));
-      order(cur, sides.back());  // after the barrier, and after whatever wrote the shard
-      push(ws, slotAddress(ws, dst, r, slotBytes), shard, slotBytes, dst, sides.back(), bound);
+      forked.sides.push_back(backend.fusedSide(step));
+      order(cur, forked.sides.back());  // after the barrier, and after whatever wrote the shard
+      push(ws, slotAddress(ws, dst, r, slotBytes), shard, slotBytes, dst, forked.sides.back(), bound);
     }
     for (std::size_t i = 0; i < Bs.size(); ++i) mmInto(flat[i].narrow(0, r * rows, rows), a, Bs[i]);
     if (returnA) A2.narrow(0, r * rows, rows).copy_(a);
@@ -155,9 +159,9 @@ std::vector<at::Tensor> pipelinedAllGatherMatmul(FerryBackend& backend, const at
       for (std::size_t i = 0; i < Bs.size(); ++i) mmInto(flat[i].narrow(0, src * rows, rows), chunk, Bs[i]);
       if (returnA) A2.narrow(0, src * rows, rows).copy_(chunk);
     }
-    for (const auto& side : sides) order(side, cur);  // the shard's reads are over when the op is
-    return 0;
+    return 0;  // (forked joins the side streams: the shard's reads are over when the op is)
   });
+  backend.endFused(cur.stream());
   gathered = returnA ? std::optional<at::Tensor>(A) : std::nullopt;
   return outs;
 }
@@ -171,20 +175,26 @@ at::Tensor pipelinedMatmulReduceScatter(FerryBackend& backend, const at::Tensor&
   const int64_t k = A.size(-1), cols = B.size(1);
   const int64_t rows = A.numel() / k / n;  // the rows each rank keeps, leading dims merged
   const std::size_t slotBytes = static_cast<std::size_t>(rows * cols) * A.element_size();
-  const SymmetricMemory& ws = backend.fusedWorkspace(static_cast<std::size_t>(n) * slotBytes, kOp);
   const auto bound = kWaitBound;
   const c10::cuda::CUDAStream cur = c10::cuda::getCurrentCUDAStream(device);
   const at::Tensor a = A.view({n * rows, k});
+  // Every product a peer gets, allocated before the barrier: a failure after it would leave the
+  // peers waiting for this rank's signals until FERRY_DEVICE_TIMEOUT.
+  std::vector<at::Tensor> products;
+  for (int step = 1; step < n; ++step) products.push_back(at::empty({rows, cols}, A.options()));
 
+  const auto held = backend.beginFused(static_cast<std::size_t>(n) * slotBytes, cur.stream(), kOp);
+  const SymmetricMemory& ws = *held;
   at::Tensor sum = guarded(backend, kOp, [&] {
+    Forked forked{cur, {}};
     ws.barrier(kStartChannel, bound, cur.stream());
-    std::vector<c10::cuda::CUDAStream> sides;
     for (int step = 1; step < n; ++step) {
       const int dst = (r + step) % n;
-      const at::Tensor product = at::mm(a.narrow(0, dst * rows, rows), B);
-      sides.push_back(sideStream(device, step));
-      order(cur, sides.back());  // the product is made, and the barrier passed
-      push(ws, slotAddress(ws, dst, r, slotBytes), product, slotBytes, dst, sides.back(), bound);
+      const at::Tensor& product = products[static_cast<std::size_t>(step - 1)];
+      mmInto(product, a.narrow(0, dst * rows, rows), B);
+      forked.sides.push_back(backend.fusedSide(step));
+      order(cur, forked.sides.back());  // the product is made, and the barrier passed
+      push(ws, slotAddress(ws, dst, r, slotBytes), product, slotBytes, dst, forked.sides.back(), bound);
     }
     // This rank's own rows go straight into its own slot, while the last copies are in flight.
     mmInto(slotView(slotAddress(ws, r, r, slotBytes), rows, cols, A), a.narrow(0, r * rows, rows), B);
@@ -192,12 +202,11 @@ at::Tensor pipelinedMatmulReduceScatter(FerryBackend& backend, const at::Tensor&
     // The n products of this rank's rows lie side by side. ATen sums 16-bit floats in float32 and
     // rounds once (one kernel); a mean divides before its one rounding.
     const at::Tensor slots = at::from_blob(ws.bufferPtrs()[r], {n, rows * cols}, A.options());
-    at::Tensor total =
-        average ? slots.sum(0, /*keepdim=*/false, at::kFloat).div_(static_cast<double>(n)).to(A.scalar_type())
-                : slots.sum(0);
-    for (const auto& side : sides) order(side, cur);
-    return total;
-  });
+    return average
+               ? slots.sum(0, /*keepdim=*/false, at::kFloat).div_(static_cast<double>(n)).to(A.scalar_type())
+               : slots.sum(0);
+  });  // (forked joined the side streams after the sum was queued)
+  backend.endFused(cur.stream());
   std::vector<int64_t> shape(A.sizes().begin(), A.sizes().end() - 1);
   shape[0] /= n;
   shape.push_back(cols);

@@ -2,7 +2,7 @@
 // What every collective kernel gets (by value): where this rank's and each peer's shared buffers
 // are, and the call counter. One allocation per rank (CommResources) holds, in order:
 //
-//   CallState   the calls completed and the blocks of the running call that have started, in one word
+//   CallState   the abort word, and the calls completed, once per block index (loadCallsDone)
 //   flags       uint64 inbound flags: slot 0 holds "peer p started call m" (the start row: startWord),
 //               slot 1 + b is block b's signal row; flags[slot * kMaxRanks + p] is written by peer p only
 //   descriptors two halves of one DirectDescriptor per peer: where a direct (zero-copy) call's
