@@ -18,6 +18,10 @@
 //   waitSignal(src, channel) waits until this rank's slot for src is 1, then sets it back to 0
 //                            (acquire);
 //   barrier(channel)         putSignal to every other rank, then waitSignal from every other rank.
+// put(dst, offset, src, bytes, blocks) copies into rank dst's buffer on a stream: by the copy
+// engines (blocks = 0), which leave the SMs to other kernels, or by that many thread blocks of SM
+// stores, which take only those SMs and, with a few dozen, reach NVLink's rate where one copy
+// engine between two GPUs may not. A putSignal after it on the same stream says the bytes landed.
 // Each is a one-block kernel on `stream` (it can be captured into a CUDA graph). Two operations on
 // one channel between the same pair must not run at once (one channel per concurrent stream).
 // A wait gives up after `timeout` (zero: FERRY_DEVICE_TIMEOUT), prints who waited for whom on which
@@ -72,6 +76,13 @@ class FERRY_API SymmetricMemory {
   void putSignal(int dstRank, int channel, std::chrono::duration<double> timeout, cudaStream_t stream) const;
   void waitSignal(int srcRank, int channel, std::chrono::duration<double> timeout, cudaStream_t stream) const;
   void barrier(int channel, std::chrono::duration<double> timeout, cudaStream_t stream) const;
+  // Copies `bytes` from `src` (memory this GPU can read: its own, or a peer's mapped here) into rank
+  // dstRank's buffer from byte dstOffset, on `stream`: blocks = 0 by the copy engines
+  // (cudaMemcpyAsync), blocks in [1, 1024] by that many thread blocks of 512 threads.
+  // @throws Error(InvalidUsage) naming this rank: dstRank outside the group, a range past the
+  //         buffer's end, blocks outside [0, 1024].
+  void put(int dstRank, std::size_t dstOffset, const void* src, std::size_t bytes, int blocks,
+           cudaStream_t stream) const;
 
   struct Impl;
 

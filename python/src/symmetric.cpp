@@ -196,7 +196,15 @@ void bindSymmetric(nb::module_& m) {
           [=](const SymmetricMemory& s, int channel, double timeoutMs, std::uintptr_t stream) {
             s.barrier(channel, seconds(timeoutMs), streamOf(stream));
           },
-          nb::arg("channel") = 0, nb::arg("timeout_ms") = 0.0, nb::arg("stream") = 0);
+          nb::arg("channel") = 0, nb::arg("timeout_ms") = 0.0, nb::arg("stream") = 0)
+      .def(
+          "put",
+          [=](const SymmetricMemory& s, int dst, std::size_t dstOffset, std::uintptr_t src, std::size_t nbytes,
+              int blocks, std::uintptr_t stream) {
+            s.put(dst, dstOffset, reinterpret_cast<const void*>(src), nbytes, blocks, streamOf(stream));
+          },
+          nb::arg("dst_rank"), nb::arg("dst_offset"), nb::arg("src_ptr"), nb::arg("nbytes"), nb::arg("blocks") = 0,
+          nb::arg("stream") = 0);
 }
 
 }  // namespace ferry::python

@@ -25,9 +25,11 @@ def test_the_table_takes_the_slowest_rank_and_the_larger_of_matmul_and_comm():
     rows = [("8b", "qkv", "ag", 1024, 4096, 3072, "fp8")]
     flops = 2.0 * 1024 * 4096 * 3072
     per_rank = {
-        0: [{"wrong": [], "matmul": 100.0, "comm": 50.0, "comm_registered": 35.0, "nccl_comm": 45.0, "ferry": 110.0, "registered": 115.0, "pipelined": 130.0, "unfused": 150.0,
+        0: [{"wrong": [], "matmul": 100.0, "comm": 50.0, "comm_registered": 35.0, "nccl_comm": 45.0, "ferry": 110.0, "registered": 115.0, "pipelined": 130.0, "pipelined_sm": 125.0,
+             "unfused": 150.0,
              "torch": None}],
-        1: [{"wrong": [], "matmul": 120.0, "comm": 40.0, "comm_registered": 20.0, "nccl_comm": 30.0, "ferry": 100.0, "registered": 105.0, "pipelined": 90.0, "unfused": 140.0,
+        1: [{"wrong": [], "matmul": 120.0, "comm": 40.0, "comm_registered": 20.0, "nccl_comm": 30.0, "ferry": 100.0, "registered": 105.0, "pipelined": 90.0, "pipelined_sm": 95.0,
+             "unfused": 140.0,
              "torch": None, "torch_error": "RuntimeError: no"}],
     }
     lines, bad = fused_bench.table(rows, per_rank, 2, "GPU")
@@ -42,9 +44,10 @@ def test_the_table_takes_the_slowest_rank_and_the_larger_of_matmul_and_comm():
     assert cells[11] == cells[6]  # bound = max(matmul 120, comm 50)
     assert cells[12] == f"{flops / 110.0 / 1e6:.1f}"  # ferry: the slowest rank's 110 us
     assert cells[13] == f"{flops / 115.0 / 1e6:.1f}"  # registered 115
-    assert cells[14] == f"{flops / 130.0 / 1e6:.1f}" and cells[16] == "-"  # pipelined 130; torch did not run
-    assert cells[17] == f"{120.0 / 110.0:.2f}"  # bound over the fastest form (ferry)
-    assert cells[18] == f"{150.0 / 110.0:.2f}" and cells[19] == "ok"  # unfused's slowest 150 us over ferry's 110
+    assert cells[14] == f"{flops / 130.0 / 1e6:.1f}" and cells[17] == "-"  # pipelined 130; torch did not run
+    assert cells[15] == f"{flops / 125.0 / 1e6:.1f}"  # pipelined by SM copies 125
+    assert cells[18] == f"{120.0 / 110.0:.2f}"  # bound over the fastest form (ferry)
+    assert cells[19] == f"{150.0 / 110.0:.2f}" and cells[20] == "ok"  # unfused's slowest 150 us over ferry's 110
     assert lines[-1] == "# torch's fused op did not run: RuntimeError: no"
     for r, t in ((0, 60.0), (1, 70.0)):  # a reduce-scatter's all-to-all: the slowest rank's
         per_rank[r][0]["a2a"] = t

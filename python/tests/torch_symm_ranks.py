@@ -111,6 +111,40 @@ def _mem_pool(torch, symm, dist, rank, n, dev, errors):
         h.barrier()
 
 
+def _puts(torch, symm, dist, rank, n, dev, errors):
+    """ferry's put: rank r copies seeded data into rank r+1's buffer at an odd offset, by the copy
+    engines and by 1 and 24 thread blocks, odd sizes included, then put_signal; r+1 waits and checks
+    every element, and that the poisoned elements around the range are untouched."""
+    count = (1 << 18) + 5
+    t = symm.empty(count + 64, dtype=torch.bfloat16, device=dev)
+    h = symm.rendezvous(t)
+    nxt, prev = (rank + 1) % n, (rank - 1) % n
+    for round_, (blocks, size, offset) in enumerate(((0, count, 3), (1, 1001, 7), (24, count, 1), (24, 13, 0))):
+        t.fill_(float("nan"))
+        h.barrier(channel=1)
+        src = _seeded(torch, rank, size, 200 + round_, torch.bfloat16, dev)
+        h.put(nxt, src, storage_offset=offset, blocks=blocks)
+        h.put_signal(nxt, channel=0)
+        h.wait_signal(prev, channel=0)
+        got = t[offset:offset + size].clone()
+        want = _seeded(torch, prev, size, 200 + round_, torch.bfloat16, dev)
+        if not torch.equal(got, want):
+            errors.append(f"rank {rank}: put by {blocks} blocks of {size} at {offset}: "
+                          f"{int((got != want).sum())} of rank {prev}'s values wrong")
+        untouched = torch.cat([t[:offset], t[offset + size:]])
+        if not bool(torch.isnan(untouched.float()).all()):
+            errors.append(f"rank {rank}: put by {blocks} blocks of {size} at {offset} wrote outside its range")
+    h.barrier(channel=1)
+    for call, what in ((lambda: h.put(nxt, t[:8], storage_offset=count + 60), "past the buffer"),
+                       (lambda: h.put(n, t[:8]), "rank"), (lambda: h.put(nxt, t[:8], blocks=5000), "blocks")):
+        try:
+            call()
+            errors.append(f"rank {rank}: a put {what} was accepted")
+        except Exception as e:  # ferry.InvalidUsage
+            if f"rank {rank}" not in str(e):
+                errors.append(f"rank {rank}: the put error does not name the rank: {e}")
+
+
 def _errors(torch, symm, dist, rank, n, dev, errors):
     try:
         symm.rendezvous(torch.empty(16, device=dev))
@@ -146,7 +180,7 @@ def run_rank(init_file, rank, n, results):
         torch.cuda.set_device(rank % torch.cuda.device_count())
         dev = torch.device("cuda", torch.cuda.current_device())
         dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank, world_size=n)
-        for check in (_peer_views, _put_then_wait, _two_channels_two_streams, _mem_pool, _errors):
+        for check in (_peer_views, _put_then_wait, _puts, _two_channels_two_streams, _mem_pool, _errors):
             if os.environ.get("SYMM_ONLY") and check.__name__ != os.environ["SYMM_ONLY"]:
                 continue
             check(torch, symm, dist, rank, n, dev, errors)

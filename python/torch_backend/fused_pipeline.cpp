@@ -1,9 +1,10 @@
 // The pipelined fused ops on a ferry group (fused_pipeline.hpp). Every rank's workspace is the
 // group's symmetric memory (FusedWorkspace, through FerryBackend::beginFused, which also orders a
 // call made on another stream after the previous one): slot p of rank q's workspace holds what
-// rank p sent rank q. Data moves by copy-engine copies pushed to the peer (cudaMemcpyAsync into its
-// mapped workspace, on a side stream per peer, so that the copies to different peers run side by
-// side and the SMs stay with the matmuls); a signal-pad flag follows each copy on its stream, and
+// rank p sent rank q. Data moves by copies pushed to the peer (SymmetricMemory::put into its mapped
+// workspace: by the copy engines, which leave the SMs to the matmuls, or with FERRY_FUSED_COPY_BLOCKS
+// by SM stores on that many blocks), on a side stream per peer, so that the copies to different
+// peers run side by side; a signal-pad flag follows each copy on its stream, and
 // the receiver's matmul of that chunk waits for the flag in a one-thread kernel on the caller's
 // stream: the host never waits, and the whole call can be captured in a CUDA graph.
 //
@@ -21,6 +22,7 @@
 #include <c10/util/Exception.h>
 
 #include <chrono>
+#include <cstdlib>
 #include <string>
 #include <utility>
 
@@ -73,12 +75,26 @@ char* slotAddress(const SymmetricMemory& ws, int rank, int slot, std::size_t slo
   return static_cast<char*>(ws.bufferPtrs()[rank]) + static_cast<std::size_t>(slot) * slotBytes;
 }
 
-// Copies `bytes` from `src` (this GPU) into `dst` (a peer's mapped workspace) on `stream`, then
-// signals `peer` on the data channel after it; `keep`'s memory stays out of the allocator's hands
-// until the stream is done with it.
-void push(const SymmetricMemory& ws, void* dst, const at::Tensor& keep, std::size_t bytes, int peer,
-          const c10::cuda::CUDAStream& stream, std::chrono::duration<double> bound) {
-  C10_CUDA_CHECK(cudaMemcpyAsync(dst, keep.data_ptr(), bytes, cudaMemcpyDeviceToDevice, stream.stream()));
+// How a chunk travels (FERRY_FUSED_COPY_BLOCKS, read per call as the env of the other forms is):
+// unset or 0, by the copy engines; a number of thread blocks, by SM stores on that many blocks of the
+// side stream (SymmetricMemory::put), which take SMs from the matmul beside them but are not held
+// to one copy engine's rate.
+int copyBlocks() {
+  const char* v = std::getenv("FERRY_FUSED_COPY_BLOCKS");
+  if (v == nullptr || *v == '\0') return 0;
+  char* end = nullptr;
+  const long blocks = std::strtol(v, &end, 10);
+  TORCH_CHECK_VALUE(*end == '\0' && blocks >= 0 && blocks <= 1024, "FERRY_FUSED_COPY_BLOCKS='", v,
+                    "' is not valid: expected a number of thread blocks in [0, 1024] (0: the copy engines)");
+  return static_cast<int>(blocks);
+}
+
+// Copies `bytes` of `keep` into slot `slot` of rank `peer`'s workspace on `stream`, then signals
+// `peer` on the data channel after it; `keep`'s memory stays out of the allocator's hands until the
+// stream is done with it.
+void push(const SymmetricMemory& ws, int peer, int slot, const at::Tensor& keep, std::size_t bytes,
+          int blocks, const c10::cuda::CUDAStream& stream, std::chrono::duration<double> bound) {
+  ws.put(peer, static_cast<std::size_t>(slot) * bytes, keep.data_ptr(), bytes, blocks, stream.stream());
   ws.putSignal(peer, kDataChannel, bound, stream.stream());
   c10::cuda::CUDACachingAllocator::recordStream(keep.storage().data_ptr(), stream);
 }
@@ -121,6 +137,7 @@ std::vector<at::Tensor> pipelinedAllGatherMatmul(FerryBackend& backend, const at
   const int64_t k = shard.size(-1), rows = shard.numel() / k;  // a shard's rows, leading dims merged
   const std::size_t slotBytes = shard.nbytes();
   const auto bound = kWaitBound;
+  const int blocks = copyBlocks();
   const c10::cuda::CUDAStream cur = c10::cuda::getCurrentCUDAStream(device);
   const at::Tensor a = shard.view({rows, k});
 
@@ -148,7 +165,7 @@ std::vector<at::Tensor> pipelinedAllGatherMatmul(FerryBackend& backend, const at
       const int dst = (r + step) % n;
       forked.sides.push_back(backend.fusedSide(step));
       order(cur, forked.sides.back());  // after the barrier, and after whatever wrote the shard
-      push(ws, slotAddress(ws, dst, r, slotBytes), shard, slotBytes, dst, forked.sides.back(), bound);
+      push(ws, dst, r, shard, slotBytes, blocks, forked.sides.back(), bound);
     }
     for (std::size_t i = 0; i < Bs.size(); ++i) mmInto(flat[i].narrow(0, r * rows, rows), a, Bs[i]);
     if (returnA) A2.narrow(0, r * rows, rows).copy_(a);
@@ -176,6 +193,7 @@ at::Tensor pipelinedMatmulReduceScatter(FerryBackend& backend, const at::Tensor&
   const int64_t rows = A.numel() / k / n;  // the rows each rank keeps, leading dims merged
   const std::size_t slotBytes = static_cast<std::size_t>(rows * cols) * A.element_size();
   const auto bound = kWaitBound;
+  const int blocks = copyBlocks();
   const c10::cuda::CUDAStream cur = c10::cuda::getCurrentCUDAStream(device);
   const at::Tensor a = A.view({n * rows, k});
   // Every product a peer gets, allocated before the barrier: a failure after it would leave the
@@ -194,7 +212,7 @@ at::Tensor pipelinedMatmulReduceScatter(FerryBackend& backend, const at::Tensor&
       mmInto(product, a.narrow(0, dst * rows, rows), B);
       forked.sides.push_back(backend.fusedSide(step));
       order(cur, forked.sides.back());  // the product is made, and the barrier passed
-      push(ws, slotAddress(ws, dst, r, slotBytes), product, slotBytes, dst, forked.sides.back(), bound);
+      push(ws, dst, r, product, slotBytes, blocks, forked.sides.back(), bound);
     }
     // This rank's own rows go straight into its own slot, while the last copies are in flight.
     mmInto(slotView(slotAddress(ws, r, r, slotBytes), rows, cols, A), a.narrow(0, r * rows, rows), B);

@@ -7,6 +7,7 @@
 #include <string>
 
 #include "channel/signal_pad.hpp"
+#include "channel/symmetric_put.hpp"
 #include "core/deadline.hpp"
 #include "ferry/env.hpp"
 #include "ferry/errors.hpp"
@@ -201,6 +202,30 @@ void SymmetricMemory::waitSignal(int srcRank, int channel, std::chrono::duration
 void SymmetricMemory::barrier(int channel, std::chrono::duration<double> timeout, cudaStream_t stream) const {
   impl_->checkChannel("barrier", channel);
   impl_->launch(SignalOp::Barrier, 0, channel, timeout, stream);
+}
+
+void SymmetricMemory::put(int dstRank, std::size_t dstOffset, const void* src, std::size_t bytes, int blocks,
+                          cudaStream_t stream) const {
+  impl_->checkRank("put", "destination", dstRank);
+  if (dstOffset > impl_->bufferBytes || bytes > impl_->bufferBytes - dstOffset)
+    throw Error(ErrorCode::InvalidUsage, impl_->who("put") + ": " + std::to_string(bytes) + " bytes at byte " +
+                                             std::to_string(dstOffset) + " end past the " +
+                                             std::to_string(impl_->bufferBytes) + " bytes of rank " +
+                                             std::to_string(dstRank) + "'s buffer");
+  if (blocks < 0 || blocks > kMaxPutBlocks)
+    throw Error(ErrorCode::InvalidUsage, impl_->who("put") + ": " + std::to_string(blocks) +
+                                             " thread blocks is outside [0, " + std::to_string(kMaxPutBlocks) +
+                                             "] (0: the copy engines)");
+  if (bytes == 0) return;
+  if (src == nullptr)
+    throw Error(ErrorCode::InvalidUsage, impl_->who("put") + ": the source of " + std::to_string(bytes) +
+                                             " bytes is null");
+  void* dst = static_cast<char*>(impl_->buffers[static_cast<std::size_t>(dstRank)]) + dstOffset;
+  if (blocks == 0) {
+    FERRY_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, stream));
+    return;
+  }
+  launchPut(dst, src, bytes, blocks, stream);
 }
 
 }  // namespace ferry

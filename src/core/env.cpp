@@ -183,6 +183,9 @@ const PackageVar kPackageVars[] = {
     {"FERRY_FUSED_PIPELINE", "String", "",
      "torch.ops.ferry.fused_*: 1 runs every call it can pipelined on symmetric memory, 0 none; unset, the "
      "size table picks (docs/fused.md)."},
+    {"FERRY_FUSED_COPY_BLOCKS", "Int", "0",
+     "torch.ops.ferry.fused_*, pipelined on a ferry group: 0 moves the chunks by the copy engines, N in "
+     "[1, 1024] by SM stores on N thread blocks beside the matmul (docs/fused.md)."},
     {"FERRY_FUSED_REGISTERED", "Bool", "0",
      "torch.ops.ferry.fused_*: 1 runs the composition's collectives on registered workspaces of the group "
      "(zero-copy; docs/fused.md)."},

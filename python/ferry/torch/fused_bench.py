@@ -17,13 +17,15 @@ scaled ops, bf16 out) it times, on every rank, the median of `iters` eager calls
   ferry, queued from C++, or the pipelined form where the size table picks it (fused_pipeline.py);
 - reg: the same call with FERRY_FUSED_REGISTERED=1 (the composition's collectives on registered
   workspaces, zero-copy: registered_workspace.py);
-- pipelined: the same call with FERRY_FUSED_PIPELINE=1 (fused_pipeline.py: chunks multiplied as the
-  copy engine brings them, on symmetric memory);
+- pipelined: the same call with FERRY_FUSED_PIPELINE=1 (chunks multiplied as the copy engines bring
+  them, on symmetric memory: python/torch_backend/fused_pipeline.cpp on the ferry group);
+- pipe sm: the same with FERRY_FUSED_COPY_BLOCKS=SM_BLOCKS too (--sm-blocks; the chunks moved by SM
+  stores on that many thread blocks beside the matmul instead of the copy engines);
 - unfused: the NCCL backend's collective, then torch.matmul or torch._scaled_mm (or the reverse);
 - torch: PyTorch's own torch.ops.symm_mem.fused_* on the NCCL group ("-" where it does not run).
 and prints TFLOP/s of each (2 M K N / time), bound / the fastest ferry form (1 is a perfect
 overlap) and vs unfused: unfused time / ferry's (as shipped) time (below 1: ferry is slower).
-Every shape is checked first: ferry's results (all three forms) against the unfused composition
+Every shape is checked first: ferry's results (all four forms) against the unfused composition
 on NCCL (bf16 products, reduce-scatter summing in float32). The columns are the slowest rank's.
 """
 
@@ -59,13 +61,16 @@ def shapes(models, tp, ms, dtypes=("bf16",)):
     return out
 
 
-def _with_env(name, call):
-    """call() with the environment variable `name` at 1 (the fused ops read their opt-ins per call)."""
-    os.environ[name] = "1"
+def _with_env(name, call, **more):
+    """call() with the environment variable `name` at 1, and each of `more` at its value (the fused
+    ops read their opt-ins per call)."""
+    values = {name: "1", **{k: str(v) for k, v in more.items()}}
+    os.environ.update(values)
     try:
         return call()
     finally:
-        os.environ.pop(name)
+        for k in values:
+            os.environ.pop(k)
 
 
 def _median_us(call, iters, torch):
@@ -191,7 +196,7 @@ def _forms(torch, dist, op, dtype, m, k, nn, n, dev, g, ferry_group, nccl_group)
     return f
 
 
-def _rank(init_file, rank, n, rows, iters, results):
+def _rank(init_file, rank, n, rows, iters, sm_blocks, results):
     try:
         import torch
         import torch.distributed as dist
@@ -220,14 +225,18 @@ def _rank(init_file, rank, n, rows, iters, results):
             def registered(fused=fused):
                 return _with_env("FERRY_FUSED_REGISTERED", fused)
 
+            def pipelined_sm(fused=fused):
+                return _with_env("FERRY_FUSED_PIPELINE", fused, FERRY_FUSED_COPY_BLOCKS=sm_blocks)
+
             # Every rank calls every form whatever the verdicts: they are collectives.
             want = reference()
-            wrong = [name for name, f in (("ferry", fused), ("registered", registered), ("pipelined", pipelined))
-                     if not torch.allclose(f().float(), want, rtol=2e-2, atol=2e-2)]
+            forms = (("ferry", fused), ("registered", registered), ("pipelined", pipelined), ("pipe sm", pipelined_sm))
+            wrong = [name for name, f in forms if not torch.allclose(f().float(), want, rtol=2e-2, atol=2e-2)]
             row = {"wrong": wrong, "matmul": _median_us(matmul, iters, torch), "comm": _median_us(comm, iters, torch),
                    "nccl_comm": _median_us(lambda: comm(nccl_group), iters, torch),
                    "ferry": _median_us(fused, iters, torch), "registered": _median_us(registered, iters, torch),
                    "pipelined": _median_us(pipelined, iters, torch),
+                   "pipelined_sm": _median_us(pipelined_sm, iters, torch),
                    "unfused": _median_us(unfused, iters, torch), "torch": None,
                    "a2a": None if exchange is None else _median_us(exchange, iters, torch)}
             # The collective alone again, its tensors registered with the ferry group (zero-copy):
@@ -260,7 +269,8 @@ def table(rows, per_rank, n, device_name):
              f"ferry form) 1.00 is a perfect overlap",
              f"{'model':>6} {'layer':>12} {'op':>3} {'dtype':>5} {'M':>6} {'K':>6} {'N':>6} {'matmul':>8} "
              f"{'comm us':>8} {'reg us':>8} {'nccl us':>8} {'a2a us':>8} {'bound':>8} {'ferry':>8} {'reg':>8} "
-             f"{'pipelined':>9} {'unfused':>8} {'torch':>8} {'bound/best':>10} {'vs unfused':>10} {'check':>6}"]
+             f"{'pipelined':>9} {'pipe sm':>8} {'unfused':>8} {'torch':>8} {'bound/best':>10} {'vs unfused':>10} "
+             f"{'check':>6}"]
     bad = False
     for i, (model, layer, op, m, k, nn, dtype) in enumerate(rows):
         rs = [per_rank[r][i] for r in range(n)]
@@ -273,13 +283,15 @@ def table(rows, per_rank, n, device_name):
         tf = lambda us: "-" if us is None else f"{flops / us / 1e6:.1f}"  # noqa: E731  (TFLOP/s from us)
         us = lambda t: "-" if t is None else f"{t:.1f}"  # noqa: E731
         mm, cm, fe, fr, pi = worst("matmul"), worst("comm"), worst("ferry"), worst("registered"), worst("pipelined")
+        ps = worst("pipelined_sm")
         bound = max(mm, cm)
         wrong = sorted({w for r in rs for w in r["wrong"]})
         bad |= bool(wrong)
         lines.append(f"{model:>6} {layer:>12} {op:>3} {dtype:>5} {m:>6} {k:>6} {nn:>6} {tf(mm):>8} {cm:>8.1f} "
                      f"{worst('comm_registered'):>8.1f} {worst('nccl_comm'):>8.1f} {us(worst('a2a')):>8} {tf(bound):>8} "
-                     f"{tf(fe):>8} {tf(fr):>8} {tf(pi):>9} {tf(worst('unfused')):>8} {tf(worst('torch')):>8} "
-                     f"{bound / min(fe, fr, pi):>10.2f} {worst('unfused') / fe:>10.2f} "
+                     f"{tf(fe):>8} {tf(fr):>8} {tf(pi):>9} {tf(ps):>8} {tf(worst('unfused')):>8} "
+                     f"{tf(worst('torch')):>8} "
+                     f"{bound / min(fe, fr, pi, ps):>10.2f} {worst('unfused') / fe:>10.2f} "
                      f"{'WRONG: ' + ','.join(wrong) if wrong else 'ok':>6}")
     errors = {r.get("torch_error") for rr in per_rank.values() for r in rr if r.get("torch_error")}
     for e in sorted(errors):
@@ -293,7 +305,11 @@ def main(argv=None):
     p.add_argument("--models", default="8b,70b", help="comma-separated: " + ", ".join(MODELS))
     p.add_argument("--dtypes", default="bf16,fp8", help="comma-separated: " + ", ".join(DTYPES))
     p.add_argument("--iters", type=int, default=10)
+    p.add_argument("--sm-blocks", type=int, default=32,
+                   help="thread blocks of the 'pipe sm' form's copies (FERRY_FUSED_COPY_BLOCKS), 1 to 1024")
     a = p.parse_args(argv)
+    if not 1 <= a.sm_blocks <= 1024:
+        p.error(f"--sm-blocks {a.sm_blocks} is outside [1, 1024]")
     torch, n = local_gpus("python -m ferry.torch.fused_bench", "tensor parallelism 2 at least")
     if torch is None:
         return n
@@ -305,7 +321,7 @@ def main(argv=None):
     if any(x not in DTYPES for x in dtypes):
         p.error(f"unknown dtype(s) in {dtypes}: choose from {list(DTYPES)}")
     rows = shapes(models, n, [int(x) for x in a.tokens.split(",") if x], dtypes)
-    return run_and_print(_rank, n, (rows, a.iters), 3600,
+    return run_and_print(_rank, n, (rows, a.iters, a.sm_blocks), 3600,
                          lambda per_rank: table(rows, per_rank, n, torch.cuda.get_device_name(0)))
 
 

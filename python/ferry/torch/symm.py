@@ -258,5 +258,16 @@ class SymmetricMemory:
         """Waits, on the current stream, for src_rank's put_signal on channel."""
         self._native.wait_signal(src_rank, channel, timeout_ms, self._stream())
 
+    def put(self, dst_rank, tensor, storage_offset=0, blocks=0):
+        """ferry's own (PyTorch's handle has no such call): copies `tensor` (contiguous, on this GPU)
+        into rank dst_rank's buffer from element storage_offset of tensor's dtype, on the current
+        stream: by the copy engines (blocks=0) or by that many thread blocks of SM stores. A
+        put_signal after it tells dst_rank the bytes are there."""
+        if not tensor.is_contiguous():
+            raise ValueError(f"ferry.torch.symm put: rank {self.rank}: the tensor must be contiguous")
+        start = int(storage_offset) * tensor.element_size()
+        self._native.put(dst_rank, start, tensor.data_ptr(), tensor.numel() * tensor.element_size(), blocks,
+                         self._stream())
+
     def has_multicast_support(self):
         return False
