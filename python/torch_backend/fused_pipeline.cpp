@@ -25,6 +25,7 @@
 #include <cstdlib>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "ferry/errors.hpp"
 
@@ -117,12 +118,14 @@ bool pipelineApplies(const FerryBackend& backend, const at::Tensor& a, at::Tenso
                      bool rowsSplit) {
   const int64_t n = backend.getSize();
   const auto t = a.scalar_type();
-  if (!a.is_cuda() || dim != 0 || (a.dim() != 2 && a.dim() != 3) || !a.is_contiguous() || a.numel() == 0 ||
-      n < 2 || !backend.sumsInFloat32Here() || (t != at::kFloat && t != at::kHalf && t != at::kBFloat16))
+  if (!a.is_cuda() || a.device().index() != backend.device() || dim != 0 || (a.dim() != 2 && a.dim() != 3) ||
+      !a.is_contiguous() || a.numel() == 0 || n < 2 || !backend.sumsInFloat32Here() ||
+      (t != at::kFloat && t != at::kHalf && t != at::kBFloat16))
     return false;
   if (rowsSplit && a.size(0) % n != 0) return false;
   for (const at::Tensor& B : Bs)
-    if (B.dim() != 2 || B.scalar_type() != t || B.size(0) != a.size(-1) || B.device() != a.device())
+    if (B.dim() != 2 || B.scalar_type() != t || B.size(0) != a.size(-1) || B.size(1) == 0 ||
+        B.device() != a.device())
       return false;
   return !Bs.empty();
 }
