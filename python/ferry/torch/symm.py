@@ -263,8 +263,9 @@ class SymmetricMemory:
         into rank dst_rank's buffer from element storage_offset of tensor's dtype, on the current
         stream: by the copy engines (blocks=0) or by that many thread blocks of SM stores. A
         put_signal after it tells dst_rank the bytes are there."""
-        if not tensor.is_contiguous():
-            raise ValueError(f"ferry.torch.symm put: rank {self.rank}: the tensor must be contiguous")
+        if not tensor.is_contiguous() or not tensor.is_cuda or tensor.device.index != self._device:
+            raise ValueError(f"ferry.torch.symm put: rank {self.rank}: the tensor must be contiguous and on "
+                             f"cuda:{self._device}, not {tensor.device} (contiguous: {tensor.is_contiguous()})")
         start = int(storage_offset) * tensor.element_size()
         self._native.put(dst_rank, start, tensor.data_ptr(), tensor.numel() * tensor.element_size(), blocks,
                          self._stream())
