@@ -25,7 +25,10 @@
 // Each is a one-block kernel on `stream` (it can be captured into a CUDA graph). Two operations on
 // one channel between the same pair must not run at once (one channel per concurrent stream).
 // A wait gives up after `timeout` (zero: FERRY_DEVICE_TIMEOUT), prints who waited for whom on which
-// channel, and traps: the host sees cudaErrorLaunchFailure at its next synchronisation.
+// channel, and traps: the host sees cudaErrorLaunchFailure at its next synchronisation. abort()
+// (a peer is gone, the job is ending) makes every wait of every rank's handle of this rendezvous
+// give up at once instead, without a report, leaving the stream and the CUDA context usable; the
+// handle's buffers then hold whatever was written, and later signals return at once.
 //
 //   auto buf = ferry::gpuAlloc(bytes);
 //   auto symm = ferry::SymmetricMemory::rendezvous(comm, buf.get(), bytes);
@@ -76,6 +79,10 @@ class FERRY_API SymmetricMemory {
   void putSignal(int dstRank, int channel, std::chrono::duration<double> timeout, cudaStream_t stream) const;
   void waitSignal(int srcRank, int channel, std::chrono::duration<double> timeout, cudaStream_t stream) const;
   void barrier(int channel, std::chrono::duration<double> timeout, cudaStream_t stream) const;
+  // Raises the abort word of every rank of this rendezvous (through the mappings: from one rank is
+  // enough), on a stream of its own, and returns once it is written: every signal wait of every
+  // rank's handle gives up. For a host thread while kernels wait (PyTorch's abort of a group).
+  void abort() const;
   // Copies `bytes` from `src` (memory this GPU can read: its own, or a peer's mapped here) into rank
   // dstRank's buffer from byte dstOffset, on `stream`: blocks = 0 by the copy engines
   // (cudaMemcpyAsync), blocks in [1, 1024] by that many thread blocks of 512 threads.

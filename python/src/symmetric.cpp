@@ -204,7 +204,8 @@ void bindSymmetric(nb::module_& m) {
             s.put(dst, dstOffset, reinterpret_cast<const void*>(src), nbytes, blocks, streamOf(stream));
           },
           nb::arg("dst_rank"), nb::arg("dst_offset"), nb::arg("src_ptr"), nb::arg("nbytes"), nb::arg("blocks") = 0,
-          nb::arg("stream") = 0);
+          nb::arg("stream") = 0)
+      .def("abort", &SymmetricMemory::abort, nb::call_guard<nb::gil_scoped_release>());
 }
 
 }  // namespace ferry::python

@@ -169,6 +169,28 @@ def _errors(torch, symm, dist, rank, n, dev, errors):
             errors.append(f"rank {rank}: bad channel: {e}")
 
 
+def _abort(torch, symm, dist, rank, n, dev, errors):
+    """Rank 0 waits on a channel nobody signals, with a 10-minute bound; rank 1 aborts the
+    rendezvous from its host: rank 0's wait gives up at once, with no error, and its GPU goes on."""
+    import time
+
+    h = symm.rendezvous(symm.empty(8, device=dev))
+    h.barrier(channel=0)
+    if rank == 0:
+        h.wait_signal(1, channel=1, timeout_ms=600_000)
+    dist.barrier()
+    started = time.monotonic()
+    if rank == 1:
+        h.abort()
+    torch.cuda.synchronize(dev)
+    waited = time.monotonic() - started
+    if waited > 60:
+        errors.append(f"rank {rank}: the aborted wait took {waited:.0f} s to give up")
+    after = torch.ones(4, device=dev) * 2
+    if after.sum().item() != 8:
+        errors.append(f"rank {rank}: the GPU is not usable after the abort")
+
+
 def run_rank(init_file, rank, n, results):
     errors = []
     try:
@@ -180,7 +202,7 @@ def run_rank(init_file, rank, n, results):
         torch.cuda.set_device(rank % torch.cuda.device_count())
         dev = torch.device("cuda", torch.cuda.current_device())
         dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank, world_size=n)
-        for check in (_peer_views, _put_then_wait, _puts, _two_channels_two_streams, _mem_pool, _errors):
+        for check in (_peer_views, _put_then_wait, _puts, _two_channels_two_streams, _mem_pool, _errors, _abort):
             if os.environ.get("SYMM_ONLY") and check.__name__ != os.environ["SYMM_ONLY"]:
                 continue
             check(torch, symm, dist, rank, n, dev, errors)

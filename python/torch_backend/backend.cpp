@@ -213,6 +213,13 @@ c10::cuda::CUDAStream FerryBackend::fusedSide(int step) {
 void FerryBackend::abort() {
   std::lock_guard lock(mu_);
   if (!comm_) return;
+  if (fused_) {
+    try {
+      fused_->abort();  // the pipelined fused ops' waits give up too, on every rank
+    } catch (const Error& e) {
+      TORCH_WARN("ferry backend: rank ", rank_, ": aborting the fused ops' workspace: ", e.what());
+    }
+  }
   comm_->abort();  // every rank's waits give up: destroying it below cannot hang
   comm_.reset();
   gone_ = "aborted";

@@ -77,6 +77,12 @@ void FusedWorkspace::end(cudaStream_t stream) {
   lastEvent_ = event;
 }
 
+void FusedWorkspace::abort() {
+  std::lock_guard lock(mu_);
+  if (current_) current_->abort();
+  for (const auto& [memory, handle] : retired_) handle->abort();
+}
+
 c10::cuda::CUDAStream FusedWorkspace::side(int step) {
   std::lock_guard lock(mu_);
   while (static_cast<int>(sides_.size()) < step) {

@@ -44,6 +44,9 @@ class FusedWorkspace {
                                                const std::string& who);
   // Ends the call begun on `stream`, once its side streams are joined back to it.
   void end(cudaStream_t stream);
+  // Makes every wait of the pipelined calls of every rank of the group give up (SymmetricMemory::abort
+  // on each workspace, the outgrown ones included): the group's abort, while kernels may wait.
+  void abort();
   // The copy stream of peer step `step` (1 to n - 1): its own stream, so that the copies to
   // different peers run side by side, and this group's own (not torch's pool, which other groups
   // draw from), so that no other group's work or capture shares it. At the device's highest

@@ -19,14 +19,14 @@ __device__ void put(const SignalLaunch& s, int dst) {
   std::uint32_t* flag = slot(s, dst, s.rank);
   // A slot still at 1 is dst's previous signal, not yet consumed: wait for its waitSignal.
   spinUntil([&] { return atomicCompareExchange<std::uint32_t>(flag, 0u, 1u, memory_order_release); },
-            WaitContext{s.rank, dst, s.timeoutNs, nullptr}, "SymmetricMemory put_signal (detail: channel)",
+            WaitContext{s.rank, dst, s.timeoutNs, s.abortFlag}, "SymmetricMemory put_signal (detail: channel)",
             static_cast<std::uint64_t>(s.channel));
 }
 
 __device__ void wait(const SignalLaunch& s, int src) {
   std::uint32_t* flag = slot(s, s.rank, src);
   spinUntil([&] { return atomicCompareExchange<std::uint32_t>(flag, 1u, 0u, memory_order_acquire); },
-            WaitContext{s.rank, src, s.timeoutNs, nullptr}, "SymmetricMemory wait_signal (detail: channel)",
+            WaitContext{s.rank, src, s.timeoutNs, s.abortFlag}, "SymmetricMemory wait_signal (detail: channel)",
             static_cast<std::uint64_t>(s.channel));
 }
 

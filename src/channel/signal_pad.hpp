@@ -17,6 +17,7 @@ struct SignalLaunch {
   int peer = 0;  // Put: the destination; Wait: the source; Barrier: unused (every other rank)
   SignalOp op = SignalOp::Put;
   std::uint64_t timeoutNs = 0;
+  const std::uint32_t* abortFlag = nullptr;  // this rank's abort word: raised, every wait gives up
 };
 
 // @pre the pads and the channel are valid (SymmetricMemory checks them first).

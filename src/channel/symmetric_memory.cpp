@@ -17,13 +17,17 @@
 
 namespace ferry {
 
+namespace {
+constexpr std::size_t kAbortBytes = 16;  // after each signal pad: its abort word, aligned
+}  // namespace
+
 struct SymmetricMemory::Impl {
   int device = 0;  // where the signal pad and the pointer tables live
   int rank = 0;
   int worldSize = 0;
   std::size_t bufferBytes = 0;
   std::size_t padBytes = 0;
-  std::shared_ptr<void> pad;               // this rank's signal pad (gpuAlloc: zero)
+  std::shared_ptr<void> pad;               // this rank's signal pad, then its abort word (gpuAlloc: zero)
   std::shared_ptr<void> devicePtrs;        // worldSize buffer pointers, then worldSize pad pointers
   std::vector<RegisteredMemory> memories;  // keeps every mapping alive: own and peers', both kinds
   std::vector<void*> buffers;
@@ -32,6 +36,10 @@ struct SymmetricMemory::Impl {
   std::string who(const char* operation) const {
     return "rank " + std::to_string(rank) + ": SymmetricMemory " + operation;
   }
+
+  // Rank r's abort word, mapped here: the 4 bytes after its signal pad (kAbortBytes of the pad's
+  // allocation and registration), which abort() raises on every rank.
+  std::uint32_t* abortWord(int r) const { return pads[static_cast<std::size_t>(r)] + padBytes / 4; }
 
   void checkRank(const char* operation, const char* role, int r) const {
     if (r < 0 || r >= worldSize)
@@ -58,6 +66,7 @@ struct SymmetricMemory::Impl {
     s.peer = peer;
     s.op = op;
     s.timeoutNs = timeoutNanoseconds(timeout.count() > 0 ? timeout : env().deviceTimeout);
+    s.abortFlag = abortWord(rank);
     launchSignal(s, stream);
   }
 };
@@ -112,9 +121,10 @@ std::shared_ptr<SymmetricMemory> SymmetricMemory::rendezvous(Communicator& comm,
   checkSameSizes(boot, {bytes, signalPadBytes});
   FERRY_CUDA_CHECK(cudaGetDevice(&impl->device));
 
-  impl->pad = gpuAlloc(signalPadBytes);
+  impl->pad = gpuAlloc(signalPadBytes + kAbortBytes);
   const RegisteredMemory mine = comm.registerMemory(buffer, bytes, Transport::CudaIpc);
-  const RegisteredMemory myPad = comm.registerMemory(impl->pad.get(), signalPadBytes, Transport::CudaIpc);
+  const RegisteredMemory myPad =
+      comm.registerMemory(impl->pad.get(), signalPadBytes + kAbortBytes, Transport::CudaIpc);
   // Post every send and receive first: one round of bootstrap traffic for all peers.
   std::vector<std::shared_future<RegisteredMemory>> buffers(static_cast<std::size_t>(n)),
       pads(buffers.size());
@@ -204,22 +214,40 @@ void SymmetricMemory::barrier(int channel, std::chrono::duration<double> timeout
   impl_->launch(SignalOp::Barrier, 0, channel, timeout, stream);
 }
 
+void SymmetricMemory::abort() const {
+  static const std::uint32_t kRaised = 1;
+  int previous = -1;
+  FERRY_CUDA_CHECK(cudaGetDevice(&previous));
+  FERRY_CUDA_CHECK(cudaSetDevice(impl_->device));
+  // A stream of its own, which no waiting kernel holds up; the copies go to every rank's word
+  // through its mapping here.
+  cudaStream_t stream = nullptr;
+  FERRY_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  cudaError_t err = cudaSuccess;
+  for (int r = 0; r < impl_->worldSize && err == cudaSuccess; ++r)
+    err = cudaMemcpyAsync(impl_->abortWord(r), &kRaised, sizeof kRaised, cudaMemcpyHostToDevice, stream);
+  if (err == cudaSuccess) err = cudaStreamSynchronize(stream);
+  (void)cudaStreamDestroy(stream);
+  (void)cudaSetDevice(previous);
+  FERRY_CUDA_CHECK(err);
+}
+
 void SymmetricMemory::put(int dstRank, std::size_t dstOffset, const void* src, std::size_t bytes, int blocks,
                           cudaStream_t stream) const {
   impl_->checkRank("put", "destination", dstRank);
   if (dstOffset > impl_->bufferBytes || bytes > impl_->bufferBytes - dstOffset)
-    throw Error(ErrorCode::InvalidUsage, impl_->who("put") + ": " + std::to_string(bytes) + " bytes at byte " +
-                                             std::to_string(dstOffset) + " end past the " +
-                                             std::to_string(impl_->bufferBytes) + " bytes of rank " +
-                                             std::to_string(dstRank) + "'s buffer");
+    throw Error(ErrorCode::InvalidUsage, impl_->who("put") + ": " + std::to_string(bytes) +
+                                             " bytes at byte " + std::to_string(dstOffset) +
+                                             " end past the " + std::to_string(impl_->bufferBytes) +
+                                             " bytes of rank " + std::to_string(dstRank) + "'s buffer");
   if (blocks < 0 || blocks > kMaxPutBlocks)
     throw Error(ErrorCode::InvalidUsage, impl_->who("put") + ": " + std::to_string(blocks) +
-                                             " thread blocks is outside [0, " + std::to_string(kMaxPutBlocks) +
-                                             "] (0: the copy engines)");
+                                             " thread blocks is outside [0, " +
+                                             std::to_string(kMaxPutBlocks) + "] (0: the copy engines)");
   if (bytes == 0) return;
   if (src == nullptr)
-    throw Error(ErrorCode::InvalidUsage, impl_->who("put") + ": the source of " + std::to_string(bytes) +
-                                             " bytes is null");
+    throw Error(ErrorCode::InvalidUsage,
+                impl_->who("put") + ": the source of " + std::to_string(bytes) + " bytes is null");
   void* dst = static_cast<char*>(impl_->buffers[static_cast<std::size_t>(dstRank)]) + dstOffset;
   if (blocks == 0) {
     FERRY_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, stream));
