@@ -216,7 +216,7 @@ void FerryBackend::abort() {
   if (fused_) {
     try {
       fused_->abort();  // the pipelined fused ops' waits give up too, on every rank
-    } catch (const Error& e) {
+    } catch (const std::exception& e) {
       TORCH_WARN("ferry backend: rank ", rank_, ": aborting the fused ops' workspace: ", e.what());
     }
   }

@@ -4,6 +4,7 @@
 #include <c10/util/Exception.h>
 
 #include <algorithm>
+#include <exception>
 #include <optional>
 
 #include "ferry/errors.hpp"
@@ -31,56 +32,72 @@ std::optional<unsigned long long> captureOf(cudaStream_t stream) {
 
 FusedWorkspace::~FusedWorkspace() {
   // The handles' destructors wait for this GPU's work, which the pipelined ops' waits bound
-  // (FERRY_DEVICE_TIMEOUT), before the memory goes; then nothing runs on the streams.
+  // (FERRY_DEVICE_TIMEOUT), before the memory goes. (The side streams stay: see side.)
   current_.reset();
   retired_.clear();
   for (cudaEvent_t e : {eager_, captured_})
     if (e != nullptr) (void)cudaEventDestroy(e);
-  for (cudaStream_t s : sides_) (void)cudaStreamDestroy(s);
 }
 
 std::shared_ptr<const SymmetricMemory> FusedWorkspace::begin(Communicator& comm, std::size_t bytes,
                                                              cudaStream_t stream, const std::string& who) {
   std::lock_guard lock(mu_);
   const std::optional<unsigned long long> capture = captureOf(stream);
-  if (last_ != nullptr && last_ != stream && lastEvent_ != nullptr && capture == std::optional(lastCapture_))
-    C10_CUDA_CHECK(cudaStreamWaitEvent(stream, lastEvent_, 0));
-  if (current_ && current_->bufferBytes() >= bytes) return current_;
-  TORCH_CHECK(capture == std::optional<unsigned long long>(0), who, ": its workspace must grow to ", bytes,
-              " bytes, which meets every rank and cannot be captured in a CUDA graph: run the op once "
-              "with these shapes before capturing it, or set FERRY_FUSED_PIPELINE=0");
-  // Half again what is asked, so that a run of growing shapes does not meet the ranks at each one.
-  const std::size_t grown =
-      std::max(bytes, current_ ? current_->bufferBytes() + current_->bufferBytes() / 2 : 0);
-  try {
-    std::shared_ptr<void> memory = gpuAlloc(grown);
-    std::shared_ptr<const SymmetricMemory> made = SymmetricMemory::rendezvous(comm, memory.get(), grown);
-    if (current_) retired_.emplace_back(std::move(memory_), std::move(current_));
-    memory_ = std::move(memory);
-    current_ = std::move(made);
-  } catch (const Error& e) {
-    C10_THROW_ERROR(DistBackendError, who + ": making its symmetric workspace: " + e.what());
+  if (capture == std::optional<unsigned long long>(0) && lastEager_ != nullptr && lastEager_ != stream)
+    C10_CUDA_CHECK(cudaStreamWaitEvent(stream, eager_, 0));
+  if (capture && *capture != 0 && lastCaptured_ != nullptr && lastCaptured_ != stream &&
+      lastCapture_ == *capture)
+    C10_CUDA_CHECK(cudaStreamWaitEvent(stream, captured_, 0));
+  if (!current_ || current_->handle->bufferBytes() < bytes) {
+    TORCH_CHECK(capture == std::optional<unsigned long long>(0), who, ": its workspace must grow to ", bytes,
+                " bytes, which meets every rank and cannot be captured in a CUDA graph: run the op once "
+                "with these shapes before capturing it, or set FERRY_FUSED_PIPELINE=0");
+    // Half again what is asked, so that a run of growing shapes does not meet the ranks at each one.
+    const std::size_t grown =
+        std::max(bytes, current_ ? current_->handle->bufferBytes() + current_->handle->bufferBytes() / 2 : 0);
+    try {
+      auto made = std::make_shared<Held>();
+      made->memory = gpuAlloc(grown);
+      made->handle = SymmetricMemory::rendezvous(comm, made->memory.get(), grown);
+      if (current_) retired_.push_back(std::move(current_));
+      current_ = std::move(made);
+    } catch (const Error& e) {
+      C10_THROW_ERROR(DistBackendError, who + ": making its symmetric workspace: " + e.what());
+    }
   }
-  return current_;
+  // The handle, owning its memory too (an aliasing pointer): valid for the call whatever happens
+  // to the workspace meanwhile.
+  return std::shared_ptr<const SymmetricMemory>(current_, current_->handle.get());
 }
 
 void FusedWorkspace::end(cudaStream_t stream) {
   std::lock_guard lock(mu_);
   const std::optional<unsigned long long> capture = captureOf(stream);
-  last_ = nullptr;
-  if (!capture) return;  // the next call cannot be ordered after this one
+  if (!capture) return;  // (an invalidated capture: nothing to order after)
   cudaEvent_t& event = *capture != 0 ? captured_ : eager_;
   if (event == nullptr) C10_CUDA_CHECK(cudaEventCreateWithFlags(&event, cudaEventDisableTiming));
   C10_CUDA_CHECK(cudaEventRecord(event, stream));
-  last_ = stream;
-  lastCapture_ = *capture;
-  lastEvent_ = event;
+  if (*capture != 0) {
+    lastCaptured_ = stream;
+    lastCapture_ = *capture;
+  } else {
+    lastEager_ = stream;
+  }
 }
 
 void FusedWorkspace::abort() {
   std::lock_guard lock(mu_);
-  if (current_) current_->abort();
-  for (const auto& [memory, handle] : retired_) handle->abort();
+  std::exception_ptr first;
+  std::vector<std::shared_ptr<Held>> all(retired_);
+  if (current_) all.push_back(current_);
+  for (const auto& held : all) {
+    try {
+      held->handle->abort();
+    } catch (...) {
+      if (!first) first = std::current_exception();
+    }
+  }
+  if (first) std::rethrow_exception(first);
 }
 
 c10::cuda::CUDAStream FusedWorkspace::side(int step) {

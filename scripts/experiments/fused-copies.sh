@@ -4,7 +4,9 @@
 # (`pipe sm`, FERRY_FUSED_COPY_BLOCKS), for several block counts, on the local GPUs in one device
 # call. Builds the Python extensions first where build-gpu lacks them (about 4 minutes on 32
 # cores), then runs python -m ferry.torch.fused_bench once per block count; the tables and logs go
-# to $OUT (default build-fused-copies), one folder each.
+# to $OUT (default build-fused-copies), one folder each. Mind the 10 minutes of one device call:
+# the default FUSED_ARGS (6 bf16 shapes a model) take about 20 s a run on 2 H100 (the full
+# default bench did, with fp8 and M = 256 and 1024 too), the build about 4 minutes on a fresh machine.
 #   scripts/experiments/fused-copies.sh [BLOCKS...]   # default: 16 32 64
 #   FUSED_ARGS="-m 2048,16384 --dtypes bf16" scripts/experiments/fused-copies.sh 24 48
 set -uo pipefail

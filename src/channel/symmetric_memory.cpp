@@ -14,6 +14,7 @@
 #include "ferry/memory.hpp"
 #include "platform/cuda_check.hpp"
 #include "platform/device_upload.hpp"
+#include "platform/relaxed_capture.hpp"
 
 namespace ferry {
 
@@ -216,6 +217,7 @@ void SymmetricMemory::barrier(int channel, std::chrono::duration<double> timeout
 
 void SymmetricMemory::abort() const {
   static const std::uint32_t kRaised = 1;
+  RelaxedCapture relaxed;  // (another thread may be capturing a graph)
   int previous = -1;
   FERRY_CUDA_CHECK(cudaGetDevice(&previous));
   FERRY_CUDA_CHECK(cudaSetDevice(impl_->device));

@@ -35,22 +35,9 @@
 #include "ferry/communicator.hpp"
 #include "ferry/env.hpp"
 #include "ferry/errors.hpp"
+#include "platform/relaxed_capture.hpp"
 
 namespace ferry {
-
-// Lets this thread make stream calls while another thread captures a CUDA graph in global mode
-// (PyTorch's default): abort() and aborted() are called from watchdog threads at any time, and a
-// Comm across hosts aborts its host's calls from a proxy thread.
-class RelaxedCapture {
- public:
-  RelaxedCapture() { (void)cudaThreadExchangeStreamCaptureMode(&mode_); }
-  ~RelaxedCapture() { (void)cudaThreadExchangeStreamCaptureMode(&mode_); }
-  RelaxedCapture(const RelaxedCapture&) = delete;
-  RelaxedCapture& operator=(const RelaxedCapture&) = delete;
-
- private:
-  cudaStreamCaptureMode mode_ = cudaStreamCaptureModeRelaxed;
-};
 
 // Comm's own helpers (comm.cpp).
 std::shared_ptr<Bootstrap> checkedBootstrap(std::shared_ptr<Bootstrap> b);

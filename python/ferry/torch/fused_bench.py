@@ -63,14 +63,18 @@ def shapes(models, tp, ms, dtypes=("bf16",)):
 
 def _with_env(name, call, **more):
     """call() with the environment variable `name` at 1, and each of `more` at its value (the fused
-    ops read their opt-ins per call)."""
+    ops read their opt-ins per call); the environment as it was afterwards."""
     values = {name: "1", **{k: str(v) for k, v in more.items()}}
+    before = {k: os.environ.get(k) for k in values}
     os.environ.update(values)
     try:
         return call()
     finally:
-        for k in values:
-            os.environ.pop(k)
+        for k, v in before.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
 
 
 def _median_us(call, iters, torch):
@@ -219,8 +223,8 @@ def _rank(init_file, rank, n, rows, iters, sm_blocks, results):
             fused, comm, exchange, theirs = f["fused"], f["comm"], f["exchange"], f["theirs"]
             matmul, unfused, reference, comm_tensors = f["matmul"], f["unfused"], f["reference"], f["comm_tensors"]
 
-            def pipelined(fused=fused):
-                return _with_env("FERRY_FUSED_PIPELINE", fused)
+            def pipelined(fused=fused):  # on the copy engines, whatever the caller's environment says
+                return _with_env("FERRY_FUSED_PIPELINE", fused, FERRY_FUSED_COPY_BLOCKS=0)
 
             def registered(fused=fused):
                 return _with_env("FERRY_FUSED_REGISTERED", fused)
@@ -230,7 +234,8 @@ def _rank(init_file, rank, n, rows, iters, sm_blocks, results):
 
             # Every rank calls every form whatever the verdicts: they are collectives.
             want = reference()
-            forms = (("ferry", fused), ("registered", registered), ("pipelined", pipelined), ("pipe sm", pipelined_sm))
+            forms = (("ferry", fused), ("registered", registered), ("pipelined", pipelined),
+                     ("pipelined_sm", pipelined_sm))
             wrong = [name for name, f in forms if not torch.allclose(f().float(), want, rtol=2e-2, atol=2e-2)]
             row = {"wrong": wrong, "matmul": _median_us(matmul, iters, torch), "comm": _median_us(comm, iters, torch),
                    "nccl_comm": _median_us(lambda: comm(nccl_group), iters, torch),

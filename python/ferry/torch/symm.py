@@ -275,6 +275,13 @@ class SymmetricMemory:
         once (a peer is gone, the job is ending), instead of after FERRY_DEVICE_TIMEOUT with a trap
         that leaves the CUDA context unusable. The handle's buffers then hold whatever was written."""
         self._native.abort()
+        # An aborted handle is done: the next rendezvous of the same memory, or the group's next
+        # workspace, makes a new one rather than returning this one.
+        with _lock:
+            for key in [k for k, h in _handles.items() if h is self]:
+                del _handles[key]
+            for name in [n for n, (_, h) in _workspaces.items() if h is self]:
+                del _workspaces[name]
 
     def has_multicast_support(self):
         return False
