@@ -169,13 +169,14 @@ def run_rank(init_file, rank, n, device, results):
         seed = _matmul_reduce_scatter(torch, ops, name, rank, n, errors, seed, dev)
         _float32_accumulation(torch, ops, name, rank, n, errors, dev)
         if device == "cuda":
-            # Again, pipelined on symmetric memory where it applies (fused_pipeline.py), then with
+            # Again, pipelined on symmetric memory where it applies (fused_pipeline.cpp), then with
             # the composition's collectives on registered workspaces (registered_workspace.py).
             os.environ["FERRY_FUSED_PIPELINE"] = "1"
             phase("pipelined on symmetric memory")
             seed = _all_gather_matmul(torch, ops, name, rank, n, errors, seed, dev)
             seed = _matmul_reduce_scatter(torch, ops, name, rank, n, errors, seed, dev)
             _float32_accumulation(torch, ops, name, rank, n, errors, dev)
+            seed = _scaled(torch, ops, name, rank, n, errors, seed, dev)  # (its reduce-scatter pipelined)
             os.environ.pop("FERRY_FUSED_PIPELINE")
             os.environ["FERRY_FUSED_REGISTERED"] = "1"
             phase("the composition on registered workspaces")

@@ -216,8 +216,9 @@ at::Tensor matmulReduceScatter(const at::Tensor& A, const at::Tensor& B, c10::st
 }
 
 // The scaled ops: boxed kernels (they take lists of optional tensors and dtypes), with the Python
-// body's semantics (fused_ops.py: _scaled_mm, _gathered_scale). They have no pipelined form, so
-// only the registered-workspace form and other backends go to the Python body.
+// body's semantics (fused_ops.py: _scaled_mm, _gathered_scale). Only the registered-workspace form
+// and other backends go to the Python body. The reduce-scatter has a pipelined form on ferry groups
+// (fused_pipeline.cpp), taken only with FERRY_FUSED_PIPELINE=1 until a run says where it wins.
 
 std::optional<at::Tensor> optionalTensor(const c10::IValue& v) {
   return v.isNone() ? std::nullopt : std::optional<at::Tensor>(v.toTensor());
@@ -317,19 +318,36 @@ void scaledMatmulReduceScatter(const c10::OperatorHandle& /*op*/, torch::jit::St
   const std::string reduceOp = arg(4).toStringRef();
   const std::optional<at::ScalarType> outDtype =
       arg(11).isNone() ? std::nullopt : std::optional<at::ScalarType>(arg(11).toScalarType());
-  at::Tensor C = scaledMm(arg(0).toTensor(), arg(1).toTensor(), arg(2).toTensor(), arg(3).toTensor(),
-                          optionalTensor(arg(9)), optionalTensor(arg(10)), outDtype, arg(12).toBool());
-  // PyTorch's async-TP pass may hand over A reshaped to 2-D (its rows then hold the original
-  // leading dims): the product is viewed in the original shape before the scatter.
+  const at::Tensor A = arg(0).toTensor(), B = arg(1).toTensor(), aScale = arg(2).toTensor();
+  // The product's shape: PyTorch's async-TP pass may hand over A reshaped to 2-D (its rows then hold
+  // the original leading dims), with the original shape in output_shape; else A's leading dims.
+  std::vector<int64_t> shape(A.sizes().begin(), A.sizes().end() - 1);
   if (!arg(8).isNone()) {
-    std::vector<int64_t> shape;
+    shape.clear();
     for (const c10::IValue& v : arg(8).toListRef())
       shape.push_back(v.isInt() ? v.toInt() : v.toSymInt().guard_int(__FILE__, __LINE__));
     TORCH_CHECK_VALUE(!shape.empty(), "ferry::", kOp, ": output_shape is empty");
-    shape.back() = C.size(-1);
-    C = C.view(shape);
+    shape.pop_back();
   }
-  const int64_t dim = wrapDim(kOp, "orig_scatter_dim", arg(5).toInt(), C.dim());
+  shape.push_back(B.size(-1));
+  const int64_t dim = wrapDim(kOp, "orig_scatter_dim", arg(5).toInt(), static_cast<int64_t>(shape.size()));
+  // Pipelined only where asked (FERRY_FUSED_PIPELINE=1), until a run says where it wins: on a ferry
+  // group of one host, scattered along the product's dim 0 (fused_pipeline.cpp).
+  auto* ferry = dynamic_cast<FerryBackend*>(backend.get());
+  const bool sumOrMean = reduceOp == "sum" || reduceOp == "avg";
+  if (envIs("FERRY_FUSED_PIPELINE", "1") && ferry != nullptr && dim == 0 && sumOrMean &&
+      scaledPipelineApplies(*ferry, A, B, aScale, shape[0])) {
+    at::Tensor part =
+        pipelinedScaledMatmulReduceScatter(*ferry, A, B, aScale, arg(3).toTensor(), optionalTensor(arg(9)),
+                                           optionalTensor(arg(10)), outDtype, arg(12).toBool(), reduceOp == "avg");
+    shape[0] /= ferry->getSize();
+    torch::jit::drop(*stack, kArgs);
+    torch::jit::push(*stack, part.view(shape));
+    return;
+  }
+  at::Tensor C = scaledMm(A, B, aScale, arg(3).toTensor(), optionalTensor(arg(9)), optionalTensor(arg(10)), outDtype,
+                          arg(12).toBool())
+                     .view(shape);
   at::Tensor part = reduceScatterRows(*backend, kOp, C, dim, reduceOp);
   torch::jit::drop(*stack, kArgs);
   torch::jit::push(*stack, std::move(part));

@@ -21,8 +21,10 @@
 #include <c10/cuda/CUDAStream.h>
 #include <c10/util/Exception.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdlib>
+#include <functional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -186,52 +188,109 @@ std::vector<at::Tensor> pipelinedAllGatherMatmul(FerryBackend& backend, const at
   return outs;
 }
 
-at::Tensor pipelinedMatmulReduceScatter(FerryBackend& backend, const at::Tensor& A, const at::Tensor& B,
-                                        bool average) {
-  static constexpr const char* kOp = "fused_matmul_reduce_scatter";
+namespace {
+
+// Writes rows [first, first + rows) of a product into `out` (fused_pipeline.hpp's reduce-scatters).
+using MultiplyRows = std::function<void(const at::Tensor& out, int64_t first, int64_t rows)>;
+
+// The pipelined matmul + reduce-scatter of any product: `multiply(out, first, rows)` writes rows
+// [first, first + rows) of the product (rows of A seen as 2-D, leading dims merged) into `out`, a
+// rows x cols tensor of `options`. Returns this rank's part, rows / n x cols: the n partial products
+// of its rows summed in float32 and rounded once (a mean: divided before the rounding).
+at::Tensor pipelinedReduceScatterOf(FerryBackend& backend, const char* op, int64_t rowsTotal, int64_t cols,
+                                    const at::TensorOptions& options, const MultiplyRows& multiply,
+                                    bool average) {
   const int n = backend.getSize(), r = backend.getRank();
-  const c10::DeviceIndex device = A.device().index();
+  const c10::DeviceIndex device = options.device().index();
   c10::cuda::CUDAGuard guard(device);
-  const int64_t k = A.size(-1), cols = B.size(1);
-  const int64_t rows = A.numel() / k / n;  // the rows each rank keeps, leading dims merged
-  const std::size_t slotBytes = static_cast<std::size_t>(rows * cols) * A.element_size();
+  const int64_t rows = rowsTotal / n;  // the rows each rank keeps
+  const auto dtype = c10::typeMetaToScalarType(options.dtype());
+  const std::size_t slotBytes = static_cast<std::size_t>(rows * cols) * c10::elementSize(dtype);
   const auto bound = kWaitBound;
   const int blocks = copyBlocks();
   const c10::cuda::CUDAStream cur = c10::cuda::getCurrentCUDAStream(device);
-  const at::Tensor a = A.view({n * rows, k});
   // Every product a peer gets, allocated before the barrier: a failure after it would leave the
   // peers waiting for this rank's signals until FERRY_DEVICE_TIMEOUT.
   std::vector<at::Tensor> products;
-  for (int step = 1; step < n; ++step) products.push_back(at::empty({rows, cols}, A.options()));
+  for (int step = 1; step < n; ++step) products.push_back(at::empty({rows, cols}, options));
 
-  const auto held = backend.beginFused(static_cast<std::size_t>(n) * slotBytes, cur.stream(), kOp);
+  const auto held = backend.beginFused(static_cast<std::size_t>(n) * slotBytes, cur.stream(), op);
   const SymmetricMemory& ws = *held;
-  at::Tensor sum = guarded(backend, kOp, [&] {
+  return guarded(backend, op, [&] {
     Forked forked{cur, {}};
     ws.barrier(kStartChannel, bound, cur.stream());
     for (int step = 1; step < n; ++step) {
       const int dst = (r + step) % n;
       const at::Tensor& product = products[static_cast<std::size_t>(step - 1)];
-      mmInto(product, a.narrow(0, dst * rows, rows), B);
+      multiply(product, dst * rows, rows);
       forked.sides.push_back(backend.fusedSide(step));
       order(cur, forked.sides.back());  // the product is made, and the barrier passed
       push(ws, dst, r, product, slotBytes, blocks, forked.sides.back(), bound);
     }
     // This rank's own rows go straight into its own slot, while the last copies are in flight.
-    mmInto(slotView(slotAddress(ws, r, r, slotBytes), rows, cols, A), a.narrow(0, r * rows, rows), B);
+    multiply(at::from_blob(slotAddress(ws, r, r, slotBytes), {rows, cols}, options), r * rows, rows);
     for (int step = 1; step < n; ++step) ws.waitSignal((r - step + n) % n, kDataChannel, bound, cur.stream());
     // The n products of this rank's rows lie side by side. ATen sums 16-bit floats in float32 and
     // rounds once (one kernel); a mean divides before its one rounding.
-    const at::Tensor slots = at::from_blob(ws.bufferPtrs()[r], {n, rows * cols}, A.options());
-    return average
-               ? slots.sum(0, /*keepdim=*/false, at::kFloat).div_(static_cast<double>(n)).to(A.scalar_type())
-               : slots.sum(0);
+    const at::Tensor slots = at::from_blob(ws.bufferPtrs()[r], {n, rows * cols}, options);
+    at::Tensor sum = average
+                         ? slots.sum(0, /*keepdim=*/false, at::kFloat).div_(static_cast<double>(n)).to(dtype)
+                         : slots.sum(0);
+    return sum.view({rows, cols});
   });  // (forked joined the side streams after the sum was queued)
-  backend.endFused(cur.stream());
+}
+
+}  // namespace
+
+at::Tensor pipelinedMatmulReduceScatter(FerryBackend& backend, const at::Tensor& A, const at::Tensor& B,
+                                        bool average) {
+  static constexpr const char* kOp = "fused_matmul_reduce_scatter";
+  const int64_t k = A.size(-1), cols = B.size(1);
+  const at::Tensor a = A.view({-1, k});
+  const auto multiply = [&](const at::Tensor& out, int64_t first, int64_t rows) {
+    mmInto(out, a.narrow(0, first, rows), B);
+  };
+  at::Tensor part = pipelinedReduceScatterOf(backend, kOp, a.size(0), cols, A.options(), multiply, average);
+  backend.endFused(c10::cuda::getCurrentCUDAStream(A.device().index()).stream());
   std::vector<int64_t> shape(A.sizes().begin(), A.sizes().end() - 1);
-  shape[0] /= n;
+  shape[0] /= backend.getSize();
   shape.push_back(cols);
-  return sum.view(shape);
+  return part.view(shape);
+}
+
+bool scaledPipelineApplies(const FerryBackend& backend, const at::Tensor& A, const at::Tensor& B,
+                           const at::Tensor& aScale, int64_t leadingRows) {
+  const int64_t n = backend.getSize();
+  const bool fp8 = [](at::ScalarType t) {
+    return t == at::kFloat8_e4m3fn || t == at::kFloat8_e5m2;
+  }(A.scalar_type());
+  const int64_t rows = A.numel() / std::max<int64_t>(A.size(-1), 1);
+  return fp8 && A.is_cuda() && A.device().index() == backend.device() && A.is_contiguous() && A.numel() > 0 &&
+         (A.dim() == 2 || A.dim() == 3) && B.dim() == 2 && B.size(1) > 0 && B.device() == A.device() &&
+         n > 1 && backend.sumsInFloat32Here() && leadingRows % n == 0 && rows % n == 0 &&
+         (aScale.numel() == 1 || aScale.numel() == rows);
+}
+
+at::Tensor pipelinedScaledMatmulReduceScatter(FerryBackend& backend, const at::Tensor& A, const at::Tensor& B,
+                                              const at::Tensor& aScale, const at::Tensor& bScale,
+                                              const std::optional<at::Tensor>& bias,
+                                              const std::optional<at::Tensor>& resultScale,
+                                              std::optional<at::ScalarType> outDtype, bool fastAccum,
+                                              bool average) {
+  static constexpr const char* kOp = "fused_scaled_matmul_reduce_scatter";
+  const at::Tensor a = A.view({-1, A.size(-1)});
+  const bool rowwise = aScale.numel() > 1;
+  const at::Tensor scaleA = (rowwise ? aScale.reshape({-1, 1}) : aScale.reshape({})).to(at::kFloat);
+  const at::Tensor scaleB = bScale.to(at::kFloat);
+  const auto multiply = [&](const at::Tensor& out, int64_t first, int64_t rows) {
+    at::Tensor target = out;
+    at::_scaled_mm_out(target, a.narrow(0, first, rows), B, rowwise ? scaleA.narrow(0, first, rows) : scaleA,
+                       scaleB, bias, resultScale, outDtype, fastAccum);
+  };
+  const auto options = A.options().dtype(outDtype.value_or(A.scalar_type()));
+  at::Tensor part = pipelinedReduceScatterOf(backend, kOp, a.size(0), B.size(1), options, multiply, average);
+  backend.endFused(c10::cuda::getCurrentCUDAStream(A.device().index()).stream());
+  return part;
 }
 
 }  // namespace ferry::torch_backend
