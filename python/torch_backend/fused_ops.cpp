@@ -336,7 +336,7 @@ void scaledMatmulReduceScatter(const c10::OperatorHandle& /*op*/, torch::jit::St
   auto* ferry = dynamic_cast<FerryBackend*>(backend.get());
   const bool sumOrMean = reduceOp == "sum" || reduceOp == "avg";
   if (envIs("FERRY_FUSED_PIPELINE", "1") && ferry != nullptr && dim == 0 && sumOrMean &&
-      scaledPipelineApplies(*ferry, A, B, aScale, shape[0])) {
+      scaledPipelineApplies(*ferry, A, B, aScale, outDtype, shape[0])) {
     at::Tensor part =
         pipelinedScaledMatmulReduceScatter(*ferry, A, B, aScale, arg(3).toTensor(), optionalTensor(arg(9)),
                                            optionalTensor(arg(10)), outDtype, arg(12).toBool(), reduceOp == "avg");

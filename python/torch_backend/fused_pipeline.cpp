@@ -259,16 +259,19 @@ at::Tensor pipelinedMatmulReduceScatter(FerryBackend& backend, const at::Tensor&
 }
 
 bool scaledPipelineApplies(const FerryBackend& backend, const at::Tensor& A, const at::Tensor& B,
-                           const at::Tensor& aScale, int64_t leadingRows) {
+                           const at::Tensor& aScale, std::optional<at::ScalarType> outDtype,
+                           int64_t leadingRows) {
   const int64_t n = backend.getSize();
   const bool fp8 = [](at::ScalarType t) {
     return t == at::kFloat8_e4m3fn || t == at::kFloat8_e5m2;
   }(A.scalar_type());
   const int64_t rows = A.numel() / std::max<int64_t>(A.size(-1), 1);
-  return fp8 && A.is_cuda() && A.device().index() == backend.device() && A.is_contiguous() && A.numel() > 0 &&
-         (A.dim() == 2 || A.dim() == 3) && B.dim() == 2 && B.size(1) > 0 && B.device() == A.device() &&
-         n > 1 && backend.sumsInFloat32Here() && leadingRows % n == 0 && rows % n == 0 &&
-         (aScale.numel() == 1 || aScale.numel() == rows);
+  // The partial products are summed by ATen in float32: products of 16 or 32 bits, not fp8.
+  const bool wide = outDtype == at::kBFloat16 || outDtype == at::kHalf || outDtype == at::kFloat;
+  return fp8 && wide && A.is_cuda() && A.device().index() == backend.device() && A.is_contiguous() &&
+         A.numel() > 0 && (A.dim() == 2 || A.dim() == 3) && B.dim() == 2 && B.size(1) > 0 &&
+         B.device() == A.device() && n > 1 && backend.sumsInFloat32Here() && leadingRows % n == 0 &&
+         rows % n == 0 && (aScale.numel() == 1 || aScale.numel() == rows);
 }
 
 at::Tensor pipelinedScaledMatmulReduceScatter(FerryBackend& backend, const at::Tensor& A, const at::Tensor& B,

@@ -33,10 +33,11 @@ at::Tensor pipelinedMatmulReduceScatter(FerryBackend& backend, const at::Tensor&
                                         bool average);
 
 // The same for fused_scaled_matmul_reduce_scatter (fp8 A and B, torch._scaled_mm's scales, bias,
-// result scale and out dtype), scattered along the product's dim 0, of leadingRows rows: where
-// scaledPipelineApplies. Returns this rank's rows of the product seen as 2-D (rows / n x N).
+// result scale and a 16- or 32-bit out dtype), scattered along the product's dim 0, of leadingRows rows:
+// where scaledPipelineApplies. Returns this rank's rows of the product seen as 2-D (rows / n x N).
 bool scaledPipelineApplies(const FerryBackend& backend, const at::Tensor& A, const at::Tensor& B,
-                           const at::Tensor& aScale, int64_t leadingRows);
+                           const at::Tensor& aScale, std::optional<at::ScalarType> outDtype,
+                           int64_t leadingRows);
 at::Tensor pipelinedScaledMatmulReduceScatter(FerryBackend& backend, const at::Tensor& A, const at::Tensor& B,
                                               const at::Tensor& aScale, const at::Tensor& bScale,
                                               const std::optional<at::Tensor>& bias,
