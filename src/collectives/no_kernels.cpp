@@ -27,7 +27,7 @@ void launchPreMul(void*, const void*, std::size_t, DataType, const PreMulSum&, i
 
 int p2pResidentBlocks() { return 1 << 30; }  // launchP2P says what is missing
 
-void launchP2P(const P2PBatch&, const P2PContext& context, cudaStream_t) {
+void launchP2P(const P2PBatch&, const P2PContext& context, cudaStream_t, bool) {
   throw Error(ErrorCode::NotSupported,
               "rank " + std::to_string(context.rank) + ": send/recv: this build of ferry has no CUDA kernels");
 }

@@ -184,6 +184,10 @@ FERRY_DEVICE FERRY_INLINE void recvLane(const P2PContext& c, int peer, char* dst
 }
 
 __global__ void __launch_bounds__(kP2PThreads, 2) p2pKernel(P2PContext c, P2PBatch batch) {
+  // Before the first access to memory: the running totals and the buffers are the previous
+  // kernel's to write until it ends (device_context.hpp). Every block of this kernel is resident by
+  // the time the next one's blocks take SMs, so a send waiting for a recv of the group still runs.
+  awaitPreviousKernel();
   int k = 0;
   while (k + 1 < batch.streams && batch.stream[k + 1].firstBlock <= static_cast<int>(blockIdx.x)) ++k;
   const P2PStream& s = batch.stream[k];
@@ -219,9 +223,9 @@ int p2pResidentBlocks() {
 
 void preloadP2P() { preloadKernel(p2pKernel); }
 
-void launchP2P(const P2PBatch& batch, const P2PContext& context, cudaStream_t stream) {
+void launchP2P(const P2PBatch& batch, const P2PContext& context, cudaStream_t stream, bool early) {
   if (batch.streams == 0) return;
-  p2pKernel<<<batch.blocks, kP2PThreads, 0, stream>>>(context, batch);
+  launchMaybeEarly(early, p2pKernel, static_cast<unsigned>(batch.blocks), kP2PThreads, stream, context, batch);
   const cudaError_t err = cudaGetLastError();
   if (err != cudaSuccess)
     throw CudaError("rank " + std::to_string(context.rank) + ": send/recv: launching the kernel failed: " +

@@ -26,7 +26,7 @@ class P2PCollective final : public Algorithm {
     if (context.p2p == nullptr || context.p2p->context == nullptr)
       throw Error(ErrorCode::NotSupported, describe(call) + ": " + name_ + " needs the Comm's send/recv inboxes");
     const P2PBatch batch = planP2PGroup(p2pCallsOf(call), context.p2p->residentBlocks, context.p2p->maxBlocks);
-    launchP2P(batch, *context.p2p->context, call.stream);
+    launchP2P(batch, *context.p2p->context, call.stream, context.p2p->early);
   }
   void preload() const override { preloadP2P(); }
 

@@ -138,7 +138,8 @@ struct Comm::Impl {
       int least = 0, greatest = 0;
       FERRY_CUDA_CHECK(cudaDeviceGetStreamPriorityRange(&least, &greatest));
       FERRY_CUDA_CHECK(cudaStreamCreateWithPriority(&control, cudaStreamNonBlocking, greatest));
-      p2pLaunch = P2PLauncher{&p2p->context(), ferry::p2pResidentBlocks(), options.maxBlocks};
+      p2pLaunch = P2PLauncher{&p2p->context(), ferry::p2pResidentBlocks(), options.maxBlocks,
+                              resources->context().earlyLaunch};
       resources->setP2P(&p2pLaunch);
       preloadKernelsOnce(device);
       ports = std::make_unique<CommPorts>(communicator, options.connect, resources->memory(),
@@ -380,7 +381,7 @@ struct Comm::Impl {
     DeviceGuard scope(device);
     work->orderAfterLast(calls.front().stream);
     if (p2p) {
-      launchP2P(batch, p2p->context(), calls.front().stream);
+      launchP2P(batch, p2p->context(), calls.front().stream, p2pLaunch.early);
     } else {
       for (int i = 0; i < batch.messages; ++i)
         FERRY_CUDA_CHECK(cudaMemcpyAsync(batch.message[i].buffer, batch.message[i].source,

@@ -30,17 +30,13 @@ inline unsigned gridFor(const CollectiveContext& c, std::uint64_t units, std::ui
   return gridFor(units, perBlock, lo, hi);
 }
 
-// Launches a collective kernel, one whose blocks begin with beginCall or beginDirect, on `stream`;
-// early: with programmatic dependent launch (CollectiveContext::earlyLaunch), so that its blocks
-// take their SMs while the kernel before it still runs and start the moment it ends
-// (device_context.hpp, awaitPreviousKernel). Any error is left for checkLaunch.
+// Launches `kernel` on `stream`; early: with programmatic dependent launch
+// (CollectiveContext::earlyLaunch), so that its blocks take their SMs while the kernel before it
+// still runs and start the moment it ends; the kernel must call awaitPreviousKernel
+// (device_context.hpp) before its first access to memory. Any error is left for the caller.
 template <class... Params, class... Args>
-void launchCollective(bool early, void (*kernel)(Params...), unsigned grid, unsigned threads,
+void launchMaybeEarly(bool early, void (*kernel)(Params...), unsigned grid, unsigned threads,
                       cudaStream_t stream, Args&&... args) {
-  // Block b counts calls in CallState::calls[b] (device_context.hpp, loadCallsDone).
-  if (grid > static_cast<unsigned>(kMaxBlocks))
-    throw Error(ErrorCode::InternalError, "a collective kernel of " + std::to_string(grid) + " blocks: at most " +
-                                         std::to_string(kMaxBlocks) + " count calls (report this as a bug)");
   cudaLaunchConfig_t config{};
   config.gridDim = dim3(grid);
   config.blockDim = dim3(threads);
@@ -53,6 +49,18 @@ void launchCollective(bool early, void (*kernel)(Params...), unsigned grid, unsi
     config.numAttrs = 1;
   }
   (void)cudaLaunchKernelEx(&config, kernel, std::forward<Args>(args)...);
+}
+
+// Launches a collective kernel, one whose blocks begin with beginCall or beginDirect, on `stream`,
+// early or not (launchMaybeEarly). Any error is left for checkLaunch.
+template <class... Params, class... Args>
+void launchCollective(bool early, void (*kernel)(Params...), unsigned grid, unsigned threads,
+                      cudaStream_t stream, Args&&... args) {
+  // Block b counts calls in CallState::calls[b] (device_context.hpp, loadCallsDone).
+  if (grid > static_cast<unsigned>(kMaxBlocks))
+    throw Error(ErrorCode::InternalError, "a collective kernel of " + std::to_string(grid) + " blocks: at most " +
+                                         std::to_string(kMaxBlocks) + " count calls (report this as a bug)");
+  launchMaybeEarly(early, kernel, grid, threads, stream, std::forward<Args>(args)...);
 }
 
 // After a launch: a launch error becomes a CudaError naming the call and the algorithm.
