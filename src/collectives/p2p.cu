@@ -225,6 +225,10 @@ void preloadP2P() { preloadKernel(p2pKernel); }
 
 void launchP2P(const P2PBatch& batch, const P2PContext& context, cudaStream_t stream, bool early) {
   if (batch.streams == 0) return;
+  // Early only where the launch is a visible part of the call: messages of up to kP2PEarlyBytes.
+  std::uint64_t largest = 0;
+  for (int i = 0; i < batch.messages; ++i) largest = std::max(largest, batch.message[i].bytes);
+  early = early && largest <= kP2PEarlyBytes;
   launchMaybeEarly(early, p2pKernel, static_cast<unsigned>(batch.blocks), kP2PThreads, stream, context, batch);
   const cudaError_t err = cudaGetLastError();
   if (err != cudaSuccess)

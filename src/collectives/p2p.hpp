@@ -55,6 +55,7 @@ inline constexpr std::uint64_t kP2PChunkBytes = 256 << 10;  // a slot; the large
 inline constexpr std::uint64_t kP2PMinChunkBytes = 64 << 10;
 inline constexpr std::uint64_t kP2PLaneGrain = 32 << 10;  // message bytes per lane, below kP2PLanes lanes
 inline constexpr int kP2PThreads = 512;
+inline constexpr std::uint64_t kP2PEarlyBytes = 1 << 20;  // launchP2P
 inline constexpr int kP2PMaxOps = 64;       // messages per group
 inline constexpr int kP2PMaxStreams = 2 * kMaxRanks + 1;  // (peer, direction), and the copies to self
 
@@ -175,7 +176,10 @@ class P2PResources {
 
 // Queues one kernel running every stream of the batch on `stream`; early: with programmatic
 // dependent launch, as launchCollective does (its blocks take their SMs while the kernel before it
-// still runs; on 2 H200 that was 0.2-0.4 us of a small collective).
+// still runs), where no message exceeds kP2PEarlyBytes. On 2 H100 (2026-11-28) that took 0.3-0.4 us
+// off send/recv from 1 KiB to 1 MiB (3.46-4.01 us up to 64 KiB); on 2 H200 the same day, early
+// launches made all-to-all 4-6% slower from 64 MiB (1559 us at 1 GiB, 1477 without) and send/recv
+// 1% at 1 GiB, in two rounds each: a large call gains nothing from its launch.
 void launchP2P(const P2PBatch& batch, const P2PContext& context, cudaStream_t stream, bool early);
 // Loads the send/recv kernel into the current context (launch.hpp, preloadKernel).
 void preloadP2P();
