@@ -41,10 +41,12 @@ using AllGatherMatmul = AllGatherMatmulResult(const at::Tensor&, at::TensorList,
 using MatmulReduceScatter = at::Tensor(const at::Tensor&, const at::Tensor&, c10::string_view, int64_t,
                                        c10::string_view);
 
-// fused_pipeline.AG_AUTO_MIN_FLOPS and RS_AUTO_MIN_FLOPS, handed over by fused_ops.py as it loads,
-// so that the size table has one source. Negative until then: no call is pipelined for it.
+// fused_pipeline.AG_AUTO_MIN_FLOPS, RS_AUTO_MIN_FLOPS and SCALED_RS_AUTO_MIN_FLOPS, handed over by
+// fused_ops.py as it loads, so that the size table has one source. Negative until then: no call is
+// pipelined for it.
 std::atomic<double> allGatherMinFlops{-1.0};
 std::atomic<double> reduceScatterMinFlops{-1.0};
+std::atomic<double> scaledReduceScatterMinFlops{-1.0};
 
 bool envIs(const char* name, const char* value) {
   const char* v = std::getenv(name);
@@ -218,7 +220,7 @@ at::Tensor matmulReduceScatter(const at::Tensor& A, const at::Tensor& B, c10::st
 // The scaled ops: boxed kernels (they take lists of optional tensors and dtypes), with the Python
 // body's semantics (fused_ops.py: _scaled_mm, _gathered_scale). Only the registered-workspace form
 // and other backends go to the Python body. The reduce-scatter has a pipelined form on ferry groups
-// (fused_pipeline.cpp), taken only with FERRY_FUSED_PIPELINE=1 until a run says where it wins.
+// (fused_pipeline.cpp), from fused_pipeline.SCALED_RS_AUTO_MIN_FLOPS (or FERRY_FUSED_PIPELINE=1).
 
 std::optional<at::Tensor> optionalTensor(const c10::IValue& v) {
   return v.isNone() ? std::nullopt : std::optional<at::Tensor>(v.toTensor());
@@ -331,12 +333,16 @@ void scaledMatmulReduceScatter(const c10::OperatorHandle& /*op*/, torch::jit::St
   }
   shape.push_back(B.size(-1));
   const int64_t dim = wrapDim(kOp, "orig_scatter_dim", arg(5).toInt(), static_cast<int64_t>(shape.size()));
-  // Pipelined only where asked (FERRY_FUSED_PIPELINE=1), until a run says where it wins: on a ferry
-  // group of one host, scattered along the product's dim 0 (fused_pipeline.cpp).
+  // Pipelined as the size table says: on a ferry group of one host, scattered along the product's
+  // dim 0 (fused_pipeline.cpp). Where it does not apply, FERRY_FUSED_PIPELINE=1 (Form::Python)
+  // runs the composition too: the Python body has no pipelined scaled form.
   auto* ferry = dynamic_cast<FerryBackend*>(backend.get());
   const bool sumOrMean = reduceOp == "sum" || reduceOp == "avg";
-  if (envIs("FERRY_FUSED_PIPELINE", "1") && ferry != nullptr && dim == 0 && sumOrMean &&
-      scaledPipelineApplies(*ferry, A, B, aScale, outDtype, shape[0])) {
+  const auto applies = [&](const FerryBackend& f) {
+    return dim == 0 && sumOrMean && scaledPipelineApplies(f, A, B, aScale, outDtype, shape[0]);
+  };
+  const double flops = 2.0 * static_cast<double>(A.numel()) * static_cast<double>(B.size(-1));
+  if (formOf(backend, applies, flops, scaledReduceScatterMinFlops) == Form::Pipelined) {
     at::Tensor part =
         pipelinedScaledMatmulReduceScatter(*ferry, A, B, aScale, arg(3).toTensor(), optionalTensor(arg(9)),
                                            optionalTensor(arg(10)), outDtype, arg(12).toBool(), reduceOp == "avg");
@@ -355,9 +361,10 @@ void scaledMatmulReduceScatter(const c10::OperatorHandle& /*op*/, torch::jit::St
 
 }  // namespace
 
-void setFusedPipelineMinFlops(double allGather, double reduceScatter) {
+void setFusedPipelineMinFlops(double allGather, double reduceScatter, double scaledReduceScatter) {
   allGatherMinFlops.store(allGather, std::memory_order_relaxed);
   reduceScatterMinFlops.store(reduceScatter, std::memory_order_relaxed);
+  scaledReduceScatterMinFlops.store(scaledReduceScatter, std::memory_order_relaxed);
 }
 
 }  // namespace ferry::torch_backend

@@ -30,7 +30,8 @@ PYBIND11_MODULE(_torch, m) {
            py::call_guard<py::gil_scoped_release>())
       .def("_deregister_tensor", &FerryBackend::deregisterTensor, py::arg("id"),
            py::call_guard<py::gil_scoped_release>());
-  // fused_pipeline.AG_AUTO_MIN_FLOPS and RS_AUTO_MIN_FLOPS, for the fused ops' kernels (fused_ops.cpp).
+  // fused_pipeline.AG_AUTO_MIN_FLOPS, RS_AUTO_MIN_FLOPS and SCALED_RS_AUTO_MIN_FLOPS, for the fused
+  // ops' kernels (fused_ops.cpp).
   m.def("_set_fused_pipeline_min_flops", &ferry::torch_backend::setFusedPipelineMinFlops, py::arg("all_gather"),
-        py::arg("reduce_scatter"));
+        py::arg("reduce_scatter"), py::arg("scaled_reduce_scatter"));
 }

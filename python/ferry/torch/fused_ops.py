@@ -82,7 +82,8 @@ if any(NATIVE_KEYS.values()):
     from ferry import _torch as _extension
 
     # The size table's one source is fused_pipeline.py: the C++ kernels defer to it from there.
-    _extension._set_fused_pipeline_min_flops(fused_pipeline.AG_AUTO_MIN_FLOPS, fused_pipeline.RS_AUTO_MIN_FLOPS)
+    _extension._set_fused_pipeline_min_flops(fused_pipeline.AG_AUTO_MIN_FLOPS, fused_pipeline.RS_AUTO_MIN_FLOPS,
+                                             fused_pipeline.SCALED_RS_AUTO_MIN_FLOPS)
 
 
 def _impl(name):

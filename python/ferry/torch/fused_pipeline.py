@@ -22,8 +22,8 @@ It applies to 2-D and 3-D A gathered or scattered along dim 0, contiguous; fused
 unfused composition everywhere else. Which form runs (the size table; docs/fused.md has the run
 that set it): FERRY_FUSED_PIPELINE=1 pipelines every call it applies to, =0 none; unset, on a
 ferry group, a matmul + reduce-scatter whose product takes at least RS_AUTO_MIN_FLOPS per rank (an
-all-gather + matmul: AG_AUTO_MIN_FLOPS) is pipelined and everything else runs the composition. The
-C++ kernels read both thresholds from here.
+all-gather + matmul: AG_AUTO_MIN_FLOPS; a scaled reduce-scatter: SCALED_RS_AUTO_MIN_FLOPS) is
+pipelined and everything else runs the composition. The C++ kernels read the thresholds from here.
 """
 
 from __future__ import annotations
@@ -47,6 +47,11 @@ RS_AUTO_MIN_FLOPS = 2e11
 # Its C++ form on 2 H100 was 0.93-1.03x the composition at M = 4096 and 16384: the shard's copy
 # (copy engine) ran at about half the SM-driven all-gather's rate.
 AG_AUTO_MIN_FLOPS = math.inf
+# The same for the scaled (fp8) matmul + reduce-scatter (torch._scaled_mm per chunk; ferry groups,
+# C++ only). On 2 H100 (2026-11-28, three runs) it was 1.06-1.21x the composition at every shape
+# of 2.75e11 flops and more but one (1.00-1.04x), mixed at 2.4e11 (0.86-1.02x) and 0.7-1.0x below:
+# an fp8 matmul is twice as fast, so a product must be larger before its copies hide under it.
+SCALED_RS_AUTO_MIN_FLOPS = 2.5e11
 
 
 def mode() -> str:
