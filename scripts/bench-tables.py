@@ -69,6 +69,8 @@ def title(doc: dict, key: tuple) -> str:
     reduces = coll in ("allreduce", "reducescatter", "reduce")
     what = f"{coll} {dtype}" + (f" {op}" if reduces else "")
     how = "registered" if doc.get("registered") else "unregistered"
+    if reduces and doc.get("accumulation") == "float32":
+        what += " (ferry: float32 sums)"
     return f"{what}, {doc['world_size']} ranks, {how} buffers, {'CUDA graphs' if doc.get('graph') else 'launches'}"
 
 

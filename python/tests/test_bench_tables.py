@@ -29,6 +29,16 @@ def test_summary_has_ferry_nccl_and_their_ratio(tmp_path, capsys):
     assert "| 1 MiB | 20.00 |" in out
 
 
+def test_a_title_says_when_ferry_summed_in_float32(tmp_path, capsys):
+    tables = load_script("bench-tables.py")
+    path = bench_file(tmp_path / "b.json", "allreduce_ll", 0.0, 10.0)
+    doc = json.loads(path.read_text())
+    doc["accumulation"] = "float32"  # ferry-bench --accumulate float32
+    path.write_text(json.dumps(doc))
+    assert tables.main(["summary", str(path)]) == 0
+    assert "### allreduce bf16 sum (ferry: float32 sums), 4 ranks" in capsys.readouterr().out
+
+
 def test_summary_shows_every_nccl_variant_and_the_ratio_to_the_fastest(tmp_path, capsys):
     tables = load_script("bench-tables.py")
     path = bench_file(tmp_path / "b.json", "allreduce_ll", 0.0, 10.0)

@@ -61,6 +61,9 @@ struct BenchOptions {
   bool inPlace = true;
   bool registered = false;  // register ferry's buffers (Comm::registerBuffer): the zero-copy path
   std::string algorithm;    // forced for every collective that has it
+  // How ferry's sums and averages of 16- and 8-bit floats add up (--accumulate; NCCL's: always
+  // stepwise). Float32 is what the torch backend's fused-op compositions ask for.
+  Accumulation accumulation = Accumulation::Stepwise;
   bool nccl = true;
   std::string ncclPath = "libnccl.so.2";
   std::vector<NcclVariant> ncclVariants{NcclVariant::Plain, NcclVariant::Registered, NcclVariant::Window};

@@ -93,6 +93,13 @@ int main(int argc, char** argv) {
                  "ncclCommWindowRegister); the ratio is against the fastest")
       ->capture_default_str();
   app.add_flag("--no-in-place", noInPlace, "time out-of-place calls only");
+  std::string accumulate = "stepwise";
+  app.add_option("--accumulate", accumulate,
+                 "how ferry sums and averages 16- and 8-bit floats: stepwise (rounded after each rank's "
+                 "term, as NCCL does) or float32 (rounded once: Accumulation::Float32, on the algorithms "
+                 "that run it; the algorithm column still names the stepwise choice)")
+      ->check(CLI::IsMember({"stepwise", "float32"}))
+      ->capture_default_str();
   int registered = 0;
   app.add_option("-R,--registered", registered,
                  "register ferry's buffers (1): calls above the LL sizes then run zero-copy (NCCL's: "
@@ -102,6 +109,12 @@ int main(int argc, char** argv) {
   app.add_option("--tune", o.tunePath, "time every algorithm at every size and write a tuning table (JSON)");
   app.add_flag("--list", list, "list the algorithms of every collective and exit");
   CLI11_PARSE(app, argc, argv);
+  o.accumulation = accumulate == "float32" ? Accumulation::Float32 : Accumulation::Stepwise;
+  if (o.accumulation == Accumulation::Float32 && !o.tunePath.empty()) {
+    std::cerr << "ferry-bench: --tune writes the default table, which stepwise calls read; drop --accumulate "
+                 "float32\n";
+    return 2;
+  }
 
   try {
     if (list) {
