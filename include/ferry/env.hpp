@@ -43,6 +43,7 @@ struct FERRY_API Env {
   std::string planPorts;                           // FERRY_PLAN_PORTS
   std::string partnerScratch;                      // FERRY_PARTNER_SCRATCH
   std::string partnerNet;                          // FERRY_PARTNER_NET
+  std::uint64_t partnerNcclBytes;                  // FERRY_PARTNER_NCCL_BYTES
   std::uint64_t acrossHostsPiece;                  // FERRY_ACROSS_HOSTS_PIECE
   std::uint64_t scratchBytes;                      // FERRY_SCRATCH_BYTES
   std::uint64_t llBytes;                           // FERRY_LL_BYTES

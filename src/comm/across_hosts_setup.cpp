@@ -10,6 +10,7 @@
 #include "comm/host_partners.hpp"
 #include "comm/nccl_partners.hpp"
 #include "comm/partner_net.hpp"
+#include "comm/sized_partners.hpp"
 #include "platform/ibverbs_api.hpp"
 #include "platform/nccl_net.hpp"
 
@@ -32,24 +33,41 @@ HostLayout gatherLayout(Bootstrap& world) {
 }
 
 // What carries the cross-host phase: every rank's wish gathered, then decided alike (partner_net.hpp).
-bool onNcclNetwork(Bootstrap& world) {
+PartnerNet partnerNet(Bootstrap& world) {
   std::vector<PartnerNetWish> wishes(static_cast<std::size_t>(world.size()));
   PartnerNetWish& mine = wishes[static_cast<std::size_t>(world.rank())];
   mine.setting = env().partnerNet[0];
   std::string why = "no InfiniBand or RoCE device";
-  if (mine.setting == 'n' || (mine.setting == 'a' && !ibverbs::listDevices().names.empty()))
+  if (mine.setting == 'n' || mine.setting == 's' || (mine.setting == 'a' && !ibverbs::listDevices().names.empty()))
     mine.canNccl = nccl_net::library(why) ? 1 : 0;
   world.allGather(wishes.data(), sizeof(PartnerNetWish));
   if (everyRankNeedsNccl(wishes)) {  // (every rank sees the same table, so every rank makes this round)
     if (mine.setting == 'a' && mine.canNccl == 0) mine.canNccl = nccl_net::library(why) ? 1 : 0;
     world.allGather(wishes.data(), sizeof(PartnerNetWish));
   }
-  const bool nccl = onNcclNetwork(wishes, world.rank(), why);
-  if (!nccl && mine.setting == 'a' && world.rank() == 0)
+  const PartnerNet net = decidePartnerNet(wishes, world.rank(), why);
+  if (net == PartnerNet::Ferry && mine.setting == 'a' && world.rank() == 0)
     FERRY_LOG(Info, Collectives) << "Comm across hosts: the cross-host phase on ferry's Ethernet connections "
                                  << "(FERRY_PARTNER_NET=auto: NCCL's network needs InfiniBand or RoCE and NCCL on "
                                  << "every rank; rank 0: " << (mine.canNccl ? "has both" : why) << ")";
-  return nccl;
+  return net;
+}
+
+// The largest part an exchange sends on NCCL's network with FERRY_PARTNER_NET=sized: the largest
+// any rank asked for, so that every partner picks the same network for every exchange.
+std::uint64_t agreedNcclBytes(Bootstrap& world) {
+  std::vector<std::uint64_t> asked(static_cast<std::size_t>(world.size()));
+  asked[static_cast<std::size_t>(world.rank())] = env().partnerNcclBytes;
+  world.allGather(asked.data(), sizeof(std::uint64_t));
+  return *std::max_element(asked.begin(), asked.end());
+}
+
+const char* describe(PartnerNet net) {
+  switch (net) {
+    case PartnerNet::Nccl: return "NCCL's network";
+    case PartnerNet::Sized: return "NCCL's network (small parts) and ferry's Ethernet connections (large ones)";
+    default: return "ferry's Ethernet connections";
+  }
 }
 
 }  // namespace
@@ -117,7 +135,8 @@ std::unique_ptr<Comm::Impl> makeCommImpl(std::shared_ptr<Bootstrap> b, const Com
     }
   };
   const std::function<void()>& onFailure = impl->partnerFailed;
-  const bool nccl = onNcclNetwork(*b);
+  const PartnerNet net = partnerNet(*b);
+  const std::uint64_t ncclBytes = net == PartnerNet::Sized ? agreedNcclBytes(*b) : 0;
   // Partners must agree on their slots (a put lands at its sender's slot): every rank sizes them for
   // the most columns any rank carries, which every rank computes alike.
   for (auto& [c, group] : columns) {
@@ -126,13 +145,20 @@ std::unique_ptr<Comm::Impl> makeCommImpl(std::shared_ptr<Bootstrap> b, const Com
     for (int h = 0; h < layout.hosts; ++h) po.worldRanks.push_back(layout.worldRank(h, layout.holder(h, c)));
     po.onFailure = onFailure;
     // The partners' slots take half as much device memory as the Comm's own scratch, over the
-    // columns a rank carries at most.
+    // columns a rank carries at most (and over the two networks where both run).
     const std::uint64_t scratch = env().scratchBytes / 2 / static_cast<std::uint64_t>(layout.mostCarried);
     std::unique_ptr<Partners> partners;
-    if (nccl)
+    if (net == PartnerNet::Nccl) {
       partners = std::make_unique<NcclPartners>(group, scratch, std::move(po));
-    else
+    } else if (net == PartnerNet::Ferry) {
       partners = std::make_unique<HostPartners>(group, scratch, std::move(po));
+    } else {
+      // NCCL's slots hold parts of up to ncclBytes: the rest of the memory goes to ferry's.
+      const std::uint64_t small = std::min<std::uint64_t>(scratch / 2, ncclBytes * kMaxHosts);
+      auto viaNccl = std::make_unique<NcclPartners>(group, small, po);
+      partners = std::make_unique<SizedPartners>(
+          std::move(viaNccl), std::make_unique<HostPartners>(group, scratch - small, std::move(po)), ncclBytes);
+    }
     if (c == me)
       impl->partners = std::move(partners);
     else
@@ -142,7 +168,7 @@ std::unique_ptr<Comm::Impl> makeCommImpl(std::shared_ptr<Bootstrap> b, const Com
                                 << local->size() << " on host " << node << " of " << b->numNodes() << ", carrying "
                                 << columns.size() << " of " << layout.columns << " columns"
                                 << (layout.contiguous ? "" : " (hosts' ranks not consecutive)") << ", on "
-                                << (nccl ? "NCCL's network" : "ferry's Ethernet connections");
+                                << describe(net);
   return impl;
 }
 

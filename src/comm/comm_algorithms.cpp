@@ -105,11 +105,12 @@ std::string Comm::algorithmFor(Collective c, std::size_t bytes, DataType type, b
   call.count = esize ? bytes / esize / (perRank ? static_cast<std::size_t>(worldSize()) : 1) : 0;
   if (registered) call.sendId = call.recvId = 1;
   // Across hosts, one of the algorithms of across_hosts_algorithms.hpp, named with what carries the
-  // cross-host phase where that is NCCL's network.
+  // cross-host phase where that is NCCL's network (_nccl) or both by size (_sized).
   if (impl_->partners) {
     const std::string name = toString(selectAcrossHosts(impl_->selector.rows(), impl_->selector.forcedAcrossHosts(c),
                                                         call, impl_->hostLayout, rank(), "algorithmFor"));
-    return std::string(impl_->partners->network()) == "nccl" ? name + "_nccl" : name;
+    const std::string net = impl_->partners->network();
+    return net == "ferry" ? name : name + "_" + net;
   }
   // Distinct addresses, so that the call is not taken for an in-place one.
   call.send = reinterpret_cast<const void*>(std::uintptr_t{1} << 40);

@@ -126,8 +126,12 @@ const Var kVars[] = {
     {"FERRY_PARTNER_NET", &Env::partnerNet, "auto",
      "What carries a Comm across hosts' cross-host phase (docs/multi-node.md): ferry (its own "
      "PortChannels on Ethernet connections), nccl (NVIDIA's NCCL, FERRY_NCCL_FALLBACK, with its "
-     "InfiniBand, RoCE or socket transports) or auto (nccl where every rank sees an InfiniBand or RoCE "
-     "device and can open NCCL, ferry elsewhere). Every rank must ask for the same (auto aside)."},
+     "InfiniBand, RoCE or socket transports), sized (both: exchanges of up to FERRY_PARTNER_NCCL_BYTES "
+     "on nccl, larger ones on ferry) or auto (nccl where every rank sees an InfiniBand or RoCE device "
+     "and can open NCCL, ferry elsewhere). Every rank must ask for the same (auto aside)."},
+    {"FERRY_PARTNER_NCCL_BYTES", &Env::partnerNcclBytes, "128K",
+     "With FERRY_PARTNER_NET=sized: the largest part a partner exchange sends each host on NCCL's "
+     "network; larger parts go on ferry's connections (the largest value of any rank applies)."},
     {"FERRY_ACROSS_HOSTS_PIECE", &Env::acrossHostsPiece, "16M",
      "The size of a piece of the pipelined allReduce across hosts (docs/multi-node.md): the host's "
      "reduceScatter and allGather of one piece run while the partners exchange the piece before it "
@@ -288,8 +292,8 @@ Env Env::parse(const std::function<const char*(const char*)>& lookup) {
   if (e.planPorts != "proxy" && e.planPorts != "memory") bad("FERRY_PLAN_PORTS", e.planPorts, "proxy or memory");
   if (e.accumulation != "stepwise" && e.accumulation != "float32")
     bad("FERRY_ACCUMULATION", e.accumulation, "stepwise or float32");
-  if (e.partnerNet != "auto" && e.partnerNet != "ferry" && e.partnerNet != "nccl")
-    bad("FERRY_PARTNER_NET", e.partnerNet, "auto, ferry or nccl");
+  if (e.partnerNet != "auto" && e.partnerNet != "ferry" && e.partnerNet != "nccl" && e.partnerNet != "sized")
+    bad("FERRY_PARTNER_NET", e.partnerNet, "auto, ferry, nccl or sized");
   if (e.partnerScratch != "device" && e.partnerScratch != "host")
     bad("FERRY_PARTNER_SCRATCH", e.partnerScratch, "device or host");
   if (!e.socketFamily.empty() && e.socketFamily != "AF_INET" && e.socketFamily != "AF_INET6")

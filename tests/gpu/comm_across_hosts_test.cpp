@@ -614,6 +614,26 @@ TEST_P(CommAcrossHosts, EveryCollectiveOnNcclNetwork) {
       {}, "device", "nccl");
 }
 
+// Both networks by size (FERRY_PARTNER_NET=sized): parts of up to 8 KiB on NCCL's sockets, larger
+// ones on ferry's connections, so that the shapes below take both (one element, 4099 floats, and
+// 300,001 elements in slot rounds), in turn on one stream.
+TEST_P(CommAcrossHosts, EveryCollectiveOnBothNetworksBySize) {
+  const auto [n, hosts] = GetParam();
+  setenv("FERRY_PARTNER_NCCL_BYTES", "8K", 1);  // (inherited by the ranks, which parse it)
+  runAcrossHosts(
+      n, hosts,
+      [&](int, const std::shared_ptr<TcpBootstrap>& boot) {
+        ASSERT_EQ(env().partnerNcclBytes, 8u << 10);
+        withComm(boot, [&](Comm& comm, cudaStream_t stream) {
+          ASSERT_EQ(comm.algorithmFor(Collective::AllReduce, 4096, DataType::Float32),
+                    n > hosts ? "across_hosts_pipelined_sized" : "across_hosts_sized");
+          checkFewShapes(comm, *boot, stream);
+        });
+      },
+      {}, "device", "sized");
+  unsetenv("FERRY_PARTNER_NCCL_BYTES");
+}
+
 // Other layouts: hosts of different sizes (3 + 1 and 1 + 3 ranks: a rank of the smaller host carries
 // several columns) and hosts whose ranks are not consecutive world ranks (0 and 2 on one, 1 and 3 on
 // the other): every collective x data type x reduce op x placement x size from every root, element

@@ -234,12 +234,15 @@ TEST(EnvPlanPorts, DefaultsToMemoryAndTakesProxy) {
 }
 
 // What carries a Comm across hosts' cross-host phase (docs/multi-node.md).
-TEST(EnvPartnerNet, DefaultsToAutoAndTakesFerryAndNccl) {
+TEST(EnvPartnerNet, DefaultsToAutoAndTakesFerryNcclAndSized) {
   EXPECT_EQ(parseMap({}).partnerNet, "auto");
-  for (const char* net : {"auto", "ferry", "nccl"}) EXPECT_EQ(parseMap({{"FERRY_PARTNER_NET", net}}).partnerNet, net);
+  for (const char* net : {"auto", "ferry", "nccl", "sized"})
+    EXPECT_EQ(parseMap({{"FERRY_PARTNER_NET", net}}).partnerNet, net);
+  EXPECT_EQ(parseMap({}).partnerNcclBytes, 128u << 10);
+  EXPECT_EQ(parseMap({{"FERRY_PARTNER_NCCL_BYTES", "1M"}}).partnerNcclBytes, 1u << 20);
   const std::string what = parseError("FERRY_PARTNER_NET", "ib");
   EXPECT_CONTAINS(what, "FERRY_PARTNER_NET='ib'");
-  EXPECT_CONTAINS(what, "auto, ferry or nccl");
+  EXPECT_CONTAINS(what, "auto, ferry, nccl or sized");
 }
 
 // How calls that do not choose accumulate 16- and 8-bit float sums (docs/architecture.md).

@@ -1,0 +1,33 @@
+#include "comm/sized_partners.hpp"
+
+#include "ferry/errors.hpp"
+
+namespace ferry {
+
+SizedPartners::SizedPartners(std::unique_ptr<Partners> small, std::unique_ptr<Partners> large,
+                             std::uint64_t ncclBytes)
+    : small_(std::move(small)), large_(std::move(large)), ncclBytes_(ncclBytes) {
+  if (!small_ || !large_ || small_->host() != large_->host() || small_->hosts() != large_->hosts())
+    throw Error(ErrorCode::InternalError, "SizedPartners: two networks of different partners");
+}
+
+void SizedPartners::exchange(const PartnerExchange& exchange, DataType type, ReduceOp op,
+                             cudaStream_t stream) {
+  carrierOf(exchange.count * sizeOf(type)).exchange(exchange, type, op, stream);
+}
+
+void SizedPartners::abort() {
+  small_->abort();
+  large_->abort();
+}
+
+bool SizedPartners::failed() const { return small_->failed() || large_->failed(); }
+
+void SizedPartners::throwFailure() const {
+  // A partner gone fails both networks, the one that noticed first with the partner's name.
+  if (large_->failed()) large_->throwFailure();
+  small_->throwFailure();
+  __builtin_unreachable();  // (throwFailure is [[noreturn]], through a virtual call the compiler cannot see)
+}
+
+}  // namespace ferry
