@@ -1,6 +1,6 @@
 #pragma once
-// Partners on two networks at once (FERRY_PARTNER_NET=sized; docs/multi-node.md, "Two networks by
-// size"): an exchange whose parts are at most `ncclBytes` each goes on NCCL's network
+// Partners on two networks at once (FERRY_PARTNER_NET=sized; docs/multi-node.md, "The cross-host
+// phase on NCCL's network"): an exchange whose parts are at most `ncclBytes` each goes on NCCL's network
 // (NcclPartners), a larger one on ferry's Ethernet connections (HostPartners). On sockets NCCL's
 // send/recv ended small calls sooner (41-48 us up to 16 KiB across 2 hosts of 1 H200, where ferry's
 // connections took 81-88) and ferry's connections moved large ones faster (from 256 KiB; 1.4-1.5x
@@ -9,7 +9,9 @@
 // Every partner picks the same network for an exchange: the part's size comes from the call, which
 // partners agree on (their exchanges' digests compare it), and every rank takes the same ncclBytes
 // (the largest any rank asked for). Each network keeps its own order of exchanges, so exchanges on
-// the two may overlap (a pipelined call's pieces on side streams).
+// the two may overlap (a pipelined call's pieces on side streams). The cost: partners whose calls
+// differ in size across the line wait on different networks, so they do not get the digests'
+// mismatch error; ferry's side ends at FERRY_DEVICE_TIMEOUT, NCCL's at Comm::abort.
 #include <cstdint>
 #include <memory>
 
