@@ -153,8 +153,10 @@ std::unique_ptr<Comm::Impl> makeCommImpl(std::shared_ptr<Bootstrap> b, const Com
     } else if (net == PartnerNet::Ferry) {
       partners = std::make_unique<HostPartners>(group, scratch, std::move(po));
     } else {
-      // NCCL's slots hold parts of up to ncclBytes: the rest of the memory goes to ferry's.
-      const std::uint64_t small = std::min<std::uint64_t>(scratch / 2, ncclBytes * kMaxHosts);
+      // NCCL's slots hold parts of up to ncclBytes (at least 16 bytes, at most half the memory):
+      // the rest goes to ferry's.
+      const std::uint64_t perHost = std::max<std::uint64_t>(16, std::min(ncclBytes, scratch / 2));
+      const std::uint64_t small = std::min(scratch / 2, perHost * static_cast<std::uint64_t>(layout.hosts));
       auto viaNccl = std::make_unique<NcclPartners>(group, small, po);
       partners = std::make_unique<SizedPartners>(
           std::move(viaNccl), std::make_unique<HostPartners>(group, scratch - small, std::move(po)), ncclBytes);

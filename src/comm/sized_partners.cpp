@@ -17,16 +17,24 @@ void SizedPartners::exchange(const PartnerExchange& exchange, DataType type, Red
 }
 
 void SizedPartners::abort() {
+  (void)failed();  // a failure seen before keeps its error
   small_->abort();
   large_->abort();
 }
 
-bool SizedPartners::failed() const { return small_->failed() || large_->failed(); }
+bool SizedPartners::failed() const {
+  if (first_.load() >= 0) return true;
+  const int seen = small_->failed() ? 0 : large_->failed() ? 1 : -1;
+  if (seen < 0) return false;
+  int none = -1;
+  first_.compare_exchange_strong(none, seen);
+  return true;
+}
 
 void SizedPartners::throwFailure() const {
-  // A partner gone fails both networks, the one that noticed first with the partner's name.
-  if (large_->failed()) large_->throwFailure();
-  small_->throwFailure();
+  // A partner gone fails both networks; the one seen first names it.
+  (void)failed();
+  (first_.load() == 1 ? large_ : small_)->throwFailure();
   __builtin_unreachable();  // (throwFailure is [[noreturn]], through a virtual call the compiler cannot see)
 }
 

@@ -12,6 +12,7 @@
 // the two may overlap (a pipelined call's pieces on side streams). The cost: partners whose calls
 // differ in size across the line wait on different networks, so they do not get the digests'
 // mismatch error; ferry's side ends at FERRY_DEVICE_TIMEOUT, NCCL's at Comm::abort.
+#include <atomic>
 #include <cstdint>
 #include <memory>
 
@@ -32,6 +33,7 @@ class SizedPartners final : public Partners {
   void abort() override;
   // Either network failed (a partner that went away fails both, each in its own time).
   bool failed() const override;
+  // The error of the network seen failing first (an abort after a failure does not hide it).
   [[noreturn]] void throwFailure() const override;
   const char* network() const override { return "sized"; }
   // The network that carries an exchange whose parts are `partBytes` each.
@@ -40,6 +42,7 @@ class SizedPartners final : public Partners {
  private:
   std::unique_ptr<Partners> small_, large_;
   std::uint64_t ncclBytes_;
+  mutable std::atomic<int> first_{-1};  // the network seen failing first: 0 small, 1 large
 };
 
 }  // namespace ferry

@@ -92,6 +92,19 @@ TEST(SizedPartners, EitherNetworksFailureEndsTheCallsWithItsError) {
   }
 }
 
+TEST(SizedPartners, AnAbortAfterAFailureKeepsTheFailuresError) {
+  Sized s(1024);
+  s.ferry->failedFlag = true;
+  EXPECT_TRUE(s.partners->failed());
+  s.partners->abort();  // both networks now say they failed
+  try {
+    s.partners->throwFailure();
+    ADD_FAILURE() << "no error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("ferry failed"), std::string::npos) << e.what();
+  }
+}
+
 TEST(SizedPartners, TwoNetworksOfDifferentPartnersAreRefused) {
   std::vector<std::string> log;
   EXPECT_THROW(SizedPartners(nullptr, std::make_unique<FakePartners>("ferry", log), 1), Error);

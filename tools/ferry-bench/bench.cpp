@@ -295,16 +295,16 @@ class Runner {
     }
     switch (s.collective) {
       case Collective::AllReduce:
-        comm_->allReduce(send, recv, s.count, s.type, s.op, o_.accumulation, stream_);
+        comm_->allReduce(send, recv, s.count, s.type, s.op, s.accumulation, stream_);
         break;
       case Collective::AllGather: comm_->allGather(send, recv, s.count, s.type, stream_); break;
       case Collective::ReduceScatter:
-        comm_->reduceScatter(send, recv, s.count, s.type, s.op, o_.accumulation, stream_);
+        comm_->reduceScatter(send, recv, s.count, s.type, s.op, s.accumulation, stream_);
         break;
       case Collective::AllToAll: comm_->allToAll(send, recv, s.count, s.type, stream_); break;
       case Collective::Broadcast: comm_->broadcast(send, recv, s.count, s.type, s.root, stream_); break;
       case Collective::Reduce:
-        comm_->reduce(send, recv, s.count, s.type, s.op, o_.accumulation, s.root, stream_);
+        comm_->reduce(send, recv, s.count, s.type, s.op, s.accumulation, s.root, stream_);
         break;
     }
   }
@@ -436,9 +436,6 @@ class Runner {
   // must match exactly); the others (rings, plans) get the tolerance of a reduction in another order.
   bool reducesInRankOrder(const Call& c) {
     if (c.sendRecv()) return true;
-    // Float32 accumulation rounds once where the reference rounds after each term (alike for sums
-    // on two ranks): the tolerance of a reduction in another order.
-    if (o_.accumulation == Accumulation::Float32) return false;
     const std::string algo = comm_->algorithmFor(c.shape.collective, c.bytes(), c.shape.type, o_.registered);
     for (const AlgorithmInfo& a : comm_->algorithms())
       if (a.name == algo) return a.reducesInRankOrder;
@@ -493,6 +490,9 @@ class Runner {
     // ferry's send/recv have one kernel (collectives/p2p.hpp), no algorithms to choose from.
     row.algorithm =
         c.sendRecv() ? "p2p" : comm_->algorithmFor(s.collective, row.bytes, s.type, o_.registered);
+    // ferry's calls accumulate as asked, and their reference with them (collective_data.hpp);
+    // NCCL's always step.
+    s.accumulation = o_.accumulation;
     s.seed = ++seed_;
     row.outOfPlace = reduceOverRanks(measureFerry(c, b, false));
     // sendrecv in place would send a buffer while receiving into it: not a defined call (nccl-tests
@@ -501,6 +501,7 @@ class Runner {
       s.seed = ++seed_;
       row.inPlace = reduceOverRanks(measureFerry(c, b, true));
     }
+    s.accumulation = Accumulation::Stepwise;
     for (NcclVariant v : nccl_ ? o_.ncclVariants : std::vector<NcclVariant>{}) {
       const auto i = static_cast<std::size_t>(v);
       const Buffers* nb = v == NcclVariant::Plain ? &b : ncclBuf[i].get();

@@ -97,7 +97,7 @@ int main(int argc, char** argv) {
   app.add_option("--accumulate", accumulate,
                  "how ferry sums and averages 16- and 8-bit floats: stepwise (rounded after each rank's "
                  "term, as NCCL does) or float32 (rounded once: Accumulation::Float32, on the algorithms "
-                 "that run it; the algorithm column still names the stepwise choice)")
+                 "that run it, on one host; the algorithm column still names the stepwise choice)")
       ->check(CLI::IsMember({"stepwise", "float32"}))
       ->capture_default_str();
   int registered = 0;
@@ -110,9 +110,9 @@ int main(int argc, char** argv) {
   app.add_flag("--list", list, "list the algorithms of every collective and exit");
   CLI11_PARSE(app, argc, argv);
   o.accumulation = accumulate == "float32" ? Accumulation::Float32 : Accumulation::Stepwise;
-  if (o.accumulation == Accumulation::Float32 && !o.tunePath.empty()) {
-    std::cerr << "ferry-bench: --tune writes the default table, which stepwise calls read; drop --accumulate "
-                 "float32\n";
+  if (o.accumulation == Accumulation::Float32 && (!o.tunePath.empty() || hosts > 1)) {
+    std::cerr << "ferry-bench: --accumulate float32 runs on one host's ranks, and --tune writes the default "
+                 "table, which stepwise calls read; drop --accumulate float32 (or --hosts and --tune)\n";
     return 2;
   }
 
