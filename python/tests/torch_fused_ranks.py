@@ -53,6 +53,14 @@ def _all_gather_matmul(torch, ops, name, rank, n, errors, seed, dev):
                                             return_A=False)
                 _check(torch, kept, full, f"fused_all_gather_matmul {dtype} A{shape} gather_dim {gather_dim} (A)",
                        errors, rank)
+    # A strided shard (column-major): every form takes it as a contiguous one.
+    seed += 1
+    shards = [_seeded(torch, r, (4, 6), seed, torch.bfloat16) for r in range(n)]
+    B = _seeded(torch, 100, (6, 5), seed, torch.bfloat16)
+    strided = shards[rank].to(dev).t().contiguous().t()
+    _, outs = ops.fused_all_gather_matmul(strided, [B.to(dev)], 0, name, return_A=False)
+    _check(torch, outs[0], (torch.cat(shards).float() @ B.float()).to(torch.bfloat16),
+           "fused_all_gather_matmul of a strided shard", errors, rank)
     return seed
 
 
@@ -71,6 +79,14 @@ def _matmul_reduce_scatter(torch, ops, name, rank, n, errors, seed, dev):
                     want = total.chunk(n, dim=scatter_dim)[rank].to(dtype)
                     _check(torch, got, want, f"fused_matmul_reduce_scatter {dtype} A{shape} scatter_dim {scatter_dim} "
                            f"{reduce_op}", errors, rank)
+    # A strided A (column-major): every form takes it as a contiguous one.
+    seed += 1
+    As = [_seeded(torch, r, (4 * n, 6), seed, torch.bfloat16) for r in range(n)]
+    B = _seeded(torch, 200, (6, 5), seed, torch.bfloat16)
+    got = ops.fused_matmul_reduce_scatter(As[rank].to(dev).t().contiguous().t(), B.to(dev), "sum", 0, name)
+    total = sum((As[r].float() @ B.float()).to(torch.bfloat16).float() for r in range(n))
+    _check(torch, got, total.chunk(n)[rank].to(torch.bfloat16), "fused_matmul_reduce_scatter of a strided A",
+           errors, rank)
     return seed
 
 

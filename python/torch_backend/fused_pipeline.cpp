@@ -120,8 +120,10 @@ bool pipelineApplies(const FerryBackend& backend, const at::Tensor& a, at::Tenso
                      bool rowsSplit) {
   const int64_t n = backend.getSize();
   const auto t = a.scalar_type();
+  // (Not contiguity: every rank must pick the same form from the call's shape, and a strided A is
+  // made contiguous first.)
   if (!a.is_cuda() || a.device().index() != backend.device() || dim != 0 || (a.dim() != 2 && a.dim() != 3) ||
-      !a.is_contiguous() || a.numel() == 0 || n < 2 || !backend.sumsInFloat32Here() ||
+      a.numel() == 0 || n < 2 || !backend.sumsInFloat32Here() ||
       (t != at::kFloat && t != at::kHalf && t != at::kBFloat16))
     return false;
   if (rowsSplit && a.size(0) % n != 0) return false;
@@ -132,10 +134,11 @@ bool pipelineApplies(const FerryBackend& backend, const at::Tensor& a, at::Tenso
   return !Bs.empty();
 }
 
-std::vector<at::Tensor> pipelinedAllGatherMatmul(FerryBackend& backend, const at::Tensor& shard,
+std::vector<at::Tensor> pipelinedAllGatherMatmul(FerryBackend& backend, const at::Tensor& given,
                                                  at::TensorList Bs, bool returnA,
                                                  std::optional<at::Tensor>& gathered) {
   static constexpr const char* kOp = "fused_all_gather_matmul";
+  const at::Tensor shard = given.contiguous();  // (its bytes go to the peers as they lie)
   const int n = backend.getSize(), r = backend.getRank();
   const c10::DeviceIndex device = shard.device().index();
   c10::cuda::CUDAGuard guard(device);
@@ -246,7 +249,7 @@ at::Tensor pipelinedMatmulReduceScatter(FerryBackend& backend, const at::Tensor&
                                         bool average) {
   static constexpr const char* kOp = "fused_matmul_reduce_scatter";
   const int64_t k = A.size(-1), cols = B.size(1);
-  const at::Tensor a = A.view({-1, k});
+  const at::Tensor a = A.contiguous().view({-1, k});
   const auto multiply = [&](const at::Tensor& out, int64_t first, int64_t rows) {
     mmInto(out, a.narrow(0, first, rows), B);
   };
@@ -268,8 +271,7 @@ bool scaledPipelineApplies(const FerryBackend& backend, const at::Tensor& A, con
   const int64_t rows = A.numel() / std::max<int64_t>(A.size(-1), 1);
   // The partial products are summed by ATen in float32: products of 16 or 32 bits, not fp8.
   const bool wide = outDtype == at::kBFloat16 || outDtype == at::kHalf || outDtype == at::kFloat;
-  return fp8 && wide && A.is_cuda() && A.device().index() == backend.device() && A.is_contiguous() &&
-         A.numel() > 0 && (A.dim() == 2 || A.dim() == 3) && B.dim() == 2 && B.size(1) > 0 &&
+  return fp8 && wide && A.is_cuda() && A.device().index() == backend.device() && A.numel() > 0 && (A.dim() == 2 || A.dim() == 3) && B.dim() == 2 && B.size(1) > 0 &&
          B.device() == A.device() && n > 1 && backend.sumsInFloat32Here() && leadingRows % n == 0 &&
          rows % n == 0 && (aScale.numel() == 1 || aScale.numel() == rows);
 }
@@ -281,7 +283,7 @@ at::Tensor pipelinedScaledMatmulReduceScatter(FerryBackend& backend, const at::T
                                               std::optional<at::ScalarType> outDtype, bool fastAccum,
                                               bool average) {
   static constexpr const char* kOp = "fused_scaled_matmul_reduce_scatter";
-  const at::Tensor a = A.view({-1, A.size(-1)});
+  const at::Tensor a = A.contiguous().view({-1, A.size(-1)});
   const bool rowwise = aScale.numel() > 1;
   const at::Tensor scaleA = (rowwise ? aScale.reshape({-1, 1}) : aScale.reshape({})).to(at::kFloat);
   const at::Tensor scaleB = bScale.to(at::kFloat);

@@ -12,7 +12,7 @@
 namespace ferry::torch_backend {
 
 // Whether the pipelined forms can run a call whose A (or A_shard) is `a`, split along `dim` over the
-// group's ranks: CUDA, dim 0, 2-D or 3-D, contiguous, not empty, floats cuBLAS multiplies (float32,
+// group's ranks: CUDA, dim 0, 2-D or 3-D (strided or not), not empty, floats cuBLAS multiplies (float32,
 // float16, bfloat16), each B 2-D of a's dtype with a's last dim as its rows; and for the
 // reduce-scatter (`rowsSplit`), a's rows a multiple of the ranks.
 bool pipelineApplies(const FerryBackend& backend, const at::Tensor& a, at::TensorList Bs, int64_t dim,

@@ -18,7 +18,7 @@ partial products of its rows in float32 (one reduction kernel) and rounds once.
 
 The copies to or from each peer run on a stream of their own, so that they share the copy engines.
 
-It applies to 2-D and 3-D A gathered or scattered along dim 0, contiguous; fused_ops.py runs the
+It applies to 2-D and 3-D A (strided or not) gathered or scattered along dim 0; fused_ops.py runs the
 unfused composition everywhere else. Which form runs (the size table; docs/fused.md has the run
 that set it): FERRY_FUSED_PIPELINE=1 pipelines every call it applies to, =0 none; unset, on a
 ferry group, a matmul + reduce-scatter whose product takes at least RS_AUTO_MIN_FLOPS per rank (an
@@ -70,7 +70,9 @@ def _side(device, step):
 
 def _applies(t: torch.Tensor, dim: int, size: int) -> bool:
     """Whether the pipelined form can run a call with t (A or A_shard) split along dim over size ranks."""
-    return (t.is_cuda and dim == 0 and t.dim() in (2, 3) and t.is_contiguous() and size > 1
+    # (Not contiguity: every rank must pick the same form from the call's shape; copy_ and matmul
+    # take strided tensors.)
+    return (t.is_cuda and dim == 0 and t.dim() in (2, 3) and size > 1
             and not isinstance(t, torch._subclasses.FakeTensor))
 
 
