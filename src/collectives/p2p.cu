@@ -188,6 +188,14 @@ __global__ void __launch_bounds__(kP2PThreads, 2) p2pKernel(P2PContext c, P2PBat
   // kernel's to write until it ends (device_context.hpp). Every block of this kernel is resident by
   // the time the next one's blocks take SMs, so a send waiting for a recv of the group still runs.
   awaitPreviousKernel();
+  // (Block 0's thread 0 reads the count the kernel before it wrote, with a strong load: an L1 line
+  // an earlier kernel left could be stale under early launch. stampPhase ignores the others.)
+  const std::uint64_t m =
+      c.stamps != nullptr && blockIdx.x == 0 && threadIdx.x == 0
+          ? atomicLoad<std::uint64_t, cuda::thread_scope_device>(c.kernelsRun, memory_order_relaxed) + 1
+          : 0;
+  stampPhase(c.stamps, m, kEntered, kPhaseSendRecv, batch.messages > 0 ? batch.message[0].bytes : 0);
+  stampPhase(c.stamps, m, kAnnounced);  // (no start handshake: the lanes' own flags)
   int k = 0;
   while (k + 1 < batch.streams && batch.stream[k + 1].firstBlock <= static_cast<int>(blockIdx.x)) ++k;
   const P2PStream& s = batch.stream[k];
@@ -208,6 +216,13 @@ __global__ void __launch_bounds__(kP2PThreads, 2) p2pKernel(P2PContext c, P2PBat
       }
       __syncthreads();  // thread 0's new total is what every thread reads for the next lane
     }
+  }
+  if (c.stamps != nullptr) {  // (a kernel parameter: every thread takes the same branch)
+    __syncthreads();
+    stampPhase(c.stamps, m, kDataDone);
+    if (blockIdx.x == 0 && threadIdx.x == 0)
+      atomicStore<std::uint64_t, cuda::thread_scope_device>(c.kernelsRun, m, memory_order_relaxed);
+    stampPhase(c.stamps, m, kExited);
   }
 }
 

@@ -32,6 +32,7 @@
 #include <vector>
 
 #include "kernels/device_context.hpp"
+#include "kernels/phase_stamps.hpp"
 #include "transport/peer_memory.hpp"
 
 namespace ferry {
@@ -112,6 +113,10 @@ struct P2PContext {
   char* peerInbox[kMaxRanks] = {};
   std::uint64_t timeoutNs = 0;
   const std::uint32_t* abortFlag = nullptr;  // the Comm's (CallState::aborted)
+  // FERRY_PHASE_STAMPS: the ring block 0 records each kernel in (kernels/phase_stamps.hpp), and
+  // the kernels run so far (own memory, block 0's); null: no stamps.
+  PhaseRecord* stamps = nullptr;
+  std::uint64_t* kernelsRun = nullptr;
 };
 
 // One send, recv or copy to self of a group, as the kernel sees it.
@@ -168,6 +173,8 @@ class P2PResources {
   // abortFlag: the Comm's abort word (CallState::aborted), which the kernel's waits watch.
   P2PResources(Communicator& comm, const std::uint32_t* abortFlag);
   const P2PContext& context() const { return context_; }
+  // FERRY_PHASE_STAMPS: the kernels record their phases in `ring` (device memory, kPhaseRecords).
+  void setStamps(PhaseRecord* ring) { context_.stamps = ring; }
 
  private:
   std::unique_ptr<PeerMemory> memory_;

@@ -10,7 +10,7 @@ P2PResources::P2PResources(Communicator& comm, const std::uint32_t* abortFlag) {
   constexpr std::uint64_t kCounters = sizeof(std::uint64_t) * kMaxRanks * kP2PLanes;  // one array
   constexpr std::uint64_t kSizes = sizeof(std::uint64_t) * kMaxRanks * kP2PLanes * kP2PSlots;
   constexpr std::uint64_t kInboxOffset = 64 << 10;
-  static_assert(4 * kCounters + kSizes <= kInboxOffset);
+  static_assert(4 * kCounters + kSizes + sizeof(std::uint64_t) <= kInboxOffset);
   const std::uint64_t total = kInboxOffset + p2pPacketSlotOffset(size, size, 0, 0);
   constexpr int kTag = 0x7032;  // the Comm's own tag for this exchange
   memory_ = std::make_unique<PeerMemory>(comm, total, kTag, "the send/recv inboxes");
@@ -23,7 +23,8 @@ P2PResources::P2PResources(Communicator& comm, const std::uint32_t* abortFlag) {
   context_.received = counters(base, 1);
   context_.arrived = counters(base, 2);
   context_.acked = counters(base, 3);
-  context_.sizes = counters(base, 4);  // kSizes long, the last thing before the inboxes
+  context_.sizes = counters(base, 4);  // kSizes long
+  context_.kernelsRun = reinterpret_cast<std::uint64_t*>(base + 4 * kCounters + kSizes);
   context_.inbox = base + kInboxOffset;
   for (int p = 0; p < size; ++p) {
     context_.peerArrived[p] = counters(memory_->peer(p), 2);

@@ -19,6 +19,7 @@
 #include "comm/comm_ports.hpp"
 #include "comm/host_layout.hpp"
 #include "comm/partners.hpp"
+#include "comm/phase_stamps.hpp"
 #include "collectives/p2p.hpp"
 #include "collectives/p2p_group.hpp"
 #include "collectives/premul_sum.hpp"
@@ -67,6 +68,7 @@ struct Comm::Impl {
   // The inboxes, the blocks of the send/recv kernel that fit on the GPU at once, and this rank's
   // CommOptions::maxBlocks (0: none; the ranks need not agree).
   P2PLauncher p2pLaunch;
+  std::unique_ptr<PhaseStamps> p2pStamps;  // FERRY_PHASE_STAMPS: the send/recv kernel's ring
   // Before the registry: freed after it has dropped their registrations.
   std::unique_ptr<Staging> staging;  // registered stand-ins for unregistered calls that need them
   // Scaled inputs of PreMulSum reduceScatters and reduces.
@@ -140,6 +142,10 @@ struct Comm::Impl {
       FERRY_CUDA_CHECK(cudaStreamCreateWithPriority(&control, cudaStreamNonBlocking, greatest));
       p2pLaunch = P2PLauncher{&p2p->context(), ferry::p2pResidentBlocks(), options.maxBlocks,
                               resources->context().earlyLaunch};
+      if (env().phaseStamps) {
+        p2pStamps = std::make_unique<PhaseStamps>(bootstrap->rank());
+        p2p->setStamps(p2pStamps->ring());
+      }
       resources->setP2P(&p2pLaunch);
       preloadKernelsOnce(device);
       ports = std::make_unique<CommPorts>(communicator, options.connect, resources->memory(),

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <map>
+#include <string_view>
 #include <vector>
 
 #include "ferry/collective.hpp"
@@ -81,10 +82,12 @@ std::string PhaseStamps::summary() const {
                 "start wait", "data", "end", "kernel");
   out += line;
   for (auto& [key, p] : byKey) {
-    const auto op = static_cast<Collective>(key >> 56);
+    const int op = static_cast<int>(key >> 56);
     const std::uint64_t count = key & ((std::uint64_t{1} << 56) - 1);
+    const std::string_view name =
+        op == kPhaseSendRecv ? std::string_view("sendrecv bytes") : toString(static_cast<Collective>(op));
     std::snprintf(line, sizeof line, "  %-14.*s %12llu %7zu %8.2f %8.2f %10.2f %8.2f %8.2f %8.2f\n",
-                  static_cast<int>(toString(op).size()), toString(op).data(),
+                  static_cast<int>(name.size()), name.data(),
                   static_cast<unsigned long long>(count), p.kernel.size(), median(p.gap), median(p.announce),
                   median(p.startWait), median(p.data), median(p.end), median(p.kernel));
     out += line;

@@ -86,7 +86,8 @@ const Var kVars[] = {
     {"FERRY_PHASE_STAMPS", &Env::phaseStamps, "0",
      "1: every collective kernel records when it passes each phase (start word stored, peers started, "
      "data moved, call ended) for its last 65536 calls, and each Comm prints the medians per "
-     "collective and count to stderr when it is destroyed. For finding where a call's time goes."},
+     "collective and count to stderr when it is destroyed (the send/recv kernel's too, in rows of "
+     "their own). For finding where a call's time goes."},
     {"FERRY_LAUNCH_PDL", &Env::launchPdl, "1",
      "1: collective kernels are launched with programmatic dependent launch (compute capability 9.0 and "
      "later): a call's blocks reach their SMs while the kernel before it on the stream still runs and "

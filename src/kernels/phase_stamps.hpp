@@ -33,6 +33,10 @@ struct PhaseRecord {
 
 inline constexpr std::uint64_t kPhaseRecords = 1u << 16;  // the ring: the last 65536 calls
 
+// The send/recv kernel's records (collectives/p2p.cu), in a ring of their own: this op, and the
+// bytes of the group's first message for the count.
+inline constexpr int kPhaseSendRecv = 255;
+
 FERRY_HOST_DEVICE constexpr std::uint64_t phaseKey(int op, std::uint64_t count) {
   return static_cast<std::uint64_t>(op) << 56 | (count & ((std::uint64_t{1} << 56) - 1));
 }
