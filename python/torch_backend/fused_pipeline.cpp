@@ -271,7 +271,8 @@ bool scaledPipelineApplies(const FerryBackend& backend, const at::Tensor& A, con
   const int64_t rows = A.numel() / std::max<int64_t>(A.size(-1), 1);
   // The partial products are summed by ATen in float32: products of 16 or 32 bits, not fp8.
   const bool wide = outDtype == at::kBFloat16 || outDtype == at::kHalf || outDtype == at::kFloat;
-  return fp8 && wide && A.is_cuda() && A.device().index() == backend.device() && A.numel() > 0 && (A.dim() == 2 || A.dim() == 3) && B.dim() == 2 && B.size(1) > 0 &&
+  return fp8 && wide && A.is_cuda() && A.device().index() == backend.device() && A.numel() > 0 &&
+         (A.dim() == 2 || A.dim() == 3) && B.dim() == 2 && B.size(1) > 0 &&
          B.device() == A.device() && n > 1 && backend.sumsInFloat32Here() && leadingRows % n == 0 &&
          rows % n == 0 && (aScale.numel() == 1 || aScale.numel() == rows);
 }

@@ -36,10 +36,11 @@ class SizedPartners final : public Partners {
   // The error of the network seen failing first (an abort after a failure does not hide it).
   [[noreturn]] void throwFailure() const override;
   const char* network() const override { return "sized"; }
+
+ private:
   // The network that carries an exchange whose parts are `partBytes` each.
   Partners& carrierOf(std::uint64_t partBytes) { return partBytes <= ncclBytes_ ? *small_ : *large_; }
 
- private:
   std::unique_ptr<Partners> small_, large_;
   std::uint64_t ncclBytes_;
   mutable std::atomic<int> first_{-1};  // the network seen failing first: 0 small, 1 large

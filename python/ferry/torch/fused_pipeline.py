@@ -48,9 +48,10 @@ RS_AUTO_MIN_FLOPS = 2e11
 # (copy engine) ran at about half the SM-driven all-gather's rate.
 AG_AUTO_MIN_FLOPS = math.inf
 # The same for the scaled (fp8) matmul + reduce-scatter (torch._scaled_mm per chunk; ferry groups,
-# C++ only). On 2 H100 (2026-11-28, three runs) it was 1.06-1.21x the composition at every shape
-# of 2.75e11 flops and more but one (1.00-1.04x), mixed at 2.4e11 (0.86-1.02x) and 0.7-1.0x below:
-# an fp8 matmul is twice as fast, so a product must be larger before its copies hide under it.
+# C++ only). On 2 H100 (2026-11-28, three runs) it was 1.06-1.21x the composition in every run at
+# four of the seven shapes of 2.75e11 flops and more and 0.97-1.18x at the other three, 0.97-1.03x
+# at 2.4e11 and mostly slower below: an fp8 matmul is twice as fast, so a product must be larger
+# before its copies hide under it.
 SCALED_RS_AUTO_MIN_FLOPS = 2.5e11
 
 
